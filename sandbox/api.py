@@ -1,0 +1,103 @@
+"""The sandbox's public data types: what a caller sends and what comes back.
+
+The sandbox runs untrusted programs; it knows nothing about problems, rewards or models.
+Two kinds of job:
+
+* **call**: the untrusted ``program`` is loaded in one process; a trusted ``judge``
+  (``JudgeSpec``) runs in another process, under another user, and reaches the program's
+  top-level names only through plain-data RPC. The program never sees the judge's code
+  or data, and only plain data (None, bool, int, float, complex, str, bytes, list, tuple,
+  dict, set, frozenset) ever reaches the judge's comparisons; any other object comes back
+  as an opaque ``RemoteRef`` that compares equal only to itself.
+* **io**: the program runs once per stdin case as ``__main__``; its stdout comes back to the
+  caller, which compares it with the expected output outside the sandbox.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class ExecStatus(str, Enum):
+    """How an execution (or one io case) ended, as seen from outside the program."""
+
+    COMPLETED = "completed"  # ran to the end; look at the test outcomes / stdout
+    SYNTAX_ERROR = "syntax_error"
+    RUNTIME_ERROR = "runtime_error"  # uncaught exception, non-zero exit, or death by signal
+    TIMEOUT = "timeout"  # wall or CPU time limit
+    MEMORY_LIMIT = "memory_limit"
+    OUTPUT_LIMIT = "output_limit"
+    SANDBOX_ERROR = "sandbox_error"  # infrastructure failure: never the program's fault
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-execution limits, enforced from outside the program under test."""
+
+    wall_time_s: float = 10.0  # whole job (call) or each case (io)
+    cpu_time_s: float = 10.0
+    memory_mb: int = 512  # address space of each program process
+    output_bytes: int = 1 << 20  # stdout + stderr together
+    processes: int = 32  # threads and processes the program may have at once
+    disk_mb: int = 64  # largest file the program may write (the work dirs are small tmpfs)
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    """Trusted test code, run in the judge process.
+
+    ``setup`` runs first in a fresh namespace that holds two helpers:
+    ``__remote__(name)`` (the program's top-level ``name``: plain data or a ``RemoteRef``;
+    raises NameError if the program has no such name) and ``__remote_names__()`` (the
+    program's public top-level names). Then each entry of ``tests`` runs, in order, in the same
+    namespace: a test passes when it raises nothing. ``test_names`` label them.
+    """
+
+    setup: str
+    tests: tuple[str, ...]
+    test_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Job:
+    program: str
+    judge: JudgeSpec | None = None  # call mode
+    stdin_cases: tuple[str, ...] | None = None  # io mode
+    limits: Limits = field(default_factory=Limits)
+
+    def __post_init__(self) -> None:
+        if (self.judge is None) == (self.stdin_cases is None):
+            raise ValueError("a Job needs exactly one of judge (call mode) or stdin_cases (io mode)")
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    name: str
+    passed: bool
+    error: str | None = None  # "AssertionError: ...", "candidate raised ValueError: ..."
+    candidate_error: bool = False  # the failure came from an exception in the program
+    duration_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """One io case: what the program printed and how it ended."""
+
+    status: ExecStatus
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    status: ExecStatus
+    tests: tuple[TestOutcome, ...] = ()  # call mode; tests not reached are absent
+    cases: tuple[CaseOutcome, ...] = ()  # io mode; cases not reached are absent
+    stdout: str = ""  # excerpt (call mode)
+    stderr: str = ""  # excerpt (call mode), tracebacks of load errors included
+    error: str | None = None  # human-readable reason for a non-completed status
+    duration_s: float = 0.0
+    attempts: int = 1  # > 1 when infrastructure failures were retried

@@ -1,0 +1,331 @@
+"""A warm pool of sandbox containers, fed over attached streams.
+
+Starting a container per execution costs ~0.4 s and ``docker exec`` ~0.1 s, so each container
+runs one long-lived supervisor (``runner/supervisor.py``) that takes length-prefixed JSON jobs
+on stdin and answers on stdout. One worker thread owns each container; jobs wait in a shared
+queue, so any number can be in flight. A container that breaks the protocol, dies, or misses
+its hard deadline is destroyed and replaced, and the job is retried; only when every attempt
+fails does the caller get ``sandbox_error``. A Docker engine that cannot be reached at all
+raises ``SandboxUnavailable`` instead, naming the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import secrets
+import socket
+import struct
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from .api import CaseOutcome, ExecStatus, ExecutionResult, Job, TestOutcome
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IMAGE = "codepost-sandbox:latest"
+_FRAME = struct.Struct(">I")
+_DOCKER_HEADER = struct.Struct(">BxxxI")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The Docker engine or the sandbox image cannot be used at all."""
+
+
+class _ContainerFault(Exception):
+    """One container failed (died, broke the protocol, missed its deadline)."""
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    size: int = 4  # containers, i.e. executions in flight at once
+    image: str = DEFAULT_IMAGE
+    docker_hosts: tuple[str, ...] = ()  # DOCKER_HOST-style URLs; () = the environment's engine
+    container_memory_mb: int = 1536  # whole container: runner, program, judge and tmpfs
+    container_pids: int = 256
+    tmpfs_mb: int = 64  # each of /work, /tmp and /dev/shm
+    cpus: float = 1.0  # per container
+    grace_s: float = 10.0  # how long past a job's own wall limit the host waits
+    max_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"PoolConfig.size must be >= 1, got {self.size}")
+        if self.max_attempts < 1:
+            raise ValueError(f"PoolConfig.max_attempts must be >= 1, got {self.max_attempts}")
+
+
+def _connect(host: str | None) -> docker.DockerClient:
+    where = host or "the default Docker host (DOCKER_HOST or /var/run/docker.sock)"
+    try:
+        client = docker.DockerClient(base_url=host) if host else docker.from_env()
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise SandboxUnavailable(
+            f"cannot reach the Docker engine at {where}: {exc}. Is dockerd running? "
+            "(scripts/setup.sh installs and starts it)"
+        ) from exc
+    return client
+
+
+class _Container:
+    """One warm container and the attached stream to its supervisor."""
+
+    def __init__(self, client: docker.DockerClient, config: PoolConfig) -> None:
+        uid = 200_000 + 2 * secrets.randbelow(50_000_000)  # own uids: RLIMIT_NPROC is per uid
+        tmpfs = f"rw,nosuid,nodev,size={config.tmpfs_mb}m"
+        try:
+            self.container = client.containers.run(
+                config.image,
+                detach=True,
+                stdin_open=True,
+                environment={"CODEPOST_CANDIDATE_UID": str(uid),
+                             "CODEPOST_JUDGE_UID": str(uid + 1)},
+                network_mode="none",
+                read_only=True,
+                cap_drop=["ALL"],
+                cap_add=["SETUID", "SETGID", "KILL"],
+                security_opt=["no-new-privileges"],
+                pids_limit=config.container_pids,
+                mem_limit=f"{config.container_memory_mb}m",
+                memswap_limit=f"{config.container_memory_mb}m",
+                nano_cpus=int(config.cpus * 1e9),
+                tmpfs={"/work": f"{tmpfs},uid={uid},gid={uid},mode=0700",
+                       "/tmp": f"{tmpfs},mode=1777"},
+                shm_size=f"{config.tmpfs_mb}m",
+                sysctls={"kernel.shm_rmid_forced": "1", "kernel.msgmni": "0",
+                         "kernel.sem": "0 0 0 0", "fs.mqueue.queues_max": "0"},
+                labels={"codepost.sandbox": "1"},
+            )
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxUnavailable(
+                f"the sandbox image {config.image!r} is not on the Docker host: build it with "
+                "scripts/setup.sh (or `docker build -f Dockerfile.sandbox -t "
+                f"{config.image} .`)"
+            ) from exc
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            raise SandboxUnavailable(f"cannot start a sandbox container: {exc}") from exc
+        self.stream = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stream": 1})
+        self.sock: socket.socket = self.stream._sock
+        self.payload = bytearray()  # demultiplexed stdout not yet parsed into frames
+        self.next_id = 0
+        self.request({"op": "ping"}, timeout=30.0)
+
+    def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+        self.next_id += 1
+        message = {**message, "id": self.next_id}
+        data = json.dumps(message, separators=(",", ":")).encode()
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.sendall(_FRAME.pack(len(data)) + data)
+            reply = self._read_frame()
+        except (OSError, ValueError) as exc:  # socket.timeout is an OSError
+            raise _ContainerFault(f"no reply from the sandbox supervisor: {exc!r}") from exc
+        if reply.get("id") != self.next_id:
+            raise _ContainerFault("reply out of order")
+        if "internal_error" in reply:
+            raise _ContainerFault(f"supervisor error: {reply['internal_error']}")
+        return reply
+
+    def _read_frame(self) -> dict[str, Any]:
+        while True:
+            if len(self.payload) >= _FRAME.size:
+                (size,) = _FRAME.unpack_from(self.payload)
+                if len(self.payload) >= _FRAME.size + size:
+                    body = bytes(self.payload[_FRAME.size : _FRAME.size + size])
+                    del self.payload[: _FRAME.size + size]
+                    return json.loads(body)
+            stream, size = _DOCKER_HEADER.unpack(self._recv_exact(_DOCKER_HEADER.size))
+            chunk = self._recv_exact(size)
+            if stream == 1:
+                self.payload += chunk
+
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ValueError("the sandbox container closed its stream")
+            buf += chunk
+        return bytes(buf)
+
+    def destroy(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            self.container.remove(force=True)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            log.warning("could not remove sandbox container %s: %s", self.container.short_id, exc)
+
+
+_STOP = object()
+
+
+class SandboxPool:
+    """Warm containers behind a blocking, a future-based and an asyncio API."""
+
+    def __init__(self, config: PoolConfig | None = None) -> None:
+        self.config = config or PoolConfig()
+        self._jobs: queue.Queue = queue.Queue()
+        self._workers: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._clients: list[docker.DockerClient] = []
+        self._closed = False
+
+    # -- lifecycle
+
+    def start(self) -> SandboxPool:
+        with self._lock:
+            if self._workers:
+                return self
+            if self._closed:
+                raise RuntimeError("the pool is closed")
+            hosts = self.config.docker_hosts or (None,)
+            self._clients = [_connect(host) for host in hosts]
+            for client in self._clients:
+                try:
+                    client.images.get(self.config.image)
+                except docker.errors.ImageNotFound as exc:
+                    raise SandboxUnavailable(
+                        f"the sandbox image {self.config.image!r} is not on the Docker host "
+                        f"{client.api.base_url}: build it with scripts/setup.sh"
+                    ) from exc
+            ready: queue.Queue = queue.Queue()
+            for index in range(self.config.size):
+                client = self._clients[index % len(self._clients)]
+                worker = threading.Thread(target=self._work, args=(client, ready),
+                                          name=f"sandbox-{index}", daemon=True)
+                worker.start()
+                self._workers.append(worker)
+            failures = [item for item in (ready.get() for _ in self._workers) if item]
+            if failures:
+                self._stop_workers()
+                raise failures[0]
+        return self
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._stop_workers()
+
+    def _stop_workers(self) -> None:
+        for _ in self._workers:
+            self._jobs.put(_STOP)
+        for worker in self._workers:
+            worker.join(timeout=60)
+        self._workers = []
+
+    def __enter__(self) -> SandboxPool:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- submitting
+
+    def submit(self, job: Job) -> Future[ExecutionResult]:
+        if not self._workers:
+            self.start()
+        future: Future[ExecutionResult] = Future()
+        future.set_running_or_notify_cancel()
+        self._jobs.put((job, future))
+        return future
+
+    def run(self, job: Job) -> ExecutionResult:
+        return self.submit(job).result()
+
+    async def arun(self, job: Job) -> ExecutionResult:
+        return await asyncio.wrap_future(self.submit(job))
+
+    def map(self, jobs: Iterable[Job]) -> Iterator[ExecutionResult]:
+        """Results in job order, all jobs in flight at once."""
+        futures = [self.submit(job) for job in jobs]
+        return (future.result() for future in futures)
+
+    # -- the worker that owns one container
+
+    def _work(self, client: docker.DockerClient, ready: queue.Queue) -> None:
+        try:
+            container: _Container | None = _Container(client, self.config)
+            ready.put(None)
+        except (SandboxUnavailable, _ContainerFault) as exc:
+            ready.put(exc if isinstance(exc, SandboxUnavailable) else SandboxUnavailable(str(exc)))
+            return
+        while True:
+            item = self._jobs.get()
+            if item is _STOP:
+                break
+            job, future = item
+            try:
+                result, container = self._execute(client, container, job)
+                future.set_result(result)
+            except SandboxUnavailable as exc:
+                future.set_exception(exc)
+                container = None
+        if container is not None:
+            container.destroy()
+
+    def _execute(self, client: docker.DockerClient, container: _Container | None,
+                 job: Job) -> tuple[ExecutionResult, _Container | None]:
+        cases = len(job.stdin_cases) if job.stdin_cases is not None else 1
+        deadline = job.limits.wall_time_s * cases + self.config.grace_s
+        payload = _job_payload(job)
+        error = "no attempt made"
+        for attempt in range(1, self.config.max_attempts + 1):
+            if container is None:
+                try:
+                    container = _Container(client, self.config)
+                except _ContainerFault as exc:
+                    error = str(exc)
+                    continue
+            try:
+                reply = container.request({"op": "run", "job": payload}, timeout=deadline)
+            except _ContainerFault as exc:
+                error = str(exc)
+                log.warning("sandbox container failed (attempt %d): %s", attempt, exc)
+                container.destroy()
+                container = None
+                continue
+            if reply.get("leftover_processes"):
+                log.warning("sandbox container kept %d processes after a sweep; replacing it",
+                            reply["leftover_processes"])
+                container.destroy()
+                container = None
+            return _to_result(reply, attempt), container
+        return ExecutionResult(status=ExecStatus.SANDBOX_ERROR, error=error,
+                               attempts=self.config.max_attempts), container
+
+
+def _job_payload(job: Job) -> dict[str, Any]:
+    payload: dict[str, Any] = {"program": job.program, "limits": asdict(job.limits)}
+    if job.judge is not None:
+        payload["judge"] = {"setup": job.judge.setup, "tests": list(job.judge.tests),
+                            "test_names": list(job.judge.test_names)}
+    else:
+        payload["stdin_cases"] = list(job.stdin_cases or ())
+    return payload
+
+
+def _to_result(reply: dict[str, Any], attempts: int) -> ExecutionResult:
+    return ExecutionResult(
+        status=ExecStatus(reply["status"]),
+        tests=tuple(TestOutcome(**test) for test in reply.get("tests", ())),
+        cases=tuple(CaseOutcome(**{**case, "status": ExecStatus(case["status"])})
+                    for case in reply.get("cases", ())),
+        stdout=reply.get("stdout", ""),
+        stderr=reply.get("stderr", ""),
+        error=reply.get("error"),
+        duration_s=reply.get("duration_s", 0.0),
+        attempts=attempts,
+    )

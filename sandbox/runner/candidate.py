@@ -1,0 +1,145 @@
+"""Candidate side: load the untrusted program and answer the judge's requests.
+
+Runs as the unprivileged sandbox user in a process forked from the zygote, which never held
+any test or expected output, so nothing secret is in this address space to be read.
+Nothing here is trusted by anyone: the judge decodes every reply as plain data.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+import traceback
+import types
+from typing import Any
+
+from .codec import PeerClosed, decode, encode, read_frame, write_frame
+
+_TRACEBACK_CHARS = 4000
+
+
+def _exception_info(exc: BaseException) -> dict[str, Any]:
+    cls = type(exc)
+    builtin = getattr(builtins, cls.__name__, None) is cls and issubclass(cls, Exception)
+    return {"type": cls.__name__, "builtin": builtin, "message": str(exc)[:1000]}
+
+
+def _format_traceback(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text[-_TRACEBACK_CHARS:]
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+class CandidateServer:
+    """Holds the program's namespace and the objects handed out to the judge as references."""
+
+    def __init__(self) -> None:
+        self.namespace: dict[str, Any] = {"__name__": "__candidate__", "__builtins__": builtins}
+        self.objects: dict[int, Any] = {}
+
+    def make_ref(self, obj: Any) -> int:
+        ref = len(self.objects) + 1
+        self.objects[ref] = obj
+        return ref
+
+    def resolve(self, ref: int) -> Any:
+        return self.objects[ref]
+
+    def load(self, program: str) -> dict[str, Any]:
+        try:
+            code = compile(program, "<candidate>", "exec")
+        except (SyntaxError, ValueError) as exc:  # ValueError: null bytes
+            return {"error": "syntax_error", "message": _format_traceback(exc)}
+        try:
+            exec(code, self.namespace)
+        except BaseException as exc:
+            kind = "memory_limit" if isinstance(exc, MemoryError) else "runtime_error"
+            return {"error": kind, "message": _format_traceback(exc)}
+        return {"ok": None}
+
+    def public_names(self) -> list[str]:
+        return [
+            name
+            for name, value in self.namespace.items()
+            if not name.startswith("_") and not isinstance(value, types.ModuleType)
+        ]
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request["op"]
+        if op == "load":
+            return self.load(request["program"])
+        if op == "names":
+            return {"ok": self.public_names()}
+        try:
+            if op == "get":
+                value = self.namespace[request["name"]]
+            else:
+                target = self.resolve(request["ref"])
+                if op == "call":
+                    args = decode(request["args"], self.resolve)
+                    kwargs = decode(request["kwargs"], self.resolve)
+                    value = target(*args, **kwargs)
+                elif op == "getattr":
+                    value = getattr(target, request["name"])
+                elif op == "getitem":
+                    value = target[decode(request["key"], self.resolve)]
+                elif op == "len":
+                    value = len(target)
+                elif op == "iter":
+                    value = list(target)
+                else:
+                    return {"raise": {"type": "ValueError", "builtin": True, "message": f"bad op {op}"}}
+            return {"ok": encode(value, self.make_ref)}
+        except BaseException as exc:
+            return {"raise": _exception_info(exc)}
+        finally:
+            _flush()
+
+
+def serve(rpc_in: int, rpc_out: int) -> None:
+    """Answer requests until the judge hangs up."""
+    server = CandidateServer()
+    while True:
+        try:
+            request = read_frame(rpc_in)
+        except PeerClosed:
+            _flush()
+            os._exit(0)
+        write_frame(rpc_out, server.handle(request))
+
+
+def run_main(rpc_in: int, rpc_out: int) -> None:
+    """io mode: run the program as ``__main__`` with the process's stdin, like ``python prog.py``."""
+    program = read_frame(rpc_in)["program"]
+    os.close(rpc_in)
+    try:
+        code = compile(program, "<candidate>", "exec")
+    except (SyntaxError, ValueError) as exc:
+        write_frame(rpc_out, {"error": "syntax_error", "message": _format_traceback(exc)})
+        os._exit(1)
+    write_frame(rpc_out, {"ok": None})
+    os.close(rpc_out)
+    status = 0
+    try:
+        exec(code, {"__name__": "__main__", "__builtins__": builtins})
+    except SystemExit as exc:
+        if exc.code is None:
+            status = 0
+        elif isinstance(exc.code, int):
+            status = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            status = 1
+    except BaseException as exc:
+        sys.stderr.write(_format_traceback(exc))
+        status = 1
+    _flush()
+    os._exit(status & 0xFF)

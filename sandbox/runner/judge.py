@@ -1,0 +1,193 @@
+"""Judge side: run the trusted tests against the candidate through plain-data RPC.
+
+The judge runs as its own user in its own process. The candidate cannot read its memory,
+patch its builtins or hand it objects: every reply is decoded into exact builtin types or a
+``RemoteRef``, which compares equal only to itself. Test outcomes go to the supervisor over
+a pipe the candidate does not have.
+"""
+
+from __future__ import annotations
+
+import builtins
+import time
+from typing import Any
+
+from .codec import ProtocolError, decode, encode, read_frame, write_frame
+
+
+class CandidateError(Exception):
+    """The candidate raised an exception that is not a builtin one (or could not be rebuilt)."""
+
+
+class CandidateCrashed(Exception):
+    """The candidate process died or broke the protocol; every later call fails too."""
+
+
+class RemoteRef:
+    """An object that lives in the candidate process. Only calls and lookups cross over."""
+
+    __slots__ = ("_conn", "_ref")
+
+    def __init__(self, conn: Connection, ref: int) -> None:
+        object.__setattr__(self, "_conn", conn)
+        object.__setattr__(self, "_ref", ref)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._conn.request("call", ref=self._ref, args=self._conn.encode(list(args)),
+                                  kwargs=self._conn.encode(kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._conn.request("getattr", ref=self._ref, name=name)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._conn.request("getitem", ref=self._ref, key=self._conn.encode(key))
+
+    def __len__(self) -> int:
+        size = self._conn.request("len", ref=self._ref)
+        if type(size) is not int:
+            raise CandidateError("len() of a candidate object is not an int")
+        return size
+
+    def __iter__(self):
+        items = self._conn.request("iter", ref=self._ref)
+        return iter(items)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+    def __hash__(self) -> int:
+        return object.__hash__(self)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"<candidate object #{self._ref}>"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("candidate objects are read-only in the judge")
+
+
+class Connection:
+    def __init__(self, to_candidate: int, from_candidate: int) -> None:
+        self.to_candidate = to_candidate
+        self.from_candidate = from_candidate
+        self.crashed: str | None = None
+
+    def encode(self, value: Any) -> Any:
+        def ref_of(obj: Any) -> int:
+            if isinstance(obj, RemoteRef) and obj._conn is self:
+                return obj._ref
+            raise TypeError(f"cannot pass a {type(obj).__name__} to the candidate")
+
+        return encode(value, ref_of)
+
+    def exchange(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self.crashed:
+            raise CandidateCrashed(self.crashed)
+        try:
+            write_frame(self.to_candidate, message)
+            reply = read_frame(self.from_candidate)
+            if type(reply) is not dict:
+                raise ProtocolError("reply is not an object")
+            return reply
+        except (OSError, ProtocolError) as exc:
+            self.crashed = f"the candidate process exited or broke the protocol ({exc})"
+            raise CandidateCrashed(self.crashed) from None
+
+    def request(self, op: str, **fields: Any) -> Any:
+        reply = self.exchange({"op": op, **fields})
+        if "ok" not in reply:
+            raise _rebuild_exception(reply.get("raise"))
+        try:
+            return decode(reply["ok"], lambda ref: RemoteRef(self, ref))
+        except ProtocolError as exc:
+            self.crashed = f"the candidate sent an invalid value ({exc})"
+            raise CandidateCrashed(self.crashed) from None
+
+    def get(self, name: str) -> Any:
+        if type(name) is not str:
+            raise TypeError("name must be a str")
+        try:
+            return self.request("get", name=name)
+        except KeyError:
+            raise NameError(f"the program does not define {name!r}") from None
+
+    def names(self) -> list[str]:
+        names = self.request("names")
+        if type(names) is not list or not all(type(n) is str and n.isidentifier() for n in names):
+            raise CandidateCrashed("the candidate sent invalid names")
+        return names
+
+
+def _rebuild_exception(info: Any) -> BaseException:
+    """Re-raise a candidate's builtin exception as itself so ``except ValueError`` tests work."""
+    if type(info) is not dict:
+        return CandidateCrashed("the candidate sent an invalid reply")
+    name, message = str(info.get("type", "Exception")), str(info.get("message", ""))
+    cls = getattr(builtins, name, None)
+    if info.get("builtin") is True and isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            exc = cls(message)
+            exc.from_candidate = True  # type: ignore[attr-defined]
+            return exc
+        except Exception:
+            pass
+    return CandidateError(f"{name}: {message}")
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text[:2000]
+
+
+def _is_candidate_failure(exc: BaseException) -> bool:
+    return isinstance(exc, (CandidateError, CandidateCrashed)) or getattr(exc, "from_candidate", False)
+
+
+def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: int) -> None:
+    conn = Connection(to_candidate, from_candidate)
+    judge = job["judge"]
+    try:
+        loaded = conn.exchange({"op": "load", "program": job["program"]})
+    except CandidateCrashed as exc:
+        loaded = {"error": "runtime_error", "message": f"{exc}"}
+    if "error" in loaded:
+        write_frame(results, {"event": "load_error", "kind": str(loaded["error"]),
+                              "message": str(loaded.get("message", ""))})
+        return
+    namespace: dict[str, Any] = {
+        "__name__": "__judge__",
+        "__builtins__": builtins,
+        "__remote__": conn.get,
+        "__remote_names__": conn.names,
+    }
+    setup_failure: BaseException | None = None
+    try:
+        exec(compile(judge["setup"], "<judge-setup>", "exec"), namespace)
+    except BaseException as exc:
+        setup_failure = exc
+    names = judge.get("test_names") or [f"test_{i}" for i in range(len(judge["tests"]))]
+    for name, source in zip(names, judge["tests"]):
+        started = time.perf_counter()
+        failure = setup_failure
+        if failure is None:
+            try:
+                exec(compile(source, f"<{name}>", "exec"), namespace)
+            except BaseException as exc:
+                failure = exc
+        write_frame(results, {
+            "event": "test",
+            "name": name,
+            "passed": failure is None,
+            "error": None if failure is None else _describe(failure),
+            "candidate_error": failure is not None and _is_candidate_failure(failure),
+            "memory_error": isinstance(failure, MemoryError) and _is_candidate_failure(failure),
+            "duration_s": time.perf_counter() - started,
+        })
+    write_frame(results, {"event": "done"})
