@@ -1,0 +1,1 @@
+"""Prefect flows, tasks, deployments and schedules: the only package that imports prefect."""

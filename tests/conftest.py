@@ -1,0 +1,18 @@
+"""Shared fixtures: one warm sandbox pool per test session for the Docker tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox import PoolConfig, SandboxPool, SandboxUnavailable
+
+
+@pytest.fixture(scope="session")
+def sandbox_pool():
+    pool = SandboxPool(PoolConfig(size=4))
+    try:
+        pool.start()
+    except SandboxUnavailable as exc:
+        pytest.fail(f"the Docker sandbox is required for this test: {exc}")
+    yield pool
+    pool.close()

@@ -1,0 +1,171 @@
+"""The warm Docker pool, for real: both job kinds, limits, concurrency and recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import docker
+import pytest
+
+from sandbox import (
+    ExecStatus,
+    Job,
+    JudgeSpec,
+    Limits,
+    PoolConfig,
+    SandboxPool,
+    SandboxUnavailable,
+)
+
+pytestmark = pytest.mark.docker
+
+FAST = Limits(wall_time_s=2.0, cpu_time_s=2.0, memory_mb=256, output_bytes=64_000)
+
+
+def call_job(program: str, *tests: str, setup: str = "f = __remote__('f')",
+             limits: Limits = FAST) -> Job:
+    return Job(program=program, judge=JudgeSpec(setup=setup, tests=tests), limits=limits)
+
+
+def passed(result) -> list[bool]:
+    return [test.passed for test in result.tests]
+
+
+def test_call_mode_reports_each_test(sandbox_pool):
+    result = sandbox_pool.run(call_job(
+        "def f(x):\n    print('seen', x)\n    return x * 2\n",
+        "assert f(2) == 4", "assert f(3) == 5", "assert f('ab') == 'abab'",
+    ))
+    assert result.status is ExecStatus.COMPLETED
+    assert passed(result) == [True, False, True]
+    assert "AssertionError" in result.tests[1].error
+    assert "seen 2" in result.stdout
+
+
+def test_candidate_objects_stay_in_the_candidate(sandbox_pool):
+    program = (
+        "class Pair:\n"
+        "    def __init__(self, a, b):\n        self.a, self.b = a, b\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "def longest(pairs):\n    return max(p.b - p.a for p in pairs)\n"
+        "def always():\n    return Pair(0, 0)\n"
+        "def check(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x\n"
+    )
+    setup = "\n".join(f"{n} = __remote__('{n}')" for n in ("Pair", "longest", "always", "check"))
+    result = sandbox_pool.run(call_job(
+        program,
+        "assert longest([Pair(1, 5), Pair(2, 3)]) == 4",  # references travel as arguments
+        "assert Pair(1, 2).b == 2",  # attribute access is remote, the value is plain
+        "assert always() == 'anything'",  # an always-equal object is only a reference here
+        "try:\n    check(-1)\n    raise AssertionError('no error')\nexcept ValueError:\n    pass",
+        setup=setup,
+    ))
+    assert passed(result) == [True, True, False, True]
+
+
+def test_syntax_and_load_errors(sandbox_pool):
+    result = sandbox_pool.run(call_job("def f(:\n", "assert True"))
+    assert result.status is ExecStatus.SYNTAX_ERROR
+    assert "SyntaxError" in result.error
+    result = sandbox_pool.run(call_job("raise RuntimeError('boom')\n", "assert True"))
+    assert result.status is ExecStatus.RUNTIME_ERROR
+    assert "boom" in result.error
+
+
+@pytest.mark.parametrize(
+    ("program", "status", "limit_s"),
+    [
+        ("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+         "def f():\n    while True:\n        pass\n", ExecStatus.TIMEOUT, FAST.wall_time_s),
+        ("import time\ndef f():\n    time.sleep(60)\n", ExecStatus.TIMEOUT, FAST.wall_time_s),
+        ("def f():\n    x = bytearray(1 << 30)\n", ExecStatus.MEMORY_LIMIT, FAST.wall_time_s),
+        ("def f():\n    while True:\n        print('x' * 10000)\n",
+         ExecStatus.OUTPUT_LIMIT, FAST.wall_time_s),
+    ],
+    ids=["spin", "sleep", "memory", "flood"],
+)
+def test_limits_end_the_job_with_the_right_status(sandbox_pool, program, status, limit_s):
+    started = time.monotonic()
+    result = sandbox_pool.run(call_job(program, "f()"))
+    assert result.status is status, result
+    assert time.monotonic() - started < limit_s + 1.5
+
+
+def test_io_mode_returns_stdout_per_case(sandbox_pool):
+    job = Job(program="import sys\nn = int(sys.stdin.read())\nprint(n * n)\nsys.exit(n % 2)\n",
+              stdin_cases=("3\n", "4\n"), limits=FAST)
+    result = sandbox_pool.run(job)
+    assert [case.stdout for case in result.cases] == ["9\n", "16\n"]
+    assert [case.exit_code for case in result.cases] == [1, 0]
+    assert [case.status for case in result.cases] == [ExecStatus.RUNTIME_ERROR,
+                                                      ExecStatus.COMPLETED]
+    big = "1\n" * 200_000  # more than a pipe buffer
+    result = sandbox_pool.run(Job(program="import sys\nprint(len(sys.stdin.read()))\n",
+                                  stdin_cases=(big,), limits=FAST))
+    assert result.cases[0].stdout == f"{len(big)}\n"
+
+
+def test_nothing_persists_between_executions(sandbox_pool):
+    leave = call_job(
+        "import os, subprocess\n"
+        "open('/tmp/left', 'w').write('x')\nopen('left', 'w').write('x')\n"
+        "subprocess.Popen(['sleep', '100'], start_new_session=True)\n"
+        "def f():\n    return True\n",
+        "assert f()",
+    )
+    look = call_job(
+        "import os\n"
+        "def f():\n"
+        "    uid_line = f'Uid:\\t{os.getuid()}\\t'\n"
+        "    others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()\n"
+        "              and uid_line in open(f'/proc/{p}/status').read()]\n"
+        "    return [os.listdir('/tmp'), os.listdir('.'), others]\n",
+        "assert f() == [[], [], []], f()",
+    )
+    for _ in range(2):  # several containers: make every one of them see a leftover
+        assert all(r.tests[0].passed for r in sandbox_pool.map([leave] * 4))
+        results = list(sandbox_pool.map([look] * 8))
+        assert all(r.tests[0].passed for r in results), [r.tests[0].error for r in results]
+
+
+def test_many_in_flight_with_asyncio(sandbox_pool):
+    jobs = [call_job(f"def f():\n    return {i}\n", f"assert f() == {i}") for i in range(40)]
+
+    async def run_all():
+        return await asyncio.gather(*(sandbox_pool.arun(job) for job in jobs))
+
+    results = asyncio.run(run_all())
+    assert all(r.tests[0].passed for r in results)
+
+
+def test_a_dead_container_is_replaced_and_the_job_retried():
+    client = docker.from_env()
+    with SandboxPool(PoolConfig(size=1)) as pool:
+        job = call_job("import time\ndef f():\n    time.sleep(1.0)\n    return 1\n",
+                       "assert f() == 1")
+        before = {c.id for c in client.containers.list(filters={"label": "codepost.sandbox"})}
+        future = pool.submit(job)
+        time.sleep(0.4)
+        mine = [c for c in client.containers.list(filters={"label": "codepost.sandbox"})
+                if c.id in before]
+        threading.Thread(target=lambda: [c.kill() for c in mine]).start()
+        result = future.result(timeout=60)
+    assert result.status is ExecStatus.COMPLETED
+    assert result.attempts >= 2
+    assert passed(result) == [True]
+
+
+def test_dead_engine_and_missing_image_are_named():
+    with pytest.raises(SandboxUnavailable, match="nonexistent.sock"):
+        SandboxPool(PoolConfig(docker_hosts=("unix:///nonexistent.sock",))).start()
+    with pytest.raises(SandboxUnavailable, match="codepost-sandbox:no-such-tag"):
+        SandboxPool(PoolConfig(image="codepost-sandbox:no-such-tag")).start()
+
+
+def test_several_docker_hosts_back_one_pool():
+    hosts = ("unix:///var/run/docker.sock", "unix:///run/docker.sock")
+    with SandboxPool(PoolConfig(size=2, docker_hosts=hosts)) as pool:
+        results = list(pool.map([call_job("def f():\n    return 1\n", "assert f() == 1")] * 6))
+    assert all(r.tests[0].passed for r in results)
