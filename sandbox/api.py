@@ -68,7 +68,9 @@ class Job:
 
     def __post_init__(self) -> None:
         if (self.judge is None) == (self.stdin_cases is None):
-            raise ValueError("a Job needs exactly one of judge (call mode) or stdin_cases (io mode)")
+            raise ValueError(
+                "a Job needs exactly one of judge (call mode) or stdin_cases (io mode)"
+            )
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ raises ``SandboxUnavailable`` instead, naming the host.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import queue
@@ -88,8 +89,10 @@ class _Container:
                 config.image,
                 detach=True,
                 stdin_open=True,
-                environment={"CODEPOST_CANDIDATE_UID": str(uid),
-                             "CODEPOST_JUDGE_UID": str(uid + 1)},
+                environment={
+                    "CODEPOST_CANDIDATE_UID": str(uid),
+                    "CODEPOST_JUDGE_UID": str(uid + 1),
+                },
                 network_mode="none",
                 read_only=True,
                 cap_drop=["ALL"],
@@ -99,11 +102,17 @@ class _Container:
                 mem_limit=f"{config.container_memory_mb}m",
                 memswap_limit=f"{config.container_memory_mb}m",
                 nano_cpus=int(config.cpus * 1e9),
-                tmpfs={"/work": f"{tmpfs},uid={uid},gid={uid},mode=0700",
-                       "/tmp": f"{tmpfs},mode=1777"},
+                tmpfs={
+                    "/work": f"{tmpfs},uid={uid},gid={uid},mode=0755",
+                    "/tmp": f"{tmpfs},mode=1777",
+                },
                 shm_size=f"{config.tmpfs_mb}m",
-                sysctls={"kernel.shm_rmid_forced": "1", "kernel.msgmni": "0",
-                         "kernel.sem": "0 0 0 0", "fs.mqueue.queues_max": "0"},
+                sysctls={
+                    "kernel.shm_rmid_forced": "1",
+                    "kernel.msgmni": "0",
+                    "kernel.sem": "0 0 0 0",
+                    "fs.mqueue.queues_max": "0",
+                },
                 labels={"codepost.sandbox": "1"},
             )
         except docker.errors.ImageNotFound as exc:
@@ -159,10 +168,8 @@ class _Container:
         return bytes(buf)
 
     def destroy(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
         try:
             self.container.remove(force=True)
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
@@ -204,8 +211,9 @@ class SandboxPool:
             ready: queue.Queue = queue.Queue()
             for index in range(self.config.size):
                 client = self._clients[index % len(self._clients)]
-                worker = threading.Thread(target=self._work, args=(client, ready),
-                                          name=f"sandbox-{index}", daemon=True)
+                worker = threading.Thread(
+                    target=self._work, args=(client, ready), name=f"sandbox-{index}", daemon=True
+                )
                 worker.start()
                 self._workers.append(worker)
             failures = [item for item in (ready.get() for _ in self._workers) if item]
@@ -276,8 +284,9 @@ class SandboxPool:
         if container is not None:
             container.destroy()
 
-    def _execute(self, client: docker.DockerClient, container: _Container | None,
-                 job: Job) -> tuple[ExecutionResult, _Container | None]:
+    def _execute(
+        self, client: docker.DockerClient, container: _Container | None, job: Job
+    ) -> tuple[ExecutionResult, _Container | None]:
         cases = len(job.stdin_cases) if job.stdin_cases is not None else 1
         deadline = job.limits.wall_time_s * cases + self.config.grace_s
         payload = _job_payload(job)
@@ -298,20 +307,26 @@ class SandboxPool:
                 container = None
                 continue
             if reply.get("leftover_processes"):
-                log.warning("sandbox container kept %d processes after a sweep; replacing it",
-                            reply["leftover_processes"])
+                log.warning(
+                    "sandbox container kept %d processes after a sweep; replacing it",
+                    reply["leftover_processes"],
+                )
                 container.destroy()
                 container = None
             return _to_result(reply, attempt), container
-        return ExecutionResult(status=ExecStatus.SANDBOX_ERROR, error=error,
-                               attempts=self.config.max_attempts), container
+        return ExecutionResult(
+            status=ExecStatus.SANDBOX_ERROR, error=error, attempts=self.config.max_attempts
+        ), container
 
 
 def _job_payload(job: Job) -> dict[str, Any]:
     payload: dict[str, Any] = {"program": job.program, "limits": asdict(job.limits)}
     if job.judge is not None:
-        payload["judge"] = {"setup": job.judge.setup, "tests": list(job.judge.tests),
-                            "test_names": list(job.judge.test_names)}
+        payload["judge"] = {
+            "setup": job.judge.setup,
+            "tests": list(job.judge.tests),
+            "test_names": list(job.judge.test_names),
+        }
     else:
         payload["stdin_cases"] = list(job.stdin_cases or ())
     return payload
@@ -321,8 +336,10 @@ def _to_result(reply: dict[str, Any], attempts: int) -> ExecutionResult:
     return ExecutionResult(
         status=ExecStatus(reply["status"]),
         tests=tuple(TestOutcome(**test) for test in reply.get("tests", ())),
-        cases=tuple(CaseOutcome(**{**case, "status": ExecStatus(case["status"])})
-                    for case in reply.get("cases", ())),
+        cases=tuple(
+            CaseOutcome(**{**case, "status": ExecStatus(case["status"])})
+            for case in reply.get("cases", ())
+        ),
         stdout=reply.get("stdout", ""),
         stderr=reply.get("stderr", ""),
         error=reply.get("error"),

@@ -17,12 +17,19 @@ def _no_refs(obj):
 
 
 plain = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
-    | st.binary() | st.complex_numbers(allow_nan=False),
-    lambda children: st.lists(children, max_size=4)
-    | st.tuples(children, children)
-    | st.dictionaries(st.integers() | st.text(), children, max_size=4)
-    | st.frozensets(st.integers() | st.text(), max_size=4),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text()
+    | st.binary()
+    | st.complex_numbers(allow_nan=False),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(st.integers() | st.text(), children, max_size=4)
+        | st.frozensets(st.integers() | st.text(), max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -37,8 +44,12 @@ def test_plain_data_round_trips_with_exact_types(value):
 
 def test_subclasses_of_plain_types_arrive_as_the_plain_type():
     Point = namedtuple("Point", "x y")
-    for value, plain_type in [(Counter("aab"), dict), (OrderedDict(a=1), dict),
-                              (Point(1, 2), tuple), (True, bool)]:
+    for value, plain_type in [
+        (Counter("aab"), dict),
+        (OrderedDict(a=1), dict),
+        (Point(1, 2), tuple),
+        (True, bool),
+    ]:
         decoded = decode(encode(value, _no_refs), _no_refs)
         assert type(decoded) is plain_type
         assert decoded == value

@@ -24,8 +24,9 @@ pytestmark = pytest.mark.docker
 FAST = Limits(wall_time_s=2.0, cpu_time_s=2.0, memory_mb=256, output_bytes=64_000)
 
 
-def call_job(program: str, *tests: str, setup: str = "f = __remote__('f')",
-             limits: Limits = FAST) -> Job:
+def call_job(
+    program: str, *tests: str, setup: str = "f = __remote__('f')", limits: Limits = FAST
+) -> Job:
     return Job(program=program, judge=JudgeSpec(setup=setup, tests=tests), limits=limits)
 
 
@@ -34,10 +35,14 @@ def passed(result) -> list[bool]:
 
 
 def test_call_mode_reports_each_test(sandbox_pool):
-    result = sandbox_pool.run(call_job(
-        "def f(x):\n    print('seen', x)\n    return x * 2\n",
-        "assert f(2) == 4", "assert f(3) == 5", "assert f('ab') == 'abab'",
-    ))
+    result = sandbox_pool.run(
+        call_job(
+            "def f(x):\n    print('seen', x)\n    return x * 2\n",
+            "assert f(2) == 4",
+            "assert f(3) == 5",
+            "assert f('ab') == 'abab'",
+        )
+    )
     assert result.status is ExecStatus.COMPLETED
     assert passed(result) == [True, False, True]
     assert "AssertionError" in result.tests[1].error
@@ -54,14 +59,16 @@ def test_candidate_objects_stay_in_the_candidate(sandbox_pool):
         "def check(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x\n"
     )
     setup = "\n".join(f"{n} = __remote__('{n}')" for n in ("Pair", "longest", "always", "check"))
-    result = sandbox_pool.run(call_job(
-        program,
-        "assert longest([Pair(1, 5), Pair(2, 3)]) == 4",  # references travel as arguments
-        "assert Pair(1, 2).b == 2",  # attribute access is remote, the value is plain
-        "assert always() == 'anything'",  # an always-equal object is only a reference here
-        "try:\n    check(-1)\n    raise AssertionError('no error')\nexcept ValueError:\n    pass",
-        setup=setup,
-    ))
+    result = sandbox_pool.run(
+        call_job(
+            program,
+            "assert longest([Pair(1, 5), Pair(2, 3)]) == 4",  # references travel as arguments
+            "assert Pair(1, 2).b == 2",  # attribute access is remote, the value is plain
+            "assert always() == 'anything'",  # an always-equal object is only a reference here
+            "try:\n    check(-1)\n    raise AssertionError('no error')\nexcept ValueError:\n    pass",
+            setup=setup,
+        )
+    )
     assert passed(result) == [True, True, False, True]
 
 
@@ -77,12 +84,19 @@ def test_syntax_and_load_errors(sandbox_pool):
 @pytest.mark.parametrize(
     ("program", "status", "limit_s"),
     [
-        ("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-         "def f():\n    while True:\n        pass\n", ExecStatus.TIMEOUT, FAST.wall_time_s),
+        (
+            "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "def f():\n    while True:\n        pass\n",
+            ExecStatus.TIMEOUT,
+            FAST.wall_time_s,
+        ),
         ("import time\ndef f():\n    time.sleep(60)\n", ExecStatus.TIMEOUT, FAST.wall_time_s),
         ("def f():\n    x = bytearray(1 << 30)\n", ExecStatus.MEMORY_LIMIT, FAST.wall_time_s),
-        ("def f():\n    while True:\n        print('x' * 10000)\n",
-         ExecStatus.OUTPUT_LIMIT, FAST.wall_time_s),
+        (
+            "def f():\n    while True:\n        print('x' * 10000)\n",
+            ExecStatus.OUTPUT_LIMIT,
+            FAST.wall_time_s,
+        ),
     ],
     ids=["spin", "sleep", "memory", "flood"],
 )
@@ -94,16 +108,22 @@ def test_limits_end_the_job_with_the_right_status(sandbox_pool, program, status,
 
 
 def test_io_mode_returns_stdout_per_case(sandbox_pool):
-    job = Job(program="import sys\nn = int(sys.stdin.read())\nprint(n * n)\nsys.exit(n % 2)\n",
-              stdin_cases=("3\n", "4\n"), limits=FAST)
+    job = Job(
+        program="import sys\nn = int(sys.stdin.read())\nprint(n * n)\nsys.exit(n % 2)\n",
+        stdin_cases=("3\n", "4\n"),
+        limits=FAST,
+    )
     result = sandbox_pool.run(job)
     assert [case.stdout for case in result.cases] == ["9\n", "16\n"]
     assert [case.exit_code for case in result.cases] == [1, 0]
-    assert [case.status for case in result.cases] == [ExecStatus.RUNTIME_ERROR,
-                                                      ExecStatus.COMPLETED]
+    assert [case.status for case in result.cases] == [
+        ExecStatus.RUNTIME_ERROR,
+        ExecStatus.COMPLETED,
+    ]
     big = "1\n" * 200_000  # more than a pipe buffer
-    result = sandbox_pool.run(Job(program="import sys\nprint(len(sys.stdin.read()))\n",
-                                  stdin_cases=(big,), limits=FAST))
+    result = sandbox_pool.run(
+        Job(program="import sys\nprint(len(sys.stdin.read()))\n", stdin_cases=(big,), limits=FAST)
+    )
     assert result.cases[0].stdout == f"{len(big)}\n"
 
 
@@ -143,13 +163,17 @@ def test_many_in_flight_with_asyncio(sandbox_pool):
 def test_a_dead_container_is_replaced_and_the_job_retried():
     client = docker.from_env()
     with SandboxPool(PoolConfig(size=1)) as pool:
-        job = call_job("import time\ndef f():\n    time.sleep(1.0)\n    return 1\n",
-                       "assert f() == 1")
+        job = call_job(
+            "import time\ndef f():\n    time.sleep(1.0)\n    return 1\n", "assert f() == 1"
+        )
         before = {c.id for c in client.containers.list(filters={"label": "codepost.sandbox"})}
         future = pool.submit(job)
         time.sleep(0.4)
-        mine = [c for c in client.containers.list(filters={"label": "codepost.sandbox"})
-                if c.id in before]
+        mine = [
+            c
+            for c in client.containers.list(filters={"label": "codepost.sandbox"})
+            if c.id in before
+        ]
         threading.Thread(target=lambda: [c.kill() for c in mine]).start()
         result = future.result(timeout=60)
     assert result.status is ExecStatus.COMPLETED
@@ -158,9 +182,9 @@ def test_a_dead_container_is_replaced_and_the_job_retried():
 
 
 def test_dead_engine_and_missing_image_are_named():
-    with pytest.raises(SandboxUnavailable, match="nonexistent.sock"):
+    with pytest.raises(SandboxUnavailable, match=r"nonexistent\.sock"):
         SandboxPool(PoolConfig(docker_hosts=("unix:///nonexistent.sock",))).start()
-    with pytest.raises(SandboxUnavailable, match="codepost-sandbox:no-such-tag"):
+    with pytest.raises(SandboxUnavailable, match=r"codepost-sandbox:no-such-tag"):
         SandboxPool(PoolConfig(image="codepost-sandbox:no-such-tag")).start()
 
 

@@ -8,9 +8,9 @@ Nothing here is trusted by anyone: the judge decodes every reply as plain data.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import sys
-import traceback
 import types
 from typing import Any
 
@@ -26,16 +26,16 @@ def _exception_info(exc: BaseException) -> dict[str, Any]:
 
 
 def _format_traceback(exc: BaseException) -> str:
+    import traceback  # only on errors: keep the zygote's heap (and so each fork) small
+
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return text[-_TRACEBACK_CHARS:]
 
 
 def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(Exception):
             stream.flush()
-        except Exception:
-            pass
 
 
 class CandidateServer:
@@ -96,7 +96,9 @@ class CandidateServer:
                 elif op == "iter":
                     value = list(target)
                 else:
-                    return {"raise": {"type": "ValueError", "builtin": True, "message": f"bad op {op}"}}
+                    return {
+                        "raise": {"type": "ValueError", "builtin": True, "message": f"bad op {op}"}
+                    }
             return {"ok": encode(value, self.make_ref)}
         except BaseException as exc:
             return {"raise": _exception_info(exc)}

@@ -9,6 +9,9 @@ a pipe the candidate does not have.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import os
+import socket
 import time
 from typing import Any
 
@@ -33,8 +36,12 @@ class RemoteRef:
         object.__setattr__(self, "_ref", ref)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._conn.request("call", ref=self._ref, args=self._conn.encode(list(args)),
-                                  kwargs=self._conn.encode(kwargs))
+        return self._conn.request(
+            "call",
+            ref=self._ref,
+            args=self._conn.encode(list(args)),
+            kwargs=self._conn.encode(kwargs),
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -147,7 +154,9 @@ def _describe(exc: BaseException) -> str:
 
 
 def _is_candidate_failure(exc: BaseException) -> bool:
-    return isinstance(exc, (CandidateError, CandidateCrashed)) or getattr(exc, "from_candidate", False)
+    return isinstance(exc, (CandidateError, CandidateCrashed)) or getattr(
+        exc, "from_candidate", False
+    )
 
 
 def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: int) -> None:
@@ -158,8 +167,14 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: in
     except CandidateCrashed as exc:
         loaded = {"error": "runtime_error", "message": f"{exc}"}
     if "error" in loaded:
-        write_frame(results, {"event": "load_error", "kind": str(loaded["error"]),
-                              "message": str(loaded.get("message", ""))})
+        write_frame(
+            results,
+            {
+                "event": "load_error",
+                "kind": str(loaded["error"]),
+                "message": str(loaded.get("message", "")),
+            },
+        )
         return
     namespace: dict[str, Any] = {
         "__name__": "__judge__",
@@ -173,7 +188,7 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: in
     except BaseException as exc:
         setup_failure = exc
     names = judge.get("test_names") or [f"test_{i}" for i in range(len(judge["tests"]))]
-    for name, source in zip(names, judge["tests"]):
+    for name, source in zip(names, judge["tests"], strict=True):
         started = time.perf_counter()
         failure = setup_failure
         if failure is None:
@@ -181,13 +196,33 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: in
                 exec(compile(source, f"<{name}>", "exec"), namespace)
             except BaseException as exc:
                 failure = exc
-        write_frame(results, {
-            "event": "test",
-            "name": name,
-            "passed": failure is None,
-            "error": None if failure is None else _describe(failure),
-            "candidate_error": failure is not None and _is_candidate_failure(failure),
-            "memory_error": isinstance(failure, MemoryError) and _is_candidate_failure(failure),
-            "duration_s": time.perf_counter() - started,
-        })
+        write_frame(
+            results,
+            {
+                "event": "test",
+                "name": name,
+                "passed": failure is None,
+                "error": None if failure is None else _describe(failure),
+                "candidate_error": failure is not None and _is_candidate_failure(failure),
+                "memory_error": isinstance(failure, MemoryError) and _is_candidate_failure(failure),
+                "duration_s": time.perf_counter() - started,
+            },
+        )
     write_frame(results, {"event": "done"})
+
+
+def serve(control: socket.socket) -> None:
+    """One judge per container: take jobs (and the pipes to their candidate) until told to stop."""
+    while True:
+        message, fds, _, _ = socket.recv_fds(control, 1024, 4)
+        if not message:
+            return
+        job_fd, to_candidate, from_candidate, results = fds
+        try:
+            run(read_frame(job_fd), to_candidate, from_candidate, results)
+        except Exception as exc:  # a broken pipe after a timeout, a bad job: report, go on
+            with contextlib.suppress(OSError):
+                write_frame(results, {"event": "judge_error", "message": repr(exc)})
+        finally:
+            for fd in fds:
+                os.close(fd)

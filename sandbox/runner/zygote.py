@@ -1,0 +1,112 @@
+"""The zygote: a small, clean process that forks every process of the sandbox user.
+
+It is started with a fresh interpreter before the supervisor reads any job, so its memory
+never held a test or an expected output, and forked candidates inherit nothing secret. A
+fresh, small heap also means fewer copy-on-write faults per fork, which is most of the cost of
+an execution.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+from . import candidate
+from .isolation import drop_to, empty_dir, set_limits
+
+WRITABLE_DIRS = ("/work", "/tmp", "/dev/shm")
+
+
+def _become_candidate(fds: list[int], mode: str, limits: dict[str, Any], uid: int) -> None:
+    """In the grandchild: isolate, drop privileges and run the program. Never returns."""
+    import fcntl
+
+    try:
+        os.setsid()
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]  # out of the way of 0..4
+        for target, fd in enumerate(high):
+            os.dup2(fd, target)
+        os.closerange(len(fds), 1024)
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")  # the OOM killer takes the program, never the supervisor
+        set_limits(limits)
+        drop_to(uid)
+        os.chdir("/work")
+        os.environ.clear()
+        os.environ.update(
+            {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8"}
+        )
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        # The program's own streams, on the pipes, for as long as it lives.
+        sys.stdin, sys.stdout, sys.stderr = (
+            open(fd, mode, encoding="utf-8", errors=errors, closefd=False)  # noqa: SIM115
+            for fd, mode, errors in (
+                (0, "r", "replace"),
+                (1, "w", "backslashreplace"),
+                (2, "w", "backslashreplace"),
+            )
+        )
+    except BaseException as exc:
+        os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
+        os._exit(111)
+    if mode == "call":
+        candidate.serve(3, 4)
+    else:
+        candidate.run_main(3, 4)
+    os._exit(0)
+
+
+def _spawn(request: dict[str, Any], fds: list[int], uid: int) -> dict[str, Any]:
+    """Double fork, so the candidate becomes the supervisor's child and it can reap it."""
+    pid_r, pid_w = os.pipe()
+    intermediate = os.fork()
+    if intermediate == 0:
+        os.close(pid_r)
+        grandchild = os.fork()
+        if grandchild == 0:
+            os.close(pid_w)
+            _become_candidate(fds, request["mode"], request["limits"], uid)
+        os.write(pid_w, str(grandchild).encode())
+        os._exit(0)
+    os.close(pid_w)
+    pid = int(os.read(pid_r, 32) or b"0")
+    os.close(pid_r)
+    os.waitpid(intermediate, 0)
+    return {"pid": pid}
+
+
+def _sweep(uid: int) -> dict[str, Any]:
+    """Kill every process of the sandbox user and empty the writable directories."""
+    sweeper = os.fork()
+    if sweeper == 0:
+        try:
+            drop_to(uid)
+            os.kill(-1, signal.SIGKILL)  # atomic against forks; spares only the caller
+            for path in WRITABLE_DIRS:
+                empty_dir(path)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(sweeper, 0)
+    return {"swept": os.waitstatus_to_exitcode(status) == 0}
+
+
+def main(control_fd: int, uid: int) -> None:
+    control = socket.socket(fileno=control_fd)
+    devnull = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1):  # never let a child inherit the host protocol stream
+        os.dup2(devnull, fd)
+    gc.freeze()  # keep the collector from touching (and so copying) inherited pages
+    while True:
+        message, fds, _, _ = socket.recv_fds(control, 1 << 16, 8)
+        if not message:
+            return
+        request = json.loads(message)
+        reply = _spawn(request, fds, uid) if request["op"] == "spawn" else _sweep(uid)
+        for fd in fds:
+            os.close(fd)
+        control.send(json.dumps(reply).encode())
