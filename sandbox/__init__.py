@@ -1,7 +1,13 @@
 """Isolated execution of untrusted programs in Docker; knows nothing of rewards or models."""
 
 from .api import CaseOutcome, ExecStatus, ExecutionResult, Job, JudgeSpec, Limits, TestOutcome
-from .pool import DEFAULT_IMAGE, PoolConfig, SandboxPool, SandboxUnavailable
+from .pool import (
+    DEFAULT_IMAGE,
+    PoolConfig,
+    SandboxPool,
+    SandboxUnavailable,
+    run_in_fresh_container,
+)
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -15,4 +21,5 @@ __all__ = [
     "SandboxPool",
     "SandboxUnavailable",
     "TestOutcome",
+    "run_in_fresh_container",
 ]

@@ -319,6 +319,26 @@ class SandboxPool:
         ), container
 
 
+def run_in_fresh_container(job: Job, config: PoolConfig | None = None) -> ExecutionResult:
+    """One execution in a container started for it and removed after: what the pool avoids.
+
+    Same image, isolation and verdicts as the pool; for baselines and one-off debugging.
+    """
+    config = config or PoolConfig()
+    container = _Container(
+        _connect(config.docker_hosts[0] if config.docker_hosts else None), config
+    )
+    try:
+        cases = len(job.stdin_cases) if job.stdin_cases is not None else 1
+        reply = container.request(
+            {"op": "run", "job": _job_payload(job)},
+            timeout=job.limits.wall_time_s * cases + config.grace_s,
+        )
+        return _to_result(reply, attempts=1)
+    finally:
+        container.destroy()
+
+
 def _job_payload(job: Job) -> dict[str, Any]:
     payload: dict[str, Any] = {"program": job.program, "limits": asdict(job.limits)}
     if job.judge is not None:
