@@ -51,7 +51,7 @@ class PoolConfig:
     size: int = 4  # containers, i.e. executions in flight at once
     image: str = DEFAULT_IMAGE
     docker_hosts: tuple[str, ...] = ()  # DOCKER_HOST-style URLs; () = the environment's engine
-    container_memory_mb: int = 1536  # whole container: runner, program, judge and tmpfs
+    container_memory_mb: int = 2048  # whole container: runner, program, judge and tmpfs
     container_pids: int = 256
     tmpfs_mb: int = 64  # each of /work, /tmp and /dev/shm
     cpus: float = 1.0  # per container
@@ -223,8 +223,16 @@ class SandboxPool:
         return self
 
     def close(self) -> None:
+        """Cancel the jobs still queued, finish those running, remove the containers."""
         with self._lock:
             self._closed = True
+            while True:
+                try:
+                    item = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not _STOP:
+                    item[1].cancel()
             self._stop_workers()
 
     def _stop_workers(self) -> None:
@@ -246,7 +254,6 @@ class SandboxPool:
         if not self._workers:
             self.start()
         future: Future[ExecutionResult] = Future()
-        future.set_running_or_notify_cancel()
         self._jobs.put((job, future))
         return future
 
@@ -275,12 +282,17 @@ class SandboxPool:
             if item is _STOP:
                 break
             job, future = item
+            if not future.set_running_or_notify_cancel():
+                continue
             try:
                 result, container = self._execute(client, container, job)
                 future.set_result(result)
             except SandboxUnavailable as exc:
                 future.set_exception(exc)
                 container = None
+            except Exception as exc:  # never let a worker die with a future unresolved
+                log.exception("sandbox worker error")
+                future.set_exception(exc)
         if container is not None:
             container.destroy()
 

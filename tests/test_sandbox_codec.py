@@ -55,6 +55,13 @@ def test_subclasses_of_plain_types_arrive_as_the_plain_type():
         assert decoded == value
 
 
+def test_builtin_types_travel_by_name_and_others_by_reference():
+    assert decode(encode([int, str, type(None)], _no_refs), _no_refs) == [int, str, type(None)]
+    assert encode(type("int", (), {}), lambda obj: 7) == {"ref": 7}  # a fake named "int"
+    with pytest.raises(ProtocolError):
+        decode({"type": "os"}, _no_refs)
+
+
 def test_objects_become_references():
     refs = []
     data = encode([1, object(), len], lambda obj: refs.append(obj) or len(refs))

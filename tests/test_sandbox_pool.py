@@ -193,3 +193,15 @@ def test_several_docker_hosts_back_one_pool():
     with SandboxPool(PoolConfig(size=2, docker_hosts=hosts)) as pool:
         results = list(pool.map([call_job("def f():\n    return 1\n", "assert f() == 1")] * 6))
     assert all(r.tests[0].passed for r in results)
+
+
+def test_close_cancels_queued_jobs_instead_of_running_them():
+    pool = SandboxPool(PoolConfig(size=1)).start()
+    slow = call_job("import time\ndef f():\n    time.sleep(0.5)\n", "f()")
+    futures = [pool.submit(slow) for _ in range(20)]
+    time.sleep(0.2)
+    started = time.monotonic()
+    pool.close()
+    assert time.monotonic() - started < 5
+    assert sum(future.cancelled() for future in futures) >= 18
+    assert futures[0].result().status is ExecStatus.COMPLETED

@@ -84,10 +84,31 @@ def encode(value: Any, make_ref: Callable[[Any], int], depth: int = 0) -> Any:
         return {"bytes": base64.b64encode(bytes(value)).decode()}
     if isinstance(value, complex):
         return {"complex": [complex(value).real, complex(value).imag]}
+    if isinstance(value, type) and _TYPES.get(value.__name__) is value:
+        return {"type": value.__name__}
     return {"ref": make_ref(value)}
 
 
 _SCALARS = (type(None), bool, int, float, str)
+# Builtin types travel by name (``remove_datatype(xs, int)``); they cannot be patched.
+_TYPES = {
+    t.__name__: t
+    for t in (
+        bool,
+        int,
+        float,
+        complex,
+        str,
+        bytes,
+        list,
+        tuple,
+        dict,
+        set,
+        frozenset,
+        type(None),
+        object,
+    )
+}
 
 
 def decode(data: Any, resolve_ref: Callable[[int], Any], depth: int = 0) -> Any:
@@ -104,6 +125,8 @@ def decode(data: Any, resolve_ref: Callable[[int], Any], depth: int = 0) -> Any:
     try:
         if tag == "ref" and type(payload) is int:
             return resolve_ref(payload)
+        if tag == "type" and payload in _TYPES:
+            return _TYPES[payload]
         if tag == "bytes" and type(payload) is str:
             return base64.b64decode(payload, validate=True)
         if tag == "complex" and type(payload) is list and len(payload) == 2:

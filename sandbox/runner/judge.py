@@ -17,6 +17,9 @@ from typing import Any
 
 from .codec import ProtocolError, decode, encode, read_frame, write_frame
 
+MAX_REPLY_BYTES = 8 << 20  # a bigger reply is the candidate's failure, not the judge's problem
+LOAD_ERRORS = ("syntax_error", "runtime_error", "memory_limit")
+
 
 class CandidateError(Exception):
     """The candidate raised an exception that is not a builtin one (or could not be rebuilt)."""
@@ -99,11 +102,11 @@ class Connection:
             raise CandidateCrashed(self.crashed)
         try:
             write_frame(self.to_candidate, message)
-            reply = read_frame(self.from_candidate)
+            reply = read_frame(self.from_candidate, MAX_REPLY_BYTES)
             if type(reply) is not dict:
                 raise ProtocolError("reply is not an object")
             return reply
-        except (OSError, ProtocolError) as exc:
+        except (OSError, ProtocolError, MemoryError, RecursionError) as exc:
             self.crashed = f"the candidate process exited or broke the protocol ({exc})"
             raise CandidateCrashed(self.crashed) from None
 
@@ -113,7 +116,7 @@ class Connection:
             raise _rebuild_exception(reply.get("raise"))
         try:
             return decode(reply["ok"], lambda ref: RemoteRef(self, ref))
-        except ProtocolError as exc:
+        except (ProtocolError, MemoryError, RecursionError) as exc:
             self.crashed = f"the candidate sent an invalid value ({exc})"
             raise CandidateCrashed(self.crashed) from None
 
@@ -166,13 +169,15 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: in
         loaded = conn.exchange({"op": "load", "program": job["program"]})
     except CandidateCrashed as exc:
         loaded = {"error": "runtime_error", "message": f"{exc}"}
-    if "error" in loaded:
+    if "ok" not in loaded:  # the reply is the candidate's word: it may only pick a failure
+        kind = loaded.get("error")
         write_frame(
             results,
             {
                 "event": "load_error",
-                "kind": str(loaded["error"]),
-                "message": str(loaded.get("message", "")),
+                "kind": kind if kind in LOAD_ERRORS else "runtime_error",
+                "message": str(loaded.get("message", ""))[:4000],
+                "crashed": conn.crashed is not None,
             },
         )
         return
@@ -208,7 +213,7 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: in
                 "duration_s": time.perf_counter() - started,
             },
         )
-    write_frame(results, {"event": "done"})
+    write_frame(results, {"event": "done", "crashed": conn.crashed is not None})
 
 
 def serve(control: socket.socket) -> None:

@@ -36,7 +36,9 @@ from .zygote import WRITABLE_DIRS
 CANDIDATE_UID = int(os.environ.get("CODEPOST_CANDIDATE_UID", "10001"))
 JUDGE_UID = int(os.environ.get("CODEPOST_JUDGE_UID", "10002"))
 EXCERPT_BYTES = 4096
-JUDGE_GRACE_S = 2.0  # after a timeout, how long the judge may take to wind down
+JUDGE_GRACE_S = 1.0  # after a timeout, how long the judge may take to wind down
+OOM_CONTROL = "/sys/fs/cgroup/memory/memory.oom_control"  # cgroup v1
+OOM_EVENTS = "/sys/fs/cgroup/memory.events"  # cgroup v2
 _PR_SET_DUMPABLE = 4
 
 
@@ -86,14 +88,31 @@ def _dirs_clean() -> bool:
         return False
 
 
-def _signal_verdict(exit_info: tuple[int, float] | None, limits: dict[str, Any]):
+def oom_kills() -> int:
+    """The container's count of processes killed for memory (0 where it cannot be read)."""
+    for path in (OOM_CONTROL, OOM_EVENTS):
+        try:
+            with open(path) as f:
+                for line in f:
+                    if line.startswith("oom_kill "):
+                        return int(line.split()[1])
+        except OSError:
+            continue
+    return 0
+
+
+class SetupFailed(RuntimeError):
+    """The sandbox could not set up a program's process: the container is broken."""
+
+
+def _signal_verdict(exit_info: tuple[int, float] | None, limits: dict[str, Any], oom: bool):
     """Map a death by signal to a status: CPU limit -> timeout, OOM kill -> memory_limit."""
     if exit_info is None or not os.WIFSIGNALED(exit_info[0]):
         return None
     sig, cpu_seconds = os.WTERMSIG(exit_info[0]), exit_info[1]
     if sig == signal.SIGXCPU or cpu_seconds >= limits["cpu_time_s"] - 0.05:
         return "timeout", f"CPU time over {limits['cpu_time_s']} s"
-    if sig == signal.SIGKILL:
+    if sig == signal.SIGKILL and oom:
         return "memory_limit", "killed by the memory limit"
     if sig == signal.SIGXFSZ:
         return "runtime_error", f"file size over {limits['disk_mb']} MB"
@@ -150,7 +169,7 @@ class Supervisor:
                 os.dup2(theirs.fileno(), 3)
                 os.closerange(4, 1024)
                 ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-                set_limits({"memory_mb": 2048, "disk_mb": 1, "processes": 4}, cpu=False)
+                set_limits({"memory_mb": 1024, "disk_mb": 1, "processes": 4}, cpu=False)
                 drop_to(JUDGE_UID)
                 judge_side.serve(socket.socket(fileno=3))
             finally:
@@ -185,7 +204,7 @@ class Supervisor:
                 time.sleep(0.0002)
 
     def finish(self, candidate: int) -> int:
-        """Kill the candidate and everything it left; return processes that survived."""
+        """Kill the candidate and everything it left; count what survived (should be 0)."""
         if candidate not in self.exited:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(candidate, signal.SIGKILL)
@@ -201,10 +220,24 @@ class Supervisor:
                 break
             time.sleep(0.005)
         self.exited.clear()
-        return left
+        return left + (not _dirs_clean())
 
-    def spawn_candidate(self, mode: str, limits: dict[str, Any], fds: list[int]) -> int:
-        return self.zygote_call({"op": "spawn", "mode": mode, "limits": limits}, fds)["pid"]
+    def stop_program(self, candidate: int) -> None:
+        """At a limit: kill the candidate and everything it started, now."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(candidate, signal.SIGKILL)
+        self.zygote_call({"op": "sweep"})
+
+    def spawn_candidate(self, mode: str, limits: dict[str, Any], fds: list[int]) -> tuple[int, int]:
+        """Fork the program's process; returns its pid and the pipe its set-up reports on."""
+        ready_r, ready_w = os.pipe()
+        try:
+            reply = self.zygote_call(
+                {"op": "spawn", "mode": mode, "limits": limits}, [*fds, ready_w]
+            )
+        finally:
+            os.close(ready_w)
+        return reply["pid"], ready_r
 
     # -- collecting output
 
@@ -297,6 +330,7 @@ class Supervisor:
     def run_call(self, job: dict[str, Any]) -> dict[str, Any]:
         limits = job["limits"]
         started = time.monotonic()
+        oom_before = oom_kills()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         j2c_r, j2c_w = os.pipe()
@@ -304,15 +338,18 @@ class Supervisor:
         res_r, res_w = os.pipe()
         job_r, job_w = os.pipe()
         devnull = os.open("/dev/null", os.O_RDONLY)
-        candidate = self.spawn_candidate("call", limits, [devnull, out_w, err_w, j2c_r, c2j_w])
+        candidate, ready_r = self.spawn_candidate(
+            "call", limits, [devnull, out_w, err_w, j2c_r, c2j_w]
+        )
+        judge_fds = [job_r, j2c_w, c2j_r, res_w]
         try:
-            socket.send_fds(self.judge[1], [b"job"], [job_r, j2c_w, c2j_r, res_w])
+            socket.send_fds(self.judge[1], [b"job"], judge_fds)
         except OSError:
             self.restart_judge()
-            socket.send_fds(self.judge[1], [b"job"], [job_r, j2c_w, c2j_r, res_w])
+            socket.send_fds(self.judge[1], [b"job"], judge_fds)
         for fd in (devnull, out_w, err_w, j2c_r, c2j_w, j2c_w, c2j_r, res_w, job_r):
             os.close(fd)
-        streams = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray()}
+        streams = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray(), ready_r: bytearray()}
         outcome = self.collect(
             streams,
             limits["output_bytes"],
@@ -320,10 +357,8 @@ class Supervisor:
             until_closed=res_r,
             feed=(job_w, _frame_bytes(job)),
         )
-        candidate_exit = self.exited.get(candidate)
-        if outcome:  # the judge may still be busy: stop the program, let the judge wind down
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(candidate, signal.SIGKILL)
+        if outcome:  # stop the program and all it started, then let the judge wind down
+            self.stop_program(candidate)
             if self.collect(
                 {res_r: streams[res_r]},
                 1 << 30,
@@ -331,13 +366,24 @@ class Supervisor:
                 until_closed=res_r,
             ):
                 self.restart_judge()
+        events = _parse_frames(bytes(streams[res_r]))
+        if any(e.get("crashed") for e in events):
+            self.wait_exit(candidate, 1.0)  # it died: learn how before deciding the status
+        candidate_exit = self.exited.get(candidate)
+        setup_failed = not outcome and not streams[ready_r]
+        if setup_failed:
+            self.wait_exit(candidate, 1.0)
         leftover = self.finish(candidate)
         for fd in streams:
             os.close(fd)
-        events = _parse_frames(bytes(streams[res_r]))
+        if setup_failed:
+            raise SetupFailed(_excerpt(streams[err_r]) or "the program's process died in set-up")
         tests = [e for e in events if e.get("event") == "test"]
         load_error = next((e for e in events if e.get("event") == "load_error"), None)
         judge_error = next((e for e in events if e.get("event") == "judge_error"), None)
+        done = any(e.get("event") == "done" for e in events)
+        if not outcome and load_error is None and (judge_error or not done):
+            raise RuntimeError(f"the judge failed: {judge_error and judge_error['message']}")
         result: dict[str, Any] = {
             "tests": [
                 {k: e[k] for k in ("name", "passed", "error", "candidate_error", "duration_s")}
@@ -348,7 +394,7 @@ class Supervisor:
             "duration_s": time.monotonic() - started,
             "leftover_processes": leftover,
         }
-        verdict = _signal_verdict(candidate_exit, limits)
+        verdict = _signal_verdict(candidate_exit, limits, oom_kills() > oom_before)
         if outcome == "output_limit":
             result.update(
                 status="output_limit", error=f"output exceeded {limits['output_bytes']} bytes"
@@ -356,13 +402,9 @@ class Supervisor:
         elif outcome == "timeout":
             result.update(status="timeout", error=f"wall time over {limits['wall_time_s']} s")
         elif load_error is not None:
-            result.update(status=load_error["kind"], error=load_error["message"][-2000:])
+            kind = verdict[0] if verdict and load_error["crashed"] else load_error["kind"]
+            result.update(status=kind, error=load_error["message"][-2000:])
             result["stderr"] = (result["stderr"] + load_error["message"])[-EXCERPT_BYTES:]
-        elif judge_error is not None or not any(e.get("event") == "done" for e in events):
-            result.update(
-                status="sandbox_error",
-                error=f"judge failed: {judge_error and judge_error['message']}",
-            )
         elif any(e.get("memory_error") for e in tests):
             result.update(status="memory_limit", error="MemoryError in the program")
         elif verdict:
@@ -379,18 +421,26 @@ class Supervisor:
         program = _frame_bytes({"program": job["program"]})
         for stdin_text in job["stdin_cases"]:
             case_started = time.monotonic()
+            oom_before = oom_kills()
             in_r, in_w = os.pipe()
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
             prog_r, prog_w = os.pipe()
             stat_r, stat_w = os.pipe()
-            candidate = self.spawn_candidate("io", limits, [in_r, out_w, err_w, prog_r, stat_w])
+            candidate, ready_r = self.spawn_candidate(
+                "io", limits, [in_r, out_w, err_w, prog_r, stat_w]
+            )
             for fd in (in_r, out_w, err_w, prog_r, stat_w):
                 os.close(fd)
             with contextlib.suppress(BrokenPipeError):
                 os.write(prog_w, program)  # the candidate reads it first thing
             os.close(prog_w)
-            streams = {out_r: bytearray(), err_r: bytearray(), stat_r: bytearray()}
+            streams = {
+                out_r: bytearray(),
+                err_r: bytearray(),
+                stat_r: bytearray(),
+                ready_r: bytearray(),
+            }
             outcome = self.collect(
                 streams,
                 limits["output_bytes"],
@@ -398,10 +448,15 @@ class Supervisor:
                 until_exit=candidate,
                 feed=(in_w, stdin_text.encode()),
             )
+            if outcome:
+                self.stop_program(candidate)
             candidate_exit = self.exited.get(candidate)
+            setup_failed = not outcome and not streams[ready_r]
             leftover = max(leftover, self.finish(candidate))
             for fd in streams:
                 os.close(fd)
+            if setup_failed:
+                raise SetupFailed(_excerpt(streams[err_r]) or "the program died in set-up")
             compiled = _parse_frames(bytes(streams[stat_r]))
             status, exit_code = "completed", None
             if outcome:
@@ -410,7 +465,7 @@ class Supervisor:
                 status = "syntax_error"
             elif candidate_exit is not None:
                 exit_code = os.waitstatus_to_exitcode(candidate_exit[0])
-                verdict = _signal_verdict(candidate_exit, limits)
+                verdict = _signal_verdict(candidate_exit, limits, oom_kills() > oom_before)
                 if verdict:
                     status = verdict[0]
                 elif exit_code != 0:

@@ -23,7 +23,12 @@ WRITABLE_DIRS = ("/work", "/tmp", "/dev/shm")
 
 
 def _become_candidate(fds: list[int], mode: str, limits: dict[str, Any], uid: int) -> None:
-    """In the grandchild: isolate, drop privileges and run the program. Never returns."""
+    """In the grandchild: isolate, drop privileges and run the program. Never returns.
+
+    ``fds`` become 0-2 (stdio), 3 and 4 (requests in, replies out) and 5, on which one byte
+    says the set-up worked; 5 is closed before any program code runs, so a program cannot
+    fake a set-up failure (which the supervisor treats as the container's fault).
+    """
     import fcntl
 
     try:
@@ -54,6 +59,8 @@ def _become_candidate(fds: list[int], mode: str, limits: dict[str, Any], uid: in
     except BaseException as exc:
         os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
         os._exit(111)
+    os.write(5, b"1")
+    os.close(5)
     if mode == "call":
         candidate.serve(3, 4)
     else:

@@ -1,0 +1,172 @@
+"""Red team: hostile samples through the verifier, against one shared sandbox pool, for real.
+
+No cheat may pass or earn reward, every attack must end within its limit with the right status
+(never ``sandbox_error``, never a retry), nothing one program leaves behind may reach the next,
+and honest solutions must still pass right after, in the same pool. The samples are in
+``tests/redteam_samples.py``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import pytest
+from redteam_samples import ADD, ATTACKS, CHECKER, LEAVERS, LEFTOVERS, PROBLEMS, Attack
+
+from sandbox import (
+    ExecStatus,
+    ExecutionResult,
+    Limits,
+    PoolConfig,
+    SandboxPool,
+    SandboxUnavailable,
+)
+from verifiers import Verdict, Verifier
+
+pytestmark = pytest.mark.docker
+
+POOL_SIZE = 2
+LIMITS = Limits(
+    wall_time_s=2.0, cpu_time_s=2.0, memory_mb=256, output_bytes=64_000, processes=16, disk_mb=16
+)
+MARGIN_S = 1.5  # start-up, sweep and transfer on top of the wall limit
+HANG_S = 30.0  # past this the host stops waiting: the job hangs the pool
+
+
+@pytest.fixture(scope="module")
+def pool():
+    pool = SandboxPool(PoolConfig(size=POOL_SIZE))
+    try:
+        pool.start()
+    except SandboxUnavailable as exc:
+        pytest.fail(f"the Docker sandbox is required for the red-team suite: {exc}")
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def verifier(pool):
+    return Verifier(pool, limits=LIMITS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    verdict: Verdict
+    result: ExecutionResult
+    expected_tests: int  # call mode: tests in the job
+    took: float  # seconds, measured on the host
+
+    def describe(self) -> str:
+        tests = [(t.name[:40], t.passed, (t.error or "")[:120]) for t in self.result.tests]
+        return (
+            f"verdict={self.verdict.status.value} reward={self.verdict.reward} "
+            f"sandbox={self.result.status.value} took={self.took:.2f}s "
+            f"attempts={self.result.attempts} error={(self.result.error or '')[:300]!r} "
+            f"tests={tests} cases={[(c.status.value, c.exit_code) for c in self.result.cases]} "
+            f"stdout={self.result.stdout[:200]!r} stderr={self.result.stderr[-300:]!r}"
+        )
+
+
+def run_samples(
+    pool: SandboxPool, verifier: Verifier, samples: Sequence[dict], limits: Limits | None = None
+) -> list[Run]:
+    """The verifier's jobs, all in flight at once, each timed and bounded by HANG_S."""
+    prepared = verifier.prepare(PROBLEMS, samples)
+    jobs = [
+        item.job if limits is None else dataclasses.replace(item.job, limits=limits)
+        for item in prepared
+    ]
+    started = time.monotonic()
+    futures = [pool.submit(job) for job in jobs]
+    runs = []
+    for item, job, future in zip(prepared, jobs, futures, strict=True):
+        try:
+            result = future.result(timeout=max(0.0, started + HANG_S - time.monotonic()))
+        except concurrent.futures.TimeoutError:
+            pytest.fail(f"no result after {HANG_S:.0f} s: the job hangs the pool")
+        took = time.monotonic() - started
+        expected = len(job.judge.tests) if job.judge else 0
+        runs.append(Run(verifier.finish(item, result), result, expected, took))
+    return runs
+
+
+def limits_for(attack: Attack) -> Limits:
+    return dataclasses.replace(
+        LIMITS,
+        wall_time_s=attack.wall_time_s or LIMITS.wall_time_s,
+        cpu_time_s=attack.cpu_time_s or LIMITS.cpu_time_s,
+    )
+
+
+def honest_run_fails(pool: SandboxPool, verifier: Verifier, task_id: str) -> str | None:
+    """Run the canonical solution; None when it passes, else what went wrong."""
+    sample = {"task_id": task_id, "completion": PROBLEMS[task_id].canonical_solution}
+    (run,) = run_samples(pool, verifier, [sample])
+    return None if run.verdict.passed and run.result.attempts == 1 else run.describe()
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[attack.id for attack in ATTACKS])
+def test_attack_is_contained(pool, verifier, attack):
+    limits = limits_for(attack)
+    (run,) = run_samples(pool, verifier, [attack.sample], limits)
+    verdict, result = run.verdict, run.result
+    print(f"{attack.id}: {verdict.status.value} in {run.took:.2f} s")
+    broken = []
+    if verdict.status.value not in attack.expect:
+        broken.append(f"status {verdict.status.value!r}, expected {sorted(attack.expect)}")
+    if verdict.reward != 0.0:
+        broken.append(f"reward {verdict.reward}")
+    if sum(test.passed for test in verdict.tests) > attack.max_passed:
+        broken.append(f"tests passed: {[t.name for t in verdict.tests if t.passed]}")
+    if run.took > limits.wall_time_s + MARGIN_S:
+        broken.append(f"took {run.took:.2f} s, limit {limits.wall_time_s} s + {MARGIN_S} s")
+    if result.attempts != 1:
+        broken.append(f"needed {result.attempts} attempts: the attack broke its container")
+    if run.expected_tests and len(result.tests) > run.expected_tests:
+        broken.append(f"{len(result.tests)} test results for {run.expected_tests} tests")
+    if (
+        run.expected_tests
+        and result.status is ExecStatus.COMPLETED
+        and len(result.tests) < run.expected_tests
+    ):
+        broken.append(
+            f"sandbox says completed after {len(result.tests)} of {run.expected_tests} tests"
+        )
+    after = honest_run_fails(pool, verifier, attack.problem.task_id)
+    if after is not None:
+        broken.append(f"the canonical solution right after failed: {after}")
+    assert not broken, f"{attack.id}: {'; '.join(broken)}\n{run.describe()}"
+
+
+def test_canonical_solutions_still_pass_in_the_same_pool(pool, verifier):
+    samples = [
+        {"task_id": task_id, "completion": problem.canonical_solution}
+        for task_id, problem in PROBLEMS.items()
+    ] * POOL_SIZE
+    failed = [
+        run.describe()
+        for run in run_samples(pool, verifier, samples)
+        if not (run.verdict.passed and run.result.attempts == 1)
+    ]
+    assert not failed, failed
+
+
+@pytest.mark.parametrize("kind", list(LEAVERS))  # in order: some leftovers stay for good
+def test_nothing_reaches_the_next_program(pool, verifier, kind):
+    """A leaver on every container, then a checker on every container (each job is slow
+    enough that no container takes two)."""
+    leave = {"task_id": ADD.task_id, "completion": f"```python\n{LEAVERS[kind]}```\n"}
+    check = {"task_id": LEFTOVERS.task_id, "completion": f"```python\n{CHECKER}```\n"}
+    left = run_samples(pool, verifier, [leave] * POOL_SIZE)
+    assert all(run.verdict.passed for run in left), [run.describe() for run in left]
+    checked = run_samples(pool, verifier, [check] * POOL_SIZE)
+    leftovers = [run.describe() for run in checked if not run.verdict.passed]
+    assert not leftovers, leftovers
+
+
+def test_the_suite_is_large_enough():
+    assert len(ATTACKS) >= 30
+    assert len({attack.id for attack in ATTACKS}) == len(ATTACKS)

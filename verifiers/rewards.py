@@ -1,0 +1,176 @@
+"""Reward components and their weighted sum.
+
+Each component is a small pure function of the completion (or of the verdict, for the test
+reward): the test reward is in [0, 1], the format and syntax rewards in {0, 1}, the length and
+forbidden-code penalties in [-1, 0]. ``RewardConfig`` weighs them into one scalar; the verdict
+keeps the unweighted components. The test reward of a ``sandbox_error`` is ``None``: an
+infrastructure failure says nothing about the model, and TRL treats ``None`` as "no reward".
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Mapping
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .extraction import Program, find_code_blocks, parse, strip_think
+
+COMPONENTS: tuple[str, ...] = ("test", "format", "syntax", "length", "forbidden")
+
+
+class RewardConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    test_weight: float = 1.0
+    test_reward: Literal["binary", "pass_fraction"] = "binary"
+    format_weight: float = 0.0
+    require_think: bool = False  # the format reward also asks for a closed <think> block
+    syntax_weight: float = 0.0
+    length_weight: float = 0.0
+    length_unit: Literal["chars", "tokens"] = "chars"  # tokens: samples carry completion_ids
+    length_budget: int = Field(default=4096, gt=0)  # no penalty up to here
+    length_buffer: int = Field(default=1024, gt=0)  # penalty reaches -1 this far past the budget
+    forbidden_weight: float = 0.0
+    forbidden_imports: tuple[str, ...] = ("ctypes", "multiprocessing", "socket", "subprocess")
+    forbidden_calls: tuple[str, ...] = (
+        "__import__",
+        "compile",
+        "eval",
+        "exec",
+        "exit",
+        "os._exit",
+        "os.kill",
+        "os.system",
+        "quit",
+        "sys.exit",
+    )
+
+    def weights(self) -> dict[str, float]:
+        return {name: getattr(self, f"{name}_weight") for name in COMPONENTS}
+
+
+def test_reward(passed: bool, pass_fraction: float, mode: str = "binary") -> float:
+    return float(passed) if mode == "binary" else pass_fraction
+
+
+def think_closed(completion: str) -> bool:
+    """A ``<think>`` block opened (here or by the chat template's generation prompt) and closed."""
+    closing = completion.find("</think>")
+    opening = completion.find("<think>")
+    return closing >= 0 and opening < closing and completion.count("<think>") <= 1
+
+
+def format_reward(completion: str, require_think: bool = False) -> float:
+    """1 for exactly one closed, non-empty Python code block outside ``<think>`` (and a closed
+    think block when required), else 0."""
+    if require_think and not think_closed(completion):
+        return 0.0
+    blocks = find_code_blocks(strip_think(completion))
+    ok = len(blocks) == 1 and blocks[0].closed and blocks[0].is_python and blocks[0].code.strip()
+    return float(bool(ok))
+
+
+def syntax_reward(source: str) -> float:
+    return float(parse(source) is not None)
+
+
+def length_penalty(length: int, budget: int, buffer: int) -> float:
+    """0 up to ``budget``, then linear down to -1 at ``budget + buffer`` (DAPO's soft overlong
+    punishment, measured past the budget)."""
+    return max(-1.0, min(0.0, (budget - length) / buffer))
+
+
+def find_forbidden(program: Program, imports: tuple[str, ...], calls: tuple[str, ...]) -> list[str]:
+    """Forbidden imports and calls in the model's own code, with import aliases resolved
+    (``from os import system as s; s()`` is ``os.system``). The trusted prompt is not looked at.
+    """
+    tree, first_line = parse(program.source), program.code_line
+    if tree is None:
+        tree, first_line = parse(program.code), 1
+    if tree is None:
+        return []
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                aliases[alias.asname or alias.name.split(".")[0]] = (
+                    alias.name if alias.asname else alias.name.split(".")[0]
+                )
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", 0) < first_line:
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            modules = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+            found += [f"import {module}" for module in modules if _matches(module, imports)]
+        elif isinstance(node, ast.Call):
+            name = _dotted(node.func)
+            if name is None:
+                continue
+            head, _, rest = name.partition(".")
+            resolved = aliases.get(head, head) + (f".{rest}" if rest else "")
+            if resolved in calls:
+                found.append(f"call {resolved}")
+    return found
+
+
+def forbidden_penalty(program: Program, imports: tuple[str, ...], calls: tuple[str, ...]) -> float:
+    return -1.0 if find_forbidden(program, imports, calls) else 0.0
+
+
+def _matches(module: str, forbidden: tuple[str, ...]) -> bool:
+    return any(module == name or module.startswith(name + ".") for name in forbidden)
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+RuleReward = Callable[[RewardConfig, str, Program, int], float]
+
+# The components that need only the text: (config, completion, program, length) -> value.
+RULES: dict[str, RuleReward] = {
+    "format": lambda config, completion, program, length: format_reward(
+        completion, config.require_think
+    ),
+    "syntax": lambda config, completion, program, length: syntax_reward(program.source),
+    "length": lambda config, completion, program, length: length_penalty(
+        length, config.length_budget, config.length_buffer
+    ),
+    "forbidden": lambda config, completion, program, length: forbidden_penalty(
+        program, config.forbidden_imports, config.forbidden_calls
+    ),
+}
+
+
+def rule_components(
+    config: RewardConfig, completion: str, program: Program, length: int
+) -> dict[str, float]:
+    return {name: rule(config, completion, program, length) for name, rule in RULES.items()}
+
+
+def combine(config: RewardConfig, components: Mapping[str, float | None]) -> float | None:
+    """The weighted sum; ``None`` when a weighted component is unknown (a sandbox error)."""
+    total = 0.0
+    for name, weight in config.weights().items():
+        if weight == 0:
+            continue
+        value = components.get(name)
+        if value is None:
+            return None
+        total += weight * value
+    return total

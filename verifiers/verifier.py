@@ -1,0 +1,215 @@
+"""Problems + samples -> verdicts, every job in flight at once.
+
+The verifier depends only on the ``Executor`` protocol (``submit(job) -> Future``): a
+``SandboxPool`` in real use, a fake one in unit tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sandbox import ExecutionResult, Job, Limits, PoolConfig, SandboxPool
+
+from .extraction import CompletionStyle, Program, build_program, completion_text, resolve_style
+from .judges import build_job
+from .problems import Problem
+from .rewards import RewardConfig, combine, rule_components, test_reward
+from .verdicts import Verdict, VerdictStatus, assess
+
+Progress = Callable[[Verdict], None]
+
+
+class Executor(Protocol):
+    def submit(self, job: Job) -> Future[ExecutionResult]: ...
+
+
+class SampleError(ValueError):
+    """A sample that cannot be verified (no such task, no completion); names the sample."""
+
+    def __init__(self, index: int, reason: str) -> None:
+        super().__init__(f"sample {index}: {reason}")
+        self.index = index
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class PreparedSample:
+    index: int
+    sample: Mapping[str, Any]
+    problem: Problem
+    completion: str
+    program: Program
+    job: Job
+    length: int  # for the length penalty, in RewardConfig.length_unit
+
+
+class Verifier:
+    def __init__(
+        self,
+        executor: Executor | None = None,
+        *,
+        limits: Limits | None = None,
+        reward_config: RewardConfig | None = None,
+        completion_style: CompletionStyle = "auto",
+        workers: int = 4,
+    ) -> None:
+        resolve_style("", completion_style)  # fail here on a bad style, not per sample
+        self.limits = limits or Limits()
+        self.reward_config = reward_config or RewardConfig()
+        self.completion_style = completion_style
+        self.workers = workers
+        self._executor = executor
+        self._owned_pool: SandboxPool | None = None
+        self._lock = threading.Lock()
+
+    # -- the executor: a sandbox pool made on first use unless one was given
+
+    @property
+    def executor(self) -> Executor:
+        with self._lock:
+            if self._executor is None:
+                pool = SandboxPool(PoolConfig(size=self.workers))
+                pool.start()  # raises SandboxUnavailable now rather than per job
+                self._executor = self._owned_pool = pool
+            return self._executor
+
+    def close(self) -> None:
+        """Stops the pool this verifier made (one passed in belongs to the caller)."""
+        with self._lock:
+            if self._owned_pool is not None:
+                self._owned_pool.close()
+                self._owned_pool = self._executor = None
+
+    def __enter__(self) -> Verifier:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- verifying
+
+    def prepare(
+        self, problems: Mapping[str, Problem], samples: Iterable[Mapping[str, Any]]
+    ) -> list[PreparedSample]:
+        """Programs and jobs for every sample; raises ``SampleError`` before anything runs."""
+        return [self._prepare(index, problems, sample) for index, sample in enumerate(samples)]
+
+    def _prepare(
+        self, index: int, problems: Mapping[str, Problem], sample: Mapping[str, Any]
+    ) -> PreparedSample:
+        if not isinstance(sample, Mapping):
+            raise SampleError(index, f"expected an object, got {type(sample).__name__}")
+        for key in ("task_id", "completion"):
+            if key not in sample:
+                raise SampleError(index, f"missing field {key!r}")
+        task_id = str(sample["task_id"])
+        problem = problems.get(task_id)
+        if problem is None:
+            raise SampleError(index, f"unknown task_id {task_id!r}")
+        try:
+            completion = completion_text(sample["completion"])
+        except TypeError as exc:
+            raise SampleError(index, f"field 'completion': {exc}") from None
+        program = build_program(problem, completion, self.completion_style)
+        return PreparedSample(
+            index=index,
+            sample=sample,
+            problem=problem,
+            completion=completion,
+            program=program,
+            job=build_job(problem, program.source, self.limits),
+            length=self._length(index, sample, completion),
+        )
+
+    def _length(self, index: int, sample: Mapping[str, Any], completion: str) -> int:
+        if self.reward_config.length_unit == "chars":
+            return len(completion)
+        ids = sample.get("completion_ids")
+        if ids is None:
+            raise SampleError(index, "length_unit='tokens' needs the sample's completion_ids")
+        return len(ids)
+
+    def finish(self, prepared: PreparedSample, result: ExecutionResult) -> Verdict:
+        """The verdict for one executed sample, rewards included."""
+        assessment = assess(prepared.problem, prepared.job, result)
+        config = self.reward_config
+        components: dict[str, float | None] = {
+            "test": None
+            if assessment.status is VerdictStatus.SANDBOX_ERROR
+            else test_reward(
+                assessment.status is VerdictStatus.PASSED,
+                assessment.pass_fraction,
+                config.test_reward,
+            ),
+            **rule_components(config, prepared.completion, prepared.program, prepared.length),
+        }
+        return Verdict(
+            sample=dict(prepared.sample),
+            task_id=prepared.problem.task_id,
+            passed=assessment.status is VerdictStatus.PASSED,
+            result=assessment.result,
+            status=assessment.status,
+            pass_fraction=assessment.pass_fraction,
+            tests=assessment.tests,
+            stdout=assessment.stdout,
+            stderr=assessment.stderr,
+            reward=combine(config, components),
+            reward_components=components,
+            completion_style=prepared.program.style,
+            duration_s=result.duration_s,
+        )
+
+    def iter_verify(
+        self, problems: Mapping[str, Problem], samples: Iterable[Mapping[str, Any]]
+    ) -> Iterator[tuple[int, Verdict]]:
+        """``(sample index, verdict)`` as each completes.
+
+        Every sample is checked now (``SampleError``); the executor starts, and the jobs go in
+        flight, on the first ``next()``.
+        """
+        return self._run(self.prepare(problems, samples))
+
+    def _run(self, prepared: list[PreparedSample]) -> Iterator[tuple[int, Verdict]]:
+        executor = self.executor
+        futures = {executor.submit(item.job): item for item in prepared}
+        for future in concurrent.futures.as_completed(futures):
+            item = futures[future]
+            yield item.index, self.finish(item, future.result())
+
+    def verify(
+        self,
+        problems: Mapping[str, Problem],
+        samples: Iterable[Mapping[str, Any]],
+        progress: Progress | None = None,
+    ) -> list[Verdict]:
+        """Verdicts in sample order."""
+        verdicts: dict[int, Verdict] = {}
+        for index, verdict in self.iter_verify(problems, samples):
+            verdicts[index] = verdict
+            if progress is not None:
+                progress(verdict)
+        return [verdicts[index] for index in range(len(verdicts))]
+
+    async def averify(
+        self,
+        problems: Mapping[str, Problem],
+        samples: Iterable[Mapping[str, Any]],
+        progress: Progress | None = None,
+    ) -> list[Verdict]:
+        prepared = self.prepare(problems, samples)
+        executor = await asyncio.to_thread(lambda: self.executor)  # a pool start blocks
+
+        async def one(item: PreparedSample) -> Verdict:
+            result = await asyncio.wrap_future(executor.submit(item.job))
+            verdict = self.finish(item, result)
+            if progress is not None:
+                progress(verdict)
+            return verdict
+
+        return list(await asyncio.gather(*(one(item) for item in prepared)))
