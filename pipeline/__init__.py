@@ -1,0 +1,1 @@
+"""The ML side of codepost: configs, data, sampling, algorithms, training, evaluation."""

@@ -1,0 +1,597 @@
+"""RL algorithms as small, pure tensor functions over masks (verl ``core_algos.py`` style).
+
+Shapes: ``[B, T]`` is batch x response tokens; masks are float 1/0 with the same shape and are
+built from lengths, never from pad ids. Nothing here knows about models, tokenizers or devices,
+so every function is testable on a handful of numbers.
+
+Loss normalisation: :func:`aggregate_loss` divides by counts that the caller passes for the
+whole minibatch (all micro-batches, all data-parallel ranks). Summing the gradients of the
+micro-batch losses then gives exactly the full-batch gradient, whatever the split.
+"""
+
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+# exp(20) is already far outside any clip range; beyond it float32 overflows to inf.
+_MAX_LOG_RATIO = 20.0
+
+AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+RATIO_LEVELS = ("token", "sequence")
+
+
+def _check_same_shape(**tensors: Tensor) -> None:
+    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
+    if len(set(shapes.values())) > 1:
+        raise ValueError(f"shape mismatch: {shapes}")
+
+
+def _check_2d(name: str, t: Tensor) -> None:
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be [batch, tokens], got shape {tuple(t.shape)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Masks and reductions
+# --------------------------------------------------------------------------------------------
+
+
+def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Sum of ``x * mask``; masked positions contribute 0 even when they hold inf or NaN."""
+    weighted = torch.where(mask != 0, x * mask, torch.zeros((), dtype=x.dtype, device=x.device))
+    return weighted.sum() if dim is None else weighted.sum(dim)
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean over the masked positions; an empty mask gives 0 rather than NaN."""
+    count = mask.sum() if dim is None else mask.sum(dim)
+    return masked_sum(x, mask, dim) / count.clamp(min=1)
+
+
+def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
+    """Variance over all masked positions (Bessel-corrected when ``unbiased``)."""
+    mean = masked_mean(x, mask)
+    var = masked_mean((x - mean) ** 2, mask)
+    if unbiased:
+        count = mask.sum()
+        if count < 2:
+            raise ValueError(f"unbiased masked_var needs at least 2 valid entries, got {count}")
+        var = var * count / (count - 1)
+    return var
+
+
+def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
+    """Normalise to zero mean and unit variance over the masked positions; 0 outside the mask.
+
+    With ``shift_mean=False`` only the scale changes (the mean is kept), as in TRL.
+    """
+    mean, var = masked_mean(x, mask), masked_var(x, mask)
+    whitened = (x - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        whitened = whitened + mean
+    return torch.where(mask != 0, whitened, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def response_mask_from_lengths(lengths: Tensor, max_len: int) -> Tensor:
+    """``[B, max_len]`` float mask with the first ``lengths[i]`` tokens of row ``i`` valid.
+
+    Built from lengths because pad ids are unreliable: many tokenizers pad with the EOS id, so
+    a mask from ``ids != pad_id`` drops the real EOS token the model must learn to emit.
+    """
+    if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise ValueError(
+            f"lengths must be a 1-D integer tensor, got {lengths.dtype} {tuple(lengths.shape)}"
+        )
+    if lengths.numel() and (lengths.min() < 0 or lengths.max() > max_len):
+        raise ValueError(f"lengths must lie in [0, max_len={max_len}], got {lengths.tolist()}")
+    positions = torch.arange(max_len, device=lengths.device)
+    return (positions[None, :] < lengths[:, None]).float()
+
+
+def outcome_to_token_rewards(scores: Tensor, response_mask: Tensor) -> Tensor:
+    """Put each sequence's scalar score on its last valid token (0 everywhere else)."""
+    _check_2d("response_mask", response_mask)
+    if scores.shape != response_mask.shape[:1]:
+        raise ValueError(
+            f"scores must be [batch={response_mask.shape[0]}], got {tuple(scores.shape)}"
+        )
+    if (response_mask.sum(-1) == 0).any():
+        raise ValueError("every response needs at least one valid token to carry its score")
+    positions = torch.arange(response_mask.shape[1], device=response_mask.device)
+    last = ((response_mask != 0) * positions).argmax(-1)
+    dtype = torch.result_type(scores, response_mask)
+    rewards = torch.zeros(response_mask.shape, dtype=dtype, device=response_mask.device)
+    return rewards.scatter_(1, last[:, None], scores[:, None].to(dtype))
+
+
+def discounted_returns(token_rewards: Tensor, response_mask: Tensor, gamma: float = 1.0) -> Tensor:
+    """Return-to-go ``G_t = r_t + gamma * G_{t+1}`` over valid tokens; 0 outside the mask.
+
+    Masked positions inside a sequence (e.g. tool output) are skipped: they neither add reward
+    nor discount.
+    """
+    _check_2d("token_rewards", token_rewards)
+    _check_same_shape(token_rewards=token_rewards, response_mask=response_mask)
+    valid = response_mask != 0
+    returns = torch.zeros_like(token_rewards)
+    running = torch.zeros_like(token_rewards[:, 0])
+    for t in reversed(range(token_rewards.shape[1])):
+        running = torch.where(valid[:, t], token_rewards[:, t] + gamma * running, running)
+        returns[:, t] = torch.where(valid[:, t], running, 0.0)
+    return returns
+
+
+# --------------------------------------------------------------------------------------------
+# Advantage estimators
+# --------------------------------------------------------------------------------------------
+
+
+class AdvantageFn(Protocol):
+    """Uniform signature: every estimator takes every option and ignores those it has no use for,
+    so the trainer can call any of them from the same config."""
+
+    def __call__(
+        self,
+        token_rewards: Tensor,
+        response_mask: Tensor,
+        *,
+        group_ids: Tensor | None = None,
+        values: Tensor | None = None,
+        gamma: float = 1.0,
+        lam: float = 1.0,
+        norm_by_std: bool = True,
+        eps: float = 1e-6,
+    ) -> tuple[Tensor, Tensor]: ...
+
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+
+
+def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator adding an estimator to :data:`ADVANTAGE_ESTIMATORS` under ``name``."""
+
+    def decorator(fn: AdvantageFn) -> AdvantageFn:
+        if name in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        ADVANTAGE_ESTIMATORS[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_advantage_estimator(name: str) -> AdvantageFn:
+    try:
+        return ADVANTAGE_ESTIMATORS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}"
+        ) from None
+
+
+def _sequence_scores(token_rewards: Tensor, response_mask: Tensor) -> Tensor:
+    _check_2d("token_rewards", token_rewards)
+    _check_same_shape(token_rewards=token_rewards, response_mask=response_mask)
+    return masked_sum(token_rewards, response_mask, dim=-1)
+
+
+def _group_stats(
+    scores: Tensor, group_ids: Tensor | None, estimator: str
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per row: its group's mean, population variance and size."""
+    if group_ids is None:
+        raise ValueError(f"advantage estimator {estimator!r} needs group_ids")
+    if group_ids.shape != scores.shape or group_ids.is_floating_point():
+        raise ValueError(
+            f"group_ids must be an integer tensor of shape {tuple(scores.shape)}, "
+            f"got {group_ids.dtype} {tuple(group_ids.shape)}"
+        )
+    _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    sizes = counts.to(scores.dtype)
+    mean = scores.new_zeros(len(counts)).index_add_(0, inverse, scores) / sizes
+    centred = scores - mean[inverse]
+    var = scores.new_zeros(len(counts)).index_add_(0, inverse, centred**2) / sizes
+    return mean[inverse], var[inverse], counts[inverse]
+
+
+@register_advantage("grpo")
+@torch.no_grad()
+def grpo_advantages(
+    token_rewards: Tensor,
+    response_mask: Tensor,
+    *,
+    group_ids: Tensor | None = None,
+    values: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> tuple[Tensor, Tensor]:
+    """GRPO: z-score of each sequence score within its prompt group, on every valid token.
+
+    The std is the population std (1/G), as in the GRPO formula. ``norm_by_std=False`` is
+    Dr.GRPO: dividing by the std over-weights near-uniform groups (too easy or too hard).
+    A group of one gets advantage 0. Returns are the return-to-go (uses ``gamma``).
+    """
+    scores = _sequence_scores(token_rewards, response_mask)
+    mean, var, _ = _group_stats(scores, group_ids, "grpo")
+    advantages = scores - mean
+    if norm_by_std:
+        advantages = advantages / (var.sqrt() + eps)
+    return advantages[:, None] * response_mask, discounted_returns(
+        token_rewards, response_mask, gamma
+    )
+
+
+@register_advantage("rloo")
+@torch.no_grad()
+def rloo_advantages(
+    token_rewards: Tensor,
+    response_mask: Tensor,
+    *,
+    group_ids: Tensor | None = None,
+    values: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> tuple[Tensor, Tensor]:
+    """RLOO: score minus the mean score of the other samples of the same prompt.
+
+    The baseline excludes the sample itself, so the estimate stays unbiased; it equals
+    ``n/(n-1) * (score - group mean)``. Needs at least 2 samples per group.
+    """
+    scores = _sequence_scores(token_rewards, response_mask)
+    mean, _, sizes = _group_stats(scores, group_ids, "rloo")
+    if (sizes < 2).any():
+        raise ValueError("rloo needs at least 2 samples in every group (leave-one-out baseline)")
+    n = sizes.to(scores.dtype)
+    advantages = n / (n - 1) * (scores - mean)
+    return advantages[:, None] * response_mask, discounted_returns(
+        token_rewards, response_mask, gamma
+    )
+
+
+@register_advantage("reinforce++")
+@torch.no_grad()
+def reinforce_pp_advantages(
+    token_rewards: Tensor,
+    response_mask: Tensor,
+    *,
+    group_ids: Tensor | None = None,
+    values: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> tuple[Tensor, Tensor]:
+    """REINFORCE++: discounted return-to-go per token, whitened over the whole batch.
+
+    Global (not per-group) normalisation: its bias vanishes as the batch grows.
+    """
+    returns = discounted_returns(token_rewards, response_mask, gamma)
+    return masked_whiten(returns, response_mask, eps=eps), returns
+
+
+@register_advantage("reinforce++_baseline")
+@torch.no_grad()
+def reinforce_pp_baseline_advantages(
+    token_rewards: Tensor,
+    response_mask: Tensor,
+    *,
+    group_ids: Tensor | None = None,
+    values: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> tuple[Tensor, Tensor]:
+    """REINFORCE++ with a group baseline: score minus group mean, then global whitening.
+
+    The group mean removes the prompt's difficulty; the global scale keeps near-uniform groups
+    from being blown up the way a per-group std would.
+    """
+    scores = _sequence_scores(token_rewards, response_mask)
+    mean, _, _ = _group_stats(scores, group_ids, "reinforce++_baseline")
+    centred = (scores - mean)[:, None] * response_mask
+    return masked_whiten(centred, response_mask, eps=eps), discounted_returns(
+        token_rewards, response_mask, gamma
+    )
+
+
+@register_advantage("gae")
+@torch.no_grad()
+def gae_advantages(
+    token_rewards: Tensor,
+    response_mask: Tensor,
+    *,
+    group_ids: Tensor | None = None,
+    values: Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    norm_by_std: bool = True,
+    eps: float = 1e-6,
+) -> tuple[Tensor, Tensor]:
+    """Generalised Advantage Estimation: ``A_t = sum_l (gamma*lam)^l delta_{t+l}``.
+
+    ``delta_t = r_t + gamma V_{t+1} - V_t`` with ``V`` = 0 after the last valid token.
+    ``lam=0`` is one-step TD, ``lam=1`` is return minus value. Returns are ``A + V`` (the
+    critic's target). Not whitened: whiten with :func:`masked_whiten` if the recipe wants it.
+    Masked positions inside a sequence are skipped, like in :func:`discounted_returns`.
+    """
+    if values is None:
+        raise ValueError("advantage estimator 'gae' needs values from a critic")
+    _check_2d("token_rewards", token_rewards)
+    _check_same_shape(token_rewards=token_rewards, values=values, response_mask=response_mask)
+    valid = response_mask != 0
+    advantages = torch.zeros_like(token_rewards)
+    next_value = torch.zeros_like(token_rewards[:, 0])
+    next_advantage = torch.zeros_like(token_rewards[:, 0])
+    for t in reversed(range(token_rewards.shape[1])):
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        advantage = delta + gamma * lam * next_advantage
+        next_value = torch.where(valid[:, t], values[:, t], next_value)
+        next_advantage = torch.where(valid[:, t], advantage, next_advantage)
+        advantages[:, t] = torch.where(valid[:, t], advantage, 0.0)
+    return advantages, torch.where(valid, advantages + values, 0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# KL to the reference policy
+# --------------------------------------------------------------------------------------------
+
+
+def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str) -> Tensor:
+    """Per-token estimate of KL(pi || ref) for tokens sampled from pi (Schulman's k1/k2/k3).
+
+    k1 = log(pi/ref): unbiased, can be negative. k2 = 0.5 log(pi/ref)^2: biased, >= 0.
+    k3 = r - 1 - log r with r = ref/pi: unbiased and >= 0. Subtract ``coef * kl`` from the
+    token rewards (PPO style) or aggregate it into the loss (GRPO style).
+    """
+    _check_same_shape(logprobs=logprobs, ref_logprobs=ref_logprobs)
+    log_ratio = logprobs - ref_logprobs
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k2":
+        return 0.5 * log_ratio**2
+    if estimator == "k3":
+        # expm1(x) - x is exactly >= 0 in floating point, unlike exp(x) - x - 1 near x = 0.
+        return torch.expm1(-log_ratio) + log_ratio
+    raise ValueError(f"unknown KL estimator {estimator!r}; known: {list(KL_ESTIMATORS)}")
+
+
+class FixedKLController:
+    """Constant KL coefficient."""
+
+    def __init__(self, kl_coef: float) -> None:
+        if kl_coef < 0:
+            raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+        self.value = kl_coef
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        """No-op, so both controllers can be driven the same way."""
+
+
+class AdaptiveKLController:
+    """Proportional controller steering the observed KL towards ``target_kl``.
+
+    Ziegler et al. 2019: ``coef *= 1 + clip(kl/target - 1, -0.2, 0.2) * n_steps / horizon``.
+    """
+
+    def __init__(self, init_kl_coef: float, target_kl: float, horizon: int) -> None:
+        if init_kl_coef < 0 or target_kl <= 0 or horizon <= 0:
+            raise ValueError(
+                "need init_kl_coef >= 0, target_kl > 0 and horizon > 0, got "
+                f"{init_kl_coef}, {target_kl}, {horizon}"
+            )
+        self.value = init_kl_coef
+        self.target_kl = target_kl
+        self.horizon = horizon
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        proportional_error = min(max(current_kl / self.target_kl - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + proportional_error * n_steps / self.horizon
+
+
+# --------------------------------------------------------------------------------------------
+# Losses
+# --------------------------------------------------------------------------------------------
+
+
+def _positive_count(name: str, count: float | None, local: Tensor) -> Tensor | float:
+    if count is None:
+        return local.clamp(min=1)
+    if count <= 0:
+        raise ValueError(f"{name} must be positive, got {count}")
+    return count
+
+
+def aggregate_loss(
+    loss_mat: Tensor,
+    mask: Tensor,
+    mode: str,
+    *,
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+) -> Tensor:
+    """Reduce a per-token loss to a scalar.
+
+    ``num_tokens`` / ``num_seqs`` are the counts of the whole minibatch (all micro-batches and
+    data-parallel ranks). With them each micro-batch returns its share of the full-batch loss,
+    so summed gradients match the full batch exactly. ``None`` uses the local counts. A
+    sequence counts only if it has at least one valid token.
+
+    - ``token-mean``: every token weighs the same (DAPO); long answers weigh more.
+    - ``seq-mean-token-sum``: sum over a sequence's tokens, mean over sequences (Dr.GRPO style,
+      with a constant normaliser).
+    - ``seq-mean-token-mean``: mean within each sequence, then over sequences (original GRPO).
+    """
+    _check_2d("loss_mat", loss_mat)
+    _check_same_shape(loss_mat=loss_mat, mask=mask)
+    if mode == "token-mean":
+        return masked_sum(loss_mat, mask) / _positive_count("num_tokens", num_tokens, mask.sum())
+    local_seqs = (mask.sum(-1) > 0).sum().to(loss_mat.dtype)
+    seqs = _positive_count("num_seqs", num_seqs, local_seqs)
+    if mode == "seq-mean-token-sum":
+        return masked_sum(loss_mat, mask, dim=-1).sum() / seqs
+    if mode == "seq-mean-token-mean":
+        return masked_mean(loss_mat, mask, dim=-1).sum() / seqs
+    raise ValueError(f"unknown loss aggregation mode {mode!r}; known: {list(AGG_MODES)}")
+
+
+def approx_kl(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:
+    """k3 estimate of KL(old || new) over the masked tokens (sampled from the old policy)."""
+    return masked_mean(kl_penalty(old_logprobs, logprobs, "k3"), mask)
+
+
+def policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    dual_clip: float | None = None,
+    ratio_level: str = "token",
+    agg_mode: str = "token-mean",
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped surrogate loss (to minimise) with clip-higher and optional dual clip.
+
+    The ratio is clipped to ``[1 - clip_low, 1 + clip_high]``; a larger ``clip_high`` (DAPO)
+    lets unlikely tokens grow, which keeps entropy from collapsing. ``dual_clip = c > 1`` caps
+    the loss of negative-advantage tokens at ``-c * A``, so a huge ratio on a bad token cannot
+    dominate the batch. ``ratio_level="sequence"`` (GSPO) uses one ratio per sequence,
+    ``exp(mean token log-ratio)``, while gradients still flow through each token.
+
+    Metrics (detached, local to this micro-batch): ``clipfrac_low`` / ``clipfrac_high`` are the
+    fractions of tokens whose gradient the lower / upper clip removed; ``approx_kl`` is
+    KL(old || new); ``ratio_mean`` is the mean ratio used.
+    """
+    _check_2d("logprobs", logprobs)
+    _check_same_shape(
+        logprobs=logprobs,
+        old_logprobs=old_logprobs,
+        advantages=advantages,
+        response_mask=response_mask,
+    )
+    if not 0 <= clip_low < 1 or clip_high < 0:
+        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
+    if dual_clip is not None and dual_clip <= 1:
+        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+
+    log_ratio = logprobs - old_logprobs
+    if ratio_level == "sequence":
+        seq_log_ratio = masked_mean(log_ratio, response_mask, dim=-1)
+        # Value of the sequence ratio, gradient of each token's own log-prob (GSPO-token).
+        log_ratio = seq_log_ratio.detach()[:, None] + logprobs - logprobs.detach()
+    elif ratio_level != "token":
+        raise ValueError(f"unknown ratio_level {ratio_level!r}; known: {list(RATIO_LEVELS)}")
+    ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
+    losses = torch.maximum(unclipped, clipped)
+    if dual_clip is not None:
+        losses = torch.where(advantages < 0, torch.minimum(losses, -advantages * dual_clip), losses)
+    loss = aggregate_loss(losses, response_mask, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
+
+    with torch.no_grad():
+        metrics = {
+            "clipfrac_low": masked_mean(
+                ((advantages < 0) & (ratio < 1 - clip_low)).to(ratio.dtype), response_mask
+            ),
+            "clipfrac_high": masked_mean(
+                ((advantages > 0) & (ratio > 1 + clip_high)).to(ratio.dtype), response_mask
+            ),
+            "approx_kl": approx_kl(logprobs, old_logprobs, response_mask),
+            "ratio_mean": masked_mean(ratio, response_mask),
+        }
+    return loss, metrics
+
+
+def value_loss(
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    response_mask: Tensor,
+    *,
+    clip_range: float | None = 0.2,
+    agg_mode: str = "token-mean",
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Critic loss ``0.5 * max((V - R)^2, (V_clipped - R)^2)``.
+
+    ``V_clipped`` keeps the new value within ``clip_range`` of the old one, so one minibatch
+    cannot drag the critic far; ``None`` disables clipping. ``vf_clipfrac`` is the fraction of
+    tokens where the clipped error was the larger one.
+    """
+    _check_2d("values", values)
+    _check_same_shape(
+        values=values, old_values=old_values, returns=returns, response_mask=response_mask
+    )
+    unclipped = (values - returns) ** 2
+    if clip_range is None:
+        losses, clip_hits = unclipped, torch.zeros_like(unclipped)
+    else:
+        if clip_range <= 0:
+            raise ValueError(f"clip_range must be positive or None, got {clip_range}")
+        values_clipped = old_values + (values - old_values).clamp(-clip_range, clip_range)
+        clipped = (values_clipped - returns) ** 2
+        losses, clip_hits = torch.maximum(unclipped, clipped), (clipped > unclipped)
+    loss = aggregate_loss(
+        0.5 * losses, response_mask, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs
+    )
+    vf_clipfrac = masked_mean(clip_hits.to(values.dtype), response_mask).detach()
+    return loss, {"vf_clipfrac": vf_clipfrac}
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Entropy of the softmax over the last dim, ``[B, T, V] -> [B, T]``.
+
+    Stable for ``-inf`` logits (masked vocabulary): those terms count as 0, with finite grads.
+    """
+    logp = torch.log_softmax(logits, dim=-1)
+    p = logp.exp()
+    finite_logp = torch.where(p > 0, logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+    return -(p * finite_logp).sum(-1)
+
+
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
+    """``1 - Var(R - V) / Var(R)`` over the masked tokens: 1 is a perfect critic, 0 is no
+    better than a constant, negative is worse. NaN when the returns are constant."""
+    _check_same_shape(values=values, returns=returns, mask=mask)
+    var_returns = masked_var(returns, mask, unbiased=False)
+    var_residual = masked_var(returns - values, mask, unbiased=False)
+    return 1 - var_residual / var_returns
+
+
+# --------------------------------------------------------------------------------------------
+# Batch shaping
+# --------------------------------------------------------------------------------------------
+
+
+def informative_groups(scores: Tensor, group_ids: Tensor) -> Tensor:
+    """``[B]`` bool: False for every member of a group whose scores are all equal.
+
+    Such groups have zero advantage under any group baseline, so they only dilute the loss.
+    """
+    if scores.dim() != 1 or group_ids.shape != scores.shape or group_ids.is_floating_point():
+        raise ValueError(
+            "need 1-D scores and integer group_ids of the same shape, got "
+            f"{tuple(scores.shape)} and {group_ids.dtype} {tuple(group_ids.shape)}"
+        )
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    n_groups = int(inverse.max()) + 1 if inverse.numel() else 0
+    highest = scores.new_zeros(n_groups).scatter_reduce(
+        0, inverse, scores, "amax", include_self=False
+    )
+    lowest = scores.new_zeros(n_groups).scatter_reduce(
+        0, inverse, scores, "amin", include_self=False
+    )
+    return (highest != lowest)[inverse]
