@@ -55,9 +55,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "tests, reward and timings are added."
         ),
     )
-    parser.add_argument(
-        "samples", type=Path, nargs="?", help="samples JSONL (task_id, completion)"
-    )
+    parser.add_argument("samples", type=Path, nargs="?", help="samples JSONL (task_id, completion)")
     parser.add_argument(
         "--reference",
         action="store_true",

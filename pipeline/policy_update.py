@@ -1,0 +1,587 @@
+"""The policy update: scored rollouts + policy (+ reference, + critic) -> new weights + metrics.
+
+One :class:`PolicyUpdater` serves GRPO, RLOO, REINFORCE++ and PPO; they differ only in the
+advantage estimator (a registry entry in :mod:`pipeline.algorithms`), in where the KL to the
+reference goes (reward or loss) and in whether a critic trains alongside. ``update`` reads top
+to bottom like CleanRL's ``ppo.py``:
+
+1. shape the batch (drop groups without signal, mask truncated completions);
+2. score it without gradients: old logprobs, reference logprobs, critic values;
+3. rewards -> advantages and returns;
+4. epochs x shuffled minibatches x micro-batches: loss, backward, clip, step;
+   stop early when the policy has moved too far from the sampling policy.
+
+Built on ``accelerate``: the same code runs in one CPU process or on many GPUs (DDP/FSDP).
+Every rank holds the whole (token-id) batch and trains on its share of each minibatch, so the
+global token and sequence counts that make the loss independent of micro-batching and world
+size are known everywhere without communication.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from accelerate import Accelerator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from torch import Tensor, nn
+
+from pipeline.algorithms import (
+    AdaptiveKLController,
+    FixedKLController,
+    aggregate_loss,
+    entropy_from_logits,
+    explained_variance,
+    get_advantage_estimator,
+    informative_groups,
+    kl_penalty,
+    masked_mean,
+    masked_whiten,
+    outcome_to_token_rewards,
+    policy_loss,
+    value_loss,
+)
+from pipeline.models import (
+    ActorCritic,
+    ValueModel,
+    completion_logits,
+    completion_logprobs,
+    disable_dropout,
+)
+from pipeline.rollouts import RolloutBatch
+
+Algorithm = Literal["grpo", "rloo", "reinforce++", "reinforce++_baseline", "ppo"]
+AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
+
+
+class UpdateConfig(BaseModel):
+    """Settings of one policy update. Sizes count sequences (completions)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    algorithm: Algorithm = "grpo"
+    epochs: int = Field(1, ge=1, le=100, description="passes over each rollout batch")
+    minibatch_size: int | None = Field(
+        None, ge=1, description="sequences per optimizer step, all ranks together; None = batch"
+    )
+    micro_batch_size: int = Field(8, ge=1, description="sequences per forward, per rank")
+    lr: float = Field(1e-6, gt=0, le=1)
+    critic_lr: float | None = Field(None, gt=0, le=1, description="None = lr")
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    clip_low: float = Field(0.2, ge=0, lt=1)
+    clip_high: float = Field(0.2, ge=0, le=10, description="0.28 is DAPO's clip-higher")
+    dual_clip: float | None = Field(None, gt=1)
+    ratio_level: Literal["token", "sequence"] = "token"
+    loss_agg_mode: AggMode = "token-mean"
+    norm_adv_by_std: bool = Field(True, description="grpo: False gives Dr.GRPO")
+    gamma: float = Field(1.0, ge=0, le=1)
+    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda (ppo)")
+    whiten_advantages: bool = Field(True, description="ppo: whiten GAE advantages per batch")
+    kl_in: Literal["reward", "loss", "none"] = "none"
+    kl_coef: float = Field(0.0, ge=0)
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_ratio_weighted: bool = Field(
+        False,
+        description="kl_in='loss': weigh the per-token KL by the policy ratio, which makes its "
+        "gradient the unbiased reverse-KL gradient (DeepSeek-V3.2; TRL's use_bias_correction_kl)",
+    )
+    adaptive_kl_target: float | None = Field(
+        None, gt=0, description="steer the KL to the reference to this value; None = fixed kl_coef"
+    )
+    adaptive_kl_horizon: int = Field(10_000, ge=1)
+    target_kl: float | None = Field(
+        None, gt=0, description="stop the epochs once approx KL to the sampling policy exceeds it"
+    )
+    entropy_coef: float = Field(0.0, ge=0)
+    vf_coef: float = Field(0.5, ge=0)
+    value_clip: float | None = Field(0.2, gt=0)
+    drop_uniform_groups: bool = True
+    mask_truncated: bool = False
+    temperature: float = Field(1.0, gt=0, description="the sampler's; logits are divided by it")
+    gradient_checkpointing: bool = False
+    bf16: bool = False
+    lora_r: int = Field(0, ge=0, description="LoRA rank; 0 = full fine-tuning")
+    lora_alpha: float = Field(16.0, gt=0)
+    lora_dropout: float = Field(0.0, ge=0, lt=1)
+    lora_target_modules: list[str] | Literal["all-linear"] = "all-linear"
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> UpdateConfig:
+        if self.minibatch_size is not None and self.micro_batch_size > self.minibatch_size:
+            raise ValueError(
+                f"micro_batch_size={self.micro_batch_size} exceeds minibatch_size={self.minibatch_size}"
+            )
+        if self.kl_in == "none" and (self.kl_coef > 0 or self.adaptive_kl_target is not None):
+            raise ValueError("kl_coef / adaptive_kl_target are set but kl_in='none'")
+        if self.kl_in != "none" and self.kl_coef == 0:
+            raise ValueError(f"kl_in={self.kl_in!r} needs kl_coef > 0")
+        if self.kl_ratio_weighted and self.kl_in != "loss":
+            raise ValueError("kl_ratio_weighted applies to the KL in the loss (kl_in='loss')")
+        return self
+
+
+@dataclass
+class PreparedBatch:
+    """A batch ready for gradient steps: rows that train, with everything the loss needs."""
+
+    batch: RolloutBatch
+    loss_mask: Tensor  # [B, T]
+    advantages: Tensor  # [B, T]
+    returns: Tensor | None  # [B, T], critic targets (ppo)
+    old_logprobs: Tensor | None  # [B, T]; None: the single step reads them from its own forward
+    ref_logprobs: Tensor | None  # [B, T]
+    old_values: Tensor | None  # [B, T]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+
+class _Totals:
+    """Metrics gathered over micro-batches (token-weighted means, sums, maxima), then reduced
+    over ranks in one call per kind."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, Tensor] = {}
+        self.weights: dict[str, Tensor] = {}
+        self.maxima: dict[str, Tensor] = {}
+
+    def mean(self, name: str, local_mean: Tensor, weight: Tensor) -> None:
+        self.add(name, local_mean * weight)
+        self.weights[name] = self.weights.get(name, 0) + weight.detach().float()
+
+    def add(self, name: str, value: Tensor) -> None:
+        self.sums[name] = self.sums.get(name, 0) + value.detach().float()
+
+    def max(self, name: str, value: Tensor) -> None:
+        value = value.detach().float()
+        self.maxima[name] = (
+            torch.maximum(self.maxima[name], value) if name in self.maxima else value
+        )
+
+    def reduce(self, accelerator: Accelerator) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if self.sums:
+            names, weighted = list(self.sums), list(self.weights)
+            stacked = torch.stack(
+                [self.sums[n] for n in names] + [self.weights[n] for n in weighted]
+            )
+            reduced = accelerator.reduce(stacked.to(accelerator.device), reduction="sum").tolist()
+            out.update(zip(names, reduced[: len(names)], strict=True))
+            for name, weight in zip(weighted, reduced[len(names) :], strict=True):
+                out[name] = out[name] / weight if weight > 0 else math.nan
+        if self.maxima:
+            names = list(self.maxima)
+            stacked = torch.stack([self.maxima[n] for n in names]).to(accelerator.device)
+            out.update(
+                zip(names, accelerator.reduce(stacked, reduction="max").tolist(), strict=True)
+            )
+        return out
+
+
+def _add_sampler_mismatch(
+    totals: _Totals, logprobs: Tensor, sampling_logprobs: Tensor, mask: Tensor
+) -> None:
+    """How far the trainer's logprobs are from the sampler's (vLLM kernels, bf16, stale weights):
+    large values mean the 'on-policy' ratio is already off before any step."""
+    valid = (mask != 0) & ~torch.isnan(sampling_logprobs)
+    sampled = torch.where(valid, sampling_logprobs, logprobs)
+    diff = (logprobs - sampled).abs()
+    weight = valid.sum()
+    totals.mean("sampler_logprob_diff_mean", masked_mean(diff, valid.float()), weight)
+    totals.max("sampler_logprob_diff_max", torch.where(valid, diff, 0.0).max())
+    totals.mean(
+        "sampler_kl", masked_mean(kl_penalty(sampled, logprobs, "k3"), valid.float()), weight
+    )
+
+
+class PolicyUpdater:
+    """Owns the accelerator, the (wrapped) policy and critic, the optimizer and the KL controller.
+
+    ``policy`` is a causal LM; ``ref_model`` a frozen copy for the KL term (not needed with LoRA:
+    the base model with adapters off is the reference); ``critic`` a :class:`ValueModel` (PPO).
+    """
+
+    def __init__(
+        self,
+        config: UpdateConfig,
+        policy: nn.Module,
+        *,
+        ref_model: nn.Module | None = None,
+        critic: ValueModel | None = None,
+        accelerator: Accelerator | None = None,
+    ) -> None:
+        self.config = cfg = config
+        if (cfg.algorithm == "ppo") != (critic is not None):
+            raise ValueError(
+                f"algorithm={cfg.algorithm!r} "
+                + ("needs a critic (ValueModel)" if critic is None else "does not use a critic")
+            )
+        # With LoRA the base model (adapters off) is the reference: no second copy.
+        self._adapter_reference = (
+            cfg.kl_in != "none" and ref_model is None and (cfg.lora_r > 0 or _is_peft(policy))
+        )
+        if cfg.kl_in != "none" and ref_model is None and not self._adapter_reference:
+            raise ValueError(f"kl_in={cfg.kl_in!r} needs a ref_model (or a LoRA policy)")
+        self.accelerator = accelerator or Accelerator(mixed_precision="bf16" if cfg.bf16 else "no")
+        if cfg.lora_r:
+            from peft import LoraConfig, get_peft_model
+
+            policy = get_peft_model(
+                policy,
+                LoraConfig(
+                    r=cfg.lora_r,
+                    lora_alpha=cfg.lora_alpha,
+                    lora_dropout=cfg.lora_dropout,
+                    target_modules=cfg.lora_target_modules,
+                    task_type="CAUSAL_LM",
+                ),
+            )
+        for module in (policy, critic):
+            if module is None:
+                continue
+            disable_dropout(module)
+            if cfg.gradient_checkpointing:
+                target = module.backbone if isinstance(module, ValueModel) else module
+                target.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False}
+                )
+        self.ref_model = None
+        if cfg.kl_in != "none" and ref_model is not None:
+            self.ref_model = ref_model.to(self.accelerator.device).eval().requires_grad_(False)
+
+        model = ActorCritic(policy, critic).train()
+        groups = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": cfg.lr}]
+        if critic is not None:
+            groups.append({"params": list(critic.parameters()), "lr": cfg.critic_lr or cfg.lr})
+        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.kl_controller = (
+            AdaptiveKLController(cfg.kl_coef, cfg.adaptive_kl_target, cfg.adaptive_kl_horizon)
+            if cfg.adaptive_kl_target is not None
+            else FixedKLController(cfg.kl_coef)
+        )
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+
+    @property
+    def actor_critic(self) -> ActorCritic:
+        return self.accelerator.unwrap_model(self.model)
+
+    @property
+    def policy(self) -> nn.Module:
+        """The trained policy (a PeftModel under LoRA), for sampling and saving."""
+        return self.actor_critic.policy
+
+    @property
+    def critic(self) -> ValueModel | None:
+        return self.actor_critic.critic
+
+    # ----------------------------------------------------------------------------------------
+    # The update
+    # ----------------------------------------------------------------------------------------
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        """Train on one batch of scored rollouts; returns the metrics of this update.
+
+        Losses, clip fractions, approx KL, entropy, KL to the reference, value metrics and grad
+        norm are averaged over the optimizer steps taken; the rest describe the batch.
+        """
+        cfg = self.config
+        prepared = self.prepare(batch)
+        minibatches = self._minibatches(len(prepared))
+        steps: list[dict[str, float]] = []
+        for rows in minibatches:
+            step = self.backward_minibatch(prepared, rows)
+            step["grad_norm"] = float(
+                self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            )
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            steps.append(step)
+            if cfg.target_kl is not None and step["approx_kl"] > cfg.target_kl:
+                break  # the policy has left the trust region of the sampling policy
+
+        metrics = dict(prepared.metrics)
+        for name in steps[0] if steps else ():
+            values = [step[name] for step in steps]
+            metrics[name] = max(values) if name.endswith("_max") else sum(values) / len(values)
+        metrics["optimizer_steps"] = float(len(steps))
+        metrics["early_stopped"] = float(len(steps) < len(minibatches))
+        metrics["kl_coef"] = self.kl_controller.value
+        if "kl_ref" in metrics:
+            self.kl_controller.update(metrics["kl_ref"], n_steps=len(prepared))
+        return metrics
+
+    @torch.no_grad()
+    def prepare(self, batch: RolloutBatch) -> PreparedBatch:
+        """Steps 1-3: shape the batch, score it, turn rewards into advantages."""
+        cfg = self.config
+        device = self.accelerator.device
+        batch = batch.to(device)
+        metrics = {"reward_mean": batch.rewards.mean().item(), "rollouts": float(len(batch))}
+
+        # 1. A group whose rewards are all equal has zero advantage under a group baseline.
+        if cfg.drop_uniform_groups:
+            batch = batch.select(informative_groups(batch.rewards, batch.group_ids))
+        if len(batch) == 0:
+            metrics["trained_fraction"] = 0.0
+            empty = batch.response_mask
+            return PreparedBatch(batch, empty, empty, None, None, None, None, metrics)
+        response_mask = batch.response_mask
+        lengths = batch.completion_lengths.float()
+        metrics["response_length_mean"] = lengths.mean().item()
+        metrics["response_length_max"] = lengths.max().item()
+        metrics["truncated_fraction"] = batch.truncated.float().mean().item()
+
+        # 2. Scoring passes. Old logprobs are only needed when more than one optimizer step
+        # reuses the batch (or for the KL reward); otherwise the one step's own forward gives them.
+        steps_per_epoch = math.ceil(len(batch) / (cfg.minibatch_size or len(batch)))
+        needs_old = (
+            cfg.epochs * steps_per_epoch > 1 or cfg.kl_in == "reward" or self.critic is not None
+        )
+        scores = _Totals()
+        old_logprobs, old_values, ref_logprobs = self._score(
+            batch, policy=needs_old, reference=cfg.kl_in != "none", totals=scores
+        )
+        metrics.update(scores.reduce(self.accelerator))
+
+        # 3. Rewards: the verifier score on the last token, minus the per-token KL (PPO style).
+        token_rewards = outcome_to_token_rewards(batch.rewards, response_mask)
+        if cfg.kl_in == "reward":
+            kl = kl_penalty(old_logprobs, ref_logprobs, cfg.kl_estimator) * response_mask
+            metrics["kl_ref"] = masked_mean(kl, response_mask).item()
+            token_rewards = token_rewards - self.kl_controller.value * kl
+        estimator = get_advantage_estimator("gae" if cfg.algorithm == "ppo" else cfg.algorithm)
+        advantages, returns = estimator(
+            token_rewards,
+            response_mask,
+            group_ids=batch.group_ids,
+            values=old_values,
+            gamma=cfg.gamma,
+            lam=cfg.lam,
+            norm_by_std=cfg.norm_adv_by_std,
+        )
+        if cfg.algorithm == "ppo":
+            metrics["explained_variance"] = explained_variance(
+                old_values, returns, response_mask
+            ).item()
+            metrics["value_mean"] = masked_mean(old_values, response_mask).item()
+            if cfg.whiten_advantages:
+                advantages = masked_whiten(advantages, response_mask)
+        else:
+            returns = None
+
+        # Truncated completions still set their group's baseline above; they just do not train.
+        loss_mask = response_mask
+        if cfg.mask_truncated:
+            loss_mask = response_mask * (~batch.truncated)[:, None]
+        prepared = PreparedBatch(
+            batch, loss_mask, advantages, returns, old_logprobs, ref_logprobs, old_values, metrics
+        )
+        trains = loss_mask.sum(-1) > 0
+        if not bool(trains.all()):
+            prepared = _select(prepared, trains.nonzero().squeeze(1))
+        metrics["trained_fraction"] = len(prepared) / metrics["rollouts"]
+        return prepared
+
+    def backward_minibatch(self, prepared: PreparedBatch, rows: Tensor) -> dict[str, float]:
+        """Step 4 for one minibatch: accumulate its gradient over this rank's micro-batches.
+
+        Each micro-batch loss is its share of the minibatch loss (global counts), times the
+        world size because DDP averages gradients over ranks: the summed gradient is the
+        minibatch gradient whatever the micro-batch size and the number of ranks.
+        """
+        cfg = self.config
+        batch = prepared.batch
+        minibatch_mask = prepared.loss_mask[rows]
+        counts = {
+            "num_tokens": minibatch_mask.sum().item(),
+            "num_seqs": (minibatch_mask.sum(-1) > 0).sum().item(),
+        }
+        scale = self.accelerator.num_processes
+        totals = _Totals()
+        micro_batches = list(self._rank_micro_batches(batch, rows))
+        for i, (micro_rows, real) in enumerate(micro_batches):
+            is_last = i == len(micro_batches) - 1
+            sync = contextlib.nullcontext() if is_last else self.accelerator.no_sync(self.model)
+            with sync:
+                inputs = batch.model_inputs(micro_rows)
+                width = inputs.completion_ids.shape[1]
+
+                def take(x: Tensor | None, rows: Tensor = micro_rows, width: int = width) -> Tensor:
+                    return None if x is None else x[rows, :width]
+
+                mask = take(prepared.loss_mask) * real
+                logits, values = self.model(inputs, cfg.temperature)
+                logprobs = completion_logprobs(logits, inputs.completion_ids)
+                old_logprobs = take(prepared.old_logprobs)
+                if old_logprobs is None:
+                    old_logprobs = logprobs.detach()
+                    _add_sampler_mismatch(totals, old_logprobs, take(batch.sampling_logprobs), mask)
+                loss, pg_metrics = policy_loss(
+                    logprobs,
+                    old_logprobs,
+                    take(prepared.advantages),
+                    mask,
+                    clip_low=cfg.clip_low,
+                    clip_high=cfg.clip_high,
+                    dual_clip=cfg.dual_clip,
+                    ratio_level=cfg.ratio_level,
+                    agg_mode=cfg.loss_agg_mode,
+                    **counts,
+                )
+                tokens = mask.sum()
+                totals.add("policy_loss", loss)
+                for name, value in pg_metrics.items():
+                    totals.mean(name, value, tokens)
+
+                with contextlib.nullcontext() if cfg.entropy_coef else torch.no_grad():
+                    entropy = entropy_from_logits(logits)
+                if cfg.entropy_coef:
+                    loss = loss - cfg.entropy_coef * aggregate_loss(
+                        entropy, mask, cfg.loss_agg_mode, **counts
+                    )
+                totals.mean("entropy", masked_mean(entropy, mask), tokens)
+
+                if cfg.kl_in == "loss":
+                    kl = kl_penalty(logprobs, take(prepared.ref_logprobs), cfg.kl_estimator)
+                    totals.mean("kl_ref", masked_mean(kl, mask), tokens)
+                    if cfg.kl_ratio_weighted:
+                        log_ratio = logprobs - old_logprobs
+                        if cfg.ratio_level == "sequence":
+                            log_ratio = masked_mean(log_ratio, mask, dim=-1)[:, None]
+                        kl = kl * torch.exp(log_ratio)
+                    loss = loss + self.kl_controller.value * aggregate_loss(
+                        kl, mask, cfg.loss_agg_mode, **counts
+                    )
+
+                if values is not None:
+                    vf_loss, vf_metrics = value_loss(
+                        values,
+                        take(prepared.old_values),
+                        take(prepared.returns),
+                        mask,
+                        clip_range=cfg.value_clip,
+                        agg_mode=cfg.loss_agg_mode,
+                        **counts,
+                    )
+                    loss = loss + cfg.vf_coef * vf_loss
+                    totals.add("value_loss", vf_loss)
+                    totals.mean("vf_clipfrac", vf_metrics["vf_clipfrac"], tokens)
+
+                totals.add("loss", loss)
+                self.accelerator.backward(loss * scale)
+        # Loss shares add up (over micro-batches and ranks) to the minibatch loss.
+        return totals.reduce(self.accelerator)
+
+    # ----------------------------------------------------------------------------------------
+    # Helpers
+    # ----------------------------------------------------------------------------------------
+
+    def _minibatches(self, num_rows: int) -> list[Tensor]:
+        """Row indices of every optimizer step: ``epochs`` shuffles, each split in minibatches.
+        The generator is seeded alike on every rank, so all ranks agree."""
+        if num_rows == 0:
+            return []
+        size = self.config.minibatch_size or num_rows
+        return [
+            rows.to(self.accelerator.device)
+            for _ in range(self.config.epochs)
+            for rows in torch.randperm(num_rows, generator=self.generator).split(size)
+        ]
+
+    def _rank_micro_batches(
+        self, batch: RolloutBatch, rows: Tensor
+    ) -> Iterator[tuple[Tensor, float]]:
+        """This rank's rows of a minibatch in micro-batches, shortest first (less padding).
+
+        Every rank yields the same number of micro-batches, as DDP needs one backward each;
+        a rank short of rows repeats a row with weight 0.
+        """
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        mine = rows[rank::world]
+        lengths = batch.prompt_lengths[mine] + batch.completion_lengths[mine]
+        mine = mine[torch.argsort(lengths, stable=True)]
+        per_rank = math.ceil(len(rows) / world)
+        count = math.ceil(per_rank / self.config.micro_batch_size)
+        chunks = list(mine.split(self.config.micro_batch_size))
+        for chunk in chunks:
+            yield chunk, 1.0
+        for _ in range(count - len(chunks)):
+            yield rows[:1], 0.0
+
+    def _score(
+        self, batch: RolloutBatch, *, policy: bool, reference: bool, totals: _Totals
+    ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        """Old logprobs, old values and reference logprobs for the whole batch: each rank scores
+        its rows, one all-reduce (sum over disjoint rows) shares them."""
+        shape = batch.completion_ids.shape
+        device = self.accelerator.device
+        old = torch.zeros(shape, device=device) if policy else None
+        values = torch.zeros(shape, device=device) if policy and self.critic else None
+        ref = torch.zeros(shape, device=device) if reference else None
+        if old is None and ref is None:
+            return None, None, None
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        for rows in torch.arange(len(batch), device=device)[rank::world].split(
+            self.config.micro_batch_size
+        ):
+            inputs = batch.model_inputs(rows)
+            width = inputs.completion_ids.shape[1]
+            if policy:
+                logits, micro_values = self.model(inputs, self.config.temperature)
+                old[rows, :width] = completion_logprobs(logits, inputs.completion_ids)
+                _add_sampler_mismatch(
+                    totals,
+                    old[rows, :width],
+                    batch.sampling_logprobs[rows, :width],
+                    batch.response_mask[rows, :width],
+                )
+                if values is not None:
+                    values[rows, :width] = micro_values
+            if reference:
+                ref[rows, :width] = completion_logprobs(
+                    self._reference_logits(inputs), inputs.completion_ids
+                )
+        shared = [x for x in (old, values, ref) if x is not None]
+        if world > 1:
+            shared = self.accelerator.reduce(shared, reduction="sum")
+        shared_iter = iter(shared)
+        return tuple(next(shared_iter) if x is not None else None for x in (old, values, ref))
+
+    def _reference_logits(self, inputs) -> Tensor:
+        with self.accelerator.autocast():
+            if not self._adapter_reference:
+                return completion_logits(self.ref_model, inputs, self.config.temperature)
+            with self.policy.disable_adapter():
+                return completion_logits(self.policy, inputs, self.config.temperature)
+
+
+def _is_peft(model: nn.Module) -> bool:
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+def _select(prepared: PreparedBatch, rows: Tensor) -> PreparedBatch:
+    """The rows ``rows`` of a prepared batch, padding trimmed."""
+    batch = prepared.batch.select(rows)
+    width = batch.completion_ids.shape[1]
+
+    def take(x: Tensor | None) -> Tensor | None:
+        return None if x is None else x[rows, :width]
+
+    return PreparedBatch(
+        batch,
+        take(prepared.loss_mask),
+        take(prepared.advantages),
+        take(prepared.returns),
+        take(prepared.old_logprobs),
+        take(prepared.ref_logprobs),
+        take(prepared.old_values),
+        prepared.metrics,
+    )

@@ -1,0 +1,111 @@
+"""Shared cases for the policy-update tests, and the worker ``accelerate launch`` runs.
+
+As a script (one process per rank)::
+
+    accelerate launch --multi_gpu --num_processes 2 tests/update_cases.py CONFIG_JSON OUT_DIR [ROW_KWARGS_JSON]
+
+builds the same tiny model and batch as :func:`tiny_case`, runs one full ``update`` and one
+gradient pass, and rank 0 saves the gradients, the updated weights and the metrics.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeline.models import ValueModel, char_tokenizer, tiny_causal_lm
+from pipeline.policy_update import PolicyUpdater, UpdateConfig
+from pipeline.rollouts import RolloutBatch, collate_rollouts
+
+ALPHABET = "def():\n rtun0123456789+"
+
+
+def random_rows(
+    vocab_size: int,
+    *,
+    num_prompts: int = 4,
+    group_size: int = 4,
+    max_prompt_len: int = 8,
+    max_completion_len: int = 7,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Rollout rows of random tokens with ragged lengths and mixed rewards (0, 0.5, 1)."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def randint(low: int, high: int, size: tuple[int, ...] = ()) -> torch.Tensor:
+        return torch.randint(low, high, size, generator=gen)
+
+    rows = []
+    for p in range(num_prompts):
+        prompt = randint(3, vocab_size, (int(randint(2, max_prompt_len + 1)),)).tolist()
+        for g in range(group_size):
+            length = int(randint(1, max_completion_len + 1))
+            rows.append(
+                {
+                    "prompt_id": f"p{p}",
+                    "group_index": g,
+                    "prompt_ids": prompt,
+                    "completion_ids": randint(1, vocab_size, (length,)).tolist(),
+                    "sampling_logprobs": (-3 * torch.rand(length, generator=gen)).tolist(),
+                    "finish_reason": "length" if length == max_completion_len else "stop",
+                    "reward": float(randint(0, 3)) / 2,
+                }
+            )
+    return rows
+
+
+def tiny_case(
+    config: UpdateConfig, *, seed: int = 0, **row_kwargs: Any
+) -> tuple[PolicyUpdater, RolloutBatch]:
+    """A fresh updater on the seeded tiny model (plus reference/critic as the config needs)."""
+    tokenizer = char_tokenizer(ALPHABET)
+    policy = tiny_causal_lm(len(tokenizer), seed=seed)
+    ref_model = copy.deepcopy(policy) if config.kl_in != "none" and not config.lora_r else None
+    critic = ValueModel.from_policy(policy) if config.algorithm == "ppo" else None
+    updater = PolicyUpdater(config, policy, ref_model=ref_model, critic=critic)
+    batch = collate_rollouts(random_rows(len(tokenizer), seed=seed, **row_kwargs))
+    return updater, batch
+
+
+def gradients(updater: PolicyUpdater) -> dict[str, torch.Tensor]:
+    """Current gradients of every trainable parameter of policy and critic."""
+    return {
+        name: param.grad.detach().clone()
+        for name, param in updater.actor_critic.named_parameters()
+        if param.requires_grad and param.grad is not None
+    }
+
+
+def weights(updater: PolicyUpdater) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in updater.actor_critic.named_parameters()}
+
+
+def minibatch_gradients(updater: PolicyUpdater, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+    """Gradient of the whole batch as one minibatch (no optimizer step)."""
+    prepared = updater.prepare(batch)
+    updater.optimizer.zero_grad(set_to_none=True)
+    updater.backward_minibatch(prepared, torch.arange(len(prepared)))
+    return gradients(updater)
+
+
+def _worker(config_json: str, out_dir: str, row_kwargs_json: str = "{}") -> None:
+    config = UpdateConfig.model_validate_json(config_json)
+    updater, batch = tiny_case(config, **json.loads(row_kwargs_json))
+    grads = minibatch_gradients(updater, batch)
+    updater.optimizer.zero_grad(set_to_none=True)
+    metrics = updater.update(batch)
+    if updater.accelerator.is_main_process:
+        out = Path(out_dir)
+        torch.save(grads, out / "grads.pt")
+        torch.save(weights(updater), out / "weights.pt")
+        (out / "metrics.json").write_text(json.dumps(metrics))
+        (out / "world.txt").write_text(str(updater.accelerator.num_processes))
+
+
+if __name__ == "__main__":
+    _worker(*sys.argv[1:])
