@@ -205,3 +205,25 @@ def test_close_cancels_queued_jobs_instead_of_running_them():
     assert time.monotonic() - started < 5
     assert sum(future.cancelled() for future in futures) >= 18
     assert futures[0].result().status is ExecStatus.COMPLETED
+
+
+def test_honest_programs_can_use_threads_under_the_default_limits(sandbox_pool):
+    program = (
+        "import threading\n"
+        "def f(n):\n"
+        "    results = []\n"
+        "    threads = [threading.Thread(target=results.append, args=(i,)) for i in range(n)]\n"
+        "    for t in threads:\n        t.start()\n"
+        "    for t in threads:\n        t.join()\n"
+        "    return sorted(results)\n"
+    )
+    result = sandbox_pool.run(
+        Job(
+            program=program,
+            limits=Limits(),
+            judge=JudgeSpec(
+                setup="f = __remote__('f')", tests=("assert f(24) == list(range(24))",)
+            ),
+        )
+    )
+    assert passed(result) == [True], result.tests

@@ -40,6 +40,9 @@ JUDGE_GRACE_S = 1.0  # after a timeout, how long the judge may take to wind down
 OOM_CONTROL = "/sys/fs/cgroup/memory/memory.oom_control"  # cgroup v1
 OOM_EVENTS = "/sys/fs/cgroup/memory.events"  # cgroup v2
 _PR_SET_DUMPABLE = 4
+# glibc reserves 64 MB of address space per thread arena: under the program's RLIMIT_AS that
+# would allow only a dozen threads. Read once at malloc start-up, so set for the zygote.
+PROGRAM_ENV = {"MALLOC_ARENA_MAX": "2"}
 
 
 def _log(message: str) -> None:
@@ -143,6 +146,7 @@ class Supervisor:
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
+            env={**os.environ, **PROGRAM_ENV},
         )
         theirs.close()
         return process, ours

@@ -44,7 +44,12 @@ def _become_candidate(fds: list[int], mode: str, limits: dict[str, Any], uid: in
         os.chdir("/work")
         os.environ.clear()
         os.environ.update(
-            {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8"}
+            {
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "HOME": "/work",
+                "LANG": "C.UTF-8",
+                "MALLOC_ARENA_MAX": "2",
+            }  # for programs it starts; see supervisor.PROGRAM_ENV
         )
         signal.signal(signal.SIGINT, signal.default_int_handler)
         # The program's own streams, on the pipes, for as long as it lives.
