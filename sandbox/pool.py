@@ -122,7 +122,9 @@ class _Container:
                 f"{config.image} .`)"
             ) from exc
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            raise SandboxUnavailable(f"cannot start a sandbox container: {exc}") from exc
+            raise SandboxUnavailable(
+                f"cannot start a sandbox container on {client.api.base_url}: {exc}"
+            ) from exc
         self.stream = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stream": 1})
         self.sock: socket.socket = self.stream._sock
         self.payload = bytearray()  # demultiplexed stdout not yet parsed into frames
@@ -201,6 +203,8 @@ class SandboxPool:
             hosts = self.config.docker_hosts or (None,)
             self._clients = [_connect(host) for host in hosts]
             for client in self._clients:
+                # containers of pools whose process died (an engine restart stops them)
+                client.containers.prune(filters={"label": "codepost.sandbox"})
                 try:
                     client.images.get(self.config.image)
                 except docker.errors.ImageNotFound as exc:

@@ -41,6 +41,8 @@ if ! docker info >/dev/null 2>&1; then
   fi
   if ! docker info >/dev/null 2>&1; then
     say "starting dockerd (log: /var/log/codepost-dockerd.log)"
+    pidfile=/var/run/docker.pid  # left behind by a dockerd that was killed: it blocks a restart
+    if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then as_root rm -f "$pidfile"; fi
     as_root sh -c 'nohup dockerd >/var/log/codepost-dockerd.log 2>&1 &'
     for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
     docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/codepost-dockerd.log" >&2; exit 1; }
