@@ -31,7 +31,7 @@ from sandbox import Limits, SandboxUnavailable
 
 from .extraction import COMPLETION_STYLES
 from .pass_at_k import pass_at_k
-from .problems import HUMANEVAL, Problem, ProblemFormatError, load_problems
+from .problems import HUMANEVAL, Problem, ProblemFormatError, jsonl_records, load_problems
 from .verdicts import Verdict, VerdictStatus
 from .verifier import SampleError, Verifier
 
@@ -126,13 +126,7 @@ def read_samples(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
     """The rows of a samples file and their line numbers (blank lines skipped)."""
     rows, lines = [], []
     with path.open(encoding="utf-8") as stream:
-        for lineno, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SampleFileError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        for lineno, row in jsonl_records(stream, path, SampleFileError):
             if not isinstance(row, dict):
                 raise SampleFileError(
                     f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}"

@@ -307,14 +307,22 @@ def _read_file(path: Path) -> Iterator[tuple[str, Any]]:
             for index, record in enumerate(records):
                 yield f"{path}: record {index}", record
             return
-        for lineno, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ProblemFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        for lineno, record in jsonl_records(stream, path, ProblemFormatError):
             yield f"{path}:{lineno}", record
+
+
+def jsonl_records(
+    stream: Iterable[str], path: os.PathLike[str] | str, error: type[Exception]
+) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` per non-blank line; ``error`` names the file and line."""
+    for lineno, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise error(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        yield lineno, record
 
 
 def _read_hub(source: str, split: str) -> Iterator[tuple[str, Any]]:
