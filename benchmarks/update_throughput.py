@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from pipeline.models import char_tokenizer
-from pipeline.policy_update import PolicyUpdater, UpdateConfig
-from pipeline.rollouts import RolloutBatch, collate_rollouts
+from codepost.pipeline.models import char_tokenizer
+from codepost.pipeline.policy_update import PolicyUpdater, UpdateConfig
+from codepost.pipeline.rollouts import RolloutBatch, collate_rollouts
 
 
 def build_model(args: argparse.Namespace) -> LlamaForCausalLM:

@@ -1,24 +1,50 @@
-"""The `codepost` command. Each subcommand imports its package only when it runs."""
+"""The `codepost` command.
+
+It stays fast as it grows: `codepost --help` imports no subcommand, and a subcommand imports
+only its own module (`codepost verify` loads neither torch, vllm nor prefect). Each module
+named in :data:`COMMANDS` has ``register(subparsers)``, which adds its parser and sets
+``func``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from collections.abc import Sequence
+
+# name -> (module with `register`, one-line help shown by `codepost --help`)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "verify": (
+        "codepost.verifiers.cli",
+        "run candidate code against problem tests in the sandbox",
+    ),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from verifiers import cli as verify_cli
-
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser with ``command`` fully registered and every other command as a stub."""
     parser = argparse.ArgumentParser(
         prog="codepost", description="Code post-training with a sandboxed verifier."
     )
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    verify_cli.register(subcommands)
+    for name, (module, help_text) in COMMANDS.items():
+        if name == command:
+            importlib.import_module(module).register(subcommands)
+        else:
+            subcommands.add_parser(name, help=help_text)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The command word: the first argument that is not an option (the top level's options
+    take no values)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(_command_in(argv)).parse_args(argv)
     return int(args.func(args) or 0)
 
 

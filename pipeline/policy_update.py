@@ -1,7 +1,7 @@
 """The policy update: scored rollouts + policy (+ reference, + critic) -> new weights + metrics.
 
 One :class:`PolicyUpdater` serves GRPO, RLOO, REINFORCE++ and PPO; they differ only in the
-advantage estimator (a registry entry in :mod:`pipeline.algorithms`), in where the KL to the
+advantage estimator (a registry entry in :mod:`codepost.pipeline.algorithms`), in where the KL to the
 reference goes (reward or loss) and in whether a critic trains alongside. ``update`` reads top
 to bottom like CleanRL's ``ppo.py``:
 
@@ -30,7 +30,7 @@ from accelerate import Accelerator
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor, nn
 
-from pipeline.algorithms import (
+from codepost.pipeline.algorithms import (
     AdaptiveKLController,
     FixedKLController,
     aggregate_loss,
@@ -45,14 +45,14 @@ from pipeline.algorithms import (
     policy_loss,
     value_loss,
 )
-from pipeline.models import (
+from codepost.pipeline.models import (
     ActorCritic,
     ValueModel,
     completion_logits,
     completion_logprobs,
     disable_dropout,
 )
-from pipeline.rollouts import RolloutBatch
+from codepost.pipeline.rollouts import RolloutBatch
 
 Algorithm = Literal["grpo", "rloo", "reinforce++", "reinforce++_baseline", "ppo"]
 AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox import PoolConfig, SandboxPool, SandboxUnavailable
+from codepost.sandbox import PoolConfig, SandboxPool, SandboxUnavailable
 
 
 @pytest.fixture(scope="session")

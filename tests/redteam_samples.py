@@ -15,7 +15,7 @@ import secrets
 import textwrap
 from dataclasses import dataclass
 
-from verifiers import IOCase, Problem
+from codepost.verifiers import IOCase, Problem
 
 # The expected output of the SECRET problem: it exists only in the judge's tests (and so in the
 # memory of the supervisor and the judge). Leak probes look for anything shaped like it.

@@ -1,4 +1,4 @@
-"""Tests for pipeline.algorithms: the seed documents' worked numbers, then properties."""
+"""Tests for codepost.pipeline.algorithms: the seed documents' worked numbers, then properties."""
 
 import itertools
 import math
@@ -8,7 +8,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from pipeline.algorithms import (
+from codepost.pipeline.algorithms import (
     ADVANTAGE_ESTIMATORS,
     AGG_MODES,
     AdaptiveKLController,

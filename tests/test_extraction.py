@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from verifiers import Problem, build_program, extract_code
-from verifiers.extraction import (
+from codepost.verifiers import Problem, build_program, extract_code
+from codepost.verifiers.extraction import (
     completion_text,
     defines,
     find_code_blocks,

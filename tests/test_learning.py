@@ -13,11 +13,11 @@ import pytest
 import torch
 from datasets import Dataset
 
-from pipeline.models import ValueModel, char_tokenizer, tiny_causal_lm
-from pipeline.policy_update import PolicyUpdater, UpdateConfig
-from pipeline.rollouts import collate_rollouts, generate_rollouts
-from sandbox import Limits
-from verifiers import Problem, RewardConfig, Verifier
+from codepost.pipeline.models import ValueModel, char_tokenizer, tiny_causal_lm
+from codepost.pipeline.policy_update import PolicyUpdater, UpdateConfig
+from codepost.pipeline.rollouts import collate_rollouts, generate_rollouts
+from codepost.sandbox import Limits
+from codepost.verifiers import Problem, RewardConfig, Verifier
 
 PROMPT = "def f():\n    return "
 ALPHABET = "def():\n rtun0123456789+"

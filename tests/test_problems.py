@@ -10,8 +10,8 @@ import types
 
 import pytest
 
-from verifiers import Problem, ProblemFormatError, load_problems
-from verifiers.problems import problem_from_record
+from codepost.verifiers import Problem, ProblemFormatError, load_problems
+from codepost.verifiers.problems import problem_from_record
 
 MBPP = "/work/shared/data/mbpp/mbpp.jsonl"
 SANITIZED_MBPP = "/work/shared/data/mbpp/sanitized-mbpp.json"

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import pytest
 from redteam_samples import ADD, ATTACKS, CHECKER, LEAVERS, LEFTOVERS, PROBLEMS, Attack
 
-from sandbox import (
+from codepost.sandbox import (
     ExecStatus,
     ExecutionResult,
     Limits,
@@ -24,7 +24,7 @@ from sandbox import (
     SandboxPool,
     SandboxUnavailable,
 )
-from verifiers import Verdict, Verifier
+from codepost.verifiers import Verdict, Verifier
 
 pytestmark = pytest.mark.docker
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from fake_executors import CannedExecutor, InProcessExecutor
 from pydantic import ValidationError
-from test_verifier_unit import CannedExecutor, InProcessExecutor
 from trl.trainer.utils import get_callable_name, is_async_callable
 
-from sandbox import ExecStatus, ExecutionResult
-from verifiers import Problem, RewardConfig, Verifier, build_program, make_trl_reward_funcs
-from verifiers.rewards import (
+from codepost.sandbox import ExecStatus, ExecutionResult
+from codepost.verifiers import Problem, RewardConfig, Verifier, build_program, make_trl_reward_funcs
+from codepost.verifiers.rewards import (
     combine,
     find_forbidden,
     format_reward,
@@ -19,7 +19,7 @@ from verifiers.rewards import (
     syntax_reward,
     think_closed,
 )
-from verifiers.rewards import test_reward as score_tests  # not a pytest test
+from codepost.verifiers.rewards import test_reward as score_tests  # not a pytest test
 
 PROBLEM = Problem(
     task_id="add",

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox.runner.codec import ProtocolError, decode, encode
+from codepost.sandbox.runner.codec import ProtocolError, decode, encode
 
 
 def _no_refs(obj):

@@ -9,7 +9,7 @@ import time
 import docker
 import pytest
 
-from sandbox import (
+from codepost.sandbox import (
     ExecStatus,
     Job,
     JudgeSpec,

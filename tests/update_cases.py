@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
-from pipeline.models import ValueModel, char_tokenizer, tiny_causal_lm
-from pipeline.policy_update import PolicyUpdater, UpdateConfig
-from pipeline.rollouts import RolloutBatch, collate_rollouts
+from codepost.pipeline.models import ValueModel, char_tokenizer, tiny_causal_lm
+from codepost.pipeline.policy_update import PolicyUpdater, UpdateConfig
+from codepost.pipeline.rollouts import RolloutBatch, collate_rollouts
 
 ALPHABET = "def():\n rtun0123456789+"
 

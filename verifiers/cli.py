@@ -27,7 +27,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from sandbox import Limits, SandboxUnavailable
+from codepost.sandbox import Limits, SandboxUnavailable
 
 from .extraction import COMPLETION_STYLES
 from .pass_at_k import pass_at_k
@@ -260,8 +260,8 @@ def _summary(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m verifiers.cli verify ...``"""
-    parser = argparse.ArgumentParser(prog="python -m verifiers.cli")
+    """``python -m codepost.verifiers.cli verify ...``"""
+    parser = argparse.ArgumentParser(prog="python -m codepost.verifiers.cli")
     register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
     return int(args.func(args))

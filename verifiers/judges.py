@@ -11,7 +11,7 @@ import ast
 import builtins
 import sys
 
-from sandbox import Job, JudgeSpec, Limits
+from codepost.sandbox import Job, JudgeSpec, Limits
 
 from .extraction import import_lines
 from .problems import Problem, check_body

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from sandbox import CaseOutcome, ExecStatus, ExecutionResult, Job
+from codepost.sandbox import CaseOutcome, ExecStatus, ExecutionResult, Job
 
 from .judges import outputs_match
 from .problems import Problem

@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sandbox import ExecutionResult, Job, Limits, PoolConfig, SandboxPool
+from codepost.sandbox import ExecutionResult, Job, Limits, PoolConfig, SandboxPool
 
 from .extraction import CompletionStyle, Program, build_program, completion_text, resolve_style
 from .judges import build_job
