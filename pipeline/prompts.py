@@ -1,0 +1,86 @@
+"""Problems -> the text a model is prompted with, and the completion style the verifier reads.
+
+The sampler, SFT and evaluation all prompt through :func:`build_prompt`, so SFT teaches the
+format the verifier will read. Two styles:
+
+* ``continuation``: the problem's own code prompt, raw (HumanEval with a base model); the
+  completion continues it.
+* ``chat``: a user turn through the tokenizer's chat template asking for one fenced Python
+  block; the verifier extracts the code. MBPP and io problems are always chat: their prompt
+  is prose. The MBPP turn shows one of the problem's asserts (the signature to write); an io
+  turn shows its first case as an example.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from codepost.verifiers import Problem
+
+PromptStyle = Literal["chat", "continuation"]
+
+ANSWER_FORMAT = "Answer with the complete solution in one ```python code block."
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What a model is asked for one problem, and how its answer is read."""
+
+    task_id: str
+    text: str  # exactly what is tokenized (chat template already applied)
+    completion_style: PromptStyle
+
+
+def user_message(problem: Problem) -> str:
+    """The chat request for ``problem``: its statement, the interface to honour, the format."""
+    if problem.prompt_is_code:
+        return (
+            "Complete the following Python function.\n\n"
+            f"```python\n{problem.prompt.rstrip()}\n```\n\n{ANSWER_FORMAT}"
+        )
+    parts = [problem.prompt.strip()]
+    if problem.test_list:
+        parts.append(f"Your code should pass this test:\n{problem.test_list[0]}")
+    elif problem.io:
+        example = problem.io[0]
+        parts.append(
+            "Read from standard input and write to standard output.\n"
+            f"Example input:\n{example.input.rstrip()}\n"
+            f"Example output:\n{example.output.rstrip()}"
+        )
+    parts.append(ANSWER_FORMAT)
+    return "\n\n".join(parts)
+
+
+def build_prompt(problem: Problem, tokenizer: Any, style: PromptStyle = "chat") -> Prompt:
+    """The prompt for one problem. ``continuation`` needs a code prompt (HumanEval)."""
+    if style == "continuation":
+        if not problem.prompt_is_code:
+            raise ValueError(
+                f"{problem.task_id}: continuation prompts need a code prompt (HumanEval style); "
+                "use style='chat'"
+            )
+        return Prompt(problem.task_id, problem.prompt, "continuation")
+    if style != "chat":
+        raise ValueError(f"prompt style must be 'chat' or 'continuation', got {style!r}")
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("style='chat' needs a tokenizer with a chat template")
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": user_message(problem)}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    return Prompt(problem.task_id, text, "chat")
+
+
+def reference_answer(problem: Problem, style: PromptStyle = "chat") -> str | None:
+    """The completion a perfect model would give in ``style`` (for SFT), None without one."""
+    solution = problem.canonical_solution
+    if solution is None:
+        return None
+    solution = solution.replace("\r\n", "\n")
+    if style == "continuation":
+        return solution
+    code = problem.prompt + solution if problem.prompt_is_code else solution
+    return f"```python\n{code.strip()}\n```"
