@@ -177,14 +177,18 @@ def generate_rollouts(
     num_generations: int,
     max_new_tokens: int,
     temperature: float = 1.0,
+    top_p: float = 1.0,
+    stop_strings: Sequence[str] = (),
+    seed: int | None = None,
     prompt_ids: Sequence[str] | None = None,
     policy_version: int = 0,
 ) -> list[dict[str, Any]]:
-    """Sample ``num_generations`` completions per prompt with ``model.generate``.
+    """Sample ``num_generations`` completions per prompt with ``model.generate``
+    (``temperature=0``: greedy).
 
     The reference sampler for tests and small runs (vLLM is the production one): rows follow
     the rollouts contract without ``reward``. Sampling logprobs are those of the distribution
-    actually sampled from (temperature applied, no top-k/top-p).
+    actually sampled from (temperature and top-p applied, no top-k).
     """
     if num_generations < 1 or max_new_tokens < 1:
         raise ValueError("num_generations and max_new_tokens must be >= 1")
@@ -208,16 +212,22 @@ def generate_rollouts(
     ).long()
     was_training = model.training
     model.eval()
+    if seed is not None:
+        torch.manual_seed(seed)
+    sampling = (
+        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": top_p}
+        if temperature > 0
+        else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
+    )
     output = model.generate(
         input_ids=padded.repeat_interleave(num_generations, dim=0),
         attention_mask=attention.repeat_interleave(num_generations, dim=0),
-        do_sample=True,
-        temperature=temperature,
-        top_k=0,
-        top_p=1.0,
+        **sampling,
         max_new_tokens=max_new_tokens,
         eos_token_id=eos_id,
         pad_token_id=pad_id,
+        stop_strings=list(stop_strings) or None,
+        tokenizer=tokenizer if stop_strings else None,
         output_scores=True,
         return_dict_in_generate=True,
     )

@@ -1,0 +1,175 @@
+"""The scoring stage: rollouts -> scored rollouts, every completion run against its tests in the
+sandbox, all in flight at once.
+
+Rewards (test + format + rule components, each kept as a ``reward_<name>`` column) come from
+the verifier. A ``sandbox_error`` is infrastructure, not the model: it is retried, and one that
+persists is marked ``excluded`` (reward NaN) and counted, so the update leaves it out instead
+of teaching the model that its code failed.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from codepost.pipeline.data import ProblemSet, load_problem_set
+from codepost.sandbox import Limits, PoolConfig, SandboxPool
+from codepost.verifiers import Problem, RewardConfig, Verdict, VerdictStatus, Verifier
+
+SCORE_COLUMNS = ("reward", "passed", "status", "pass_fraction", "excluded")
+
+
+class ScoreConfig(BaseModel):
+    """How completions are run and rewarded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    workers: int = Field(4, ge=1, le=256, description="sandbox containers (executions in flight)")
+    timeout_s: float = Field(10.0, gt=0, le=600, description="per program (call) or io case")
+    memory_mb: int = Field(512, ge=64, le=16384, description="address space per program")
+    sandbox_retries: int = Field(2, ge=0, le=10, description="re-runs of a sandbox_error")
+
+    def limits(self) -> Limits:
+        return Limits(wall_time_s=self.timeout_s, cpu_time_s=self.timeout_s, memory_mb=self.memory_mb)
+
+
+_POOLS: dict[int, SandboxPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def get_pool(workers: int) -> SandboxPool:
+    """The process-wide warm sandbox pool of ``workers`` containers (started once)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(workers)
+        if pool is None:
+            pool = SandboxPool(PoolConfig(size=workers))
+            pool.start()  # SandboxUnavailable names the Docker host now, not per sample
+            _POOLS[workers] = pool
+        return pool
+
+
+def close_pools() -> None:
+    with _POOLS_LOCK:
+        pools = list(_POOLS.values())
+        _POOLS.clear()
+    for pool in pools:
+        pool.close()
+
+
+def _scores(verdict: Verdict) -> dict[str, Any]:
+    excluded = verdict.status is VerdictStatus.SANDBOX_ERROR
+    scores = {
+        "reward": math.nan if excluded or verdict.reward is None else verdict.reward,
+        "passed": verdict.passed,
+        "status": verdict.status.value,
+        "pass_fraction": verdict.pass_fraction,
+        "excluded": excluded,
+    }
+    for name, value in verdict.reward_components.items():
+        scores[f"reward_{name}"] = math.nan if value is None else value
+    return scores
+
+
+def score_rollouts(
+    rows: Sequence[Mapping[str, Any]],
+    problems: Mapping[str, Problem],
+    config: ScoreConfig,
+    *,
+    executor: Any | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """``rows`` with their scores added, in order; ``progress(n)`` after each verdict."""
+    executor = executor or get_pool(config.workers)
+    scored: list[dict[str, Any] | None] = [None] * len(rows)
+    pending = list(range(len(rows)))
+    for attempt in range(config.sandbox_retries + 1):
+        by_style: dict[str, list[int]] = {}
+        for index in pending:
+            by_style.setdefault(rows[index].get("completion_style", "auto"), []).append(index)
+        retry = []
+        for style, indices in by_style.items():
+            verifier = Verifier(
+                executor,
+                limits=config.limits(),
+                reward_config=config.reward,
+                completion_style=style,
+            )
+            samples = [
+                {
+                    "task_id": rows[i]["prompt_id"],
+                    "completion": rows[i]["completion"],
+                    "completion_ids": rows[i].get("completion_ids"),
+                }
+                for i in indices
+            ]
+            for position, verdict in verifier.iter_verify(problems, samples):
+                index = indices[position]
+                scored[index] = {**rows[index], **_scores(verdict)}
+                last_try = attempt == config.sandbox_retries
+                if verdict.status is VerdictStatus.SANDBOX_ERROR and not last_try:
+                    retry.append(index)
+                elif progress is not None:
+                    progress(1)
+        pending = retry
+        if not pending:
+            break
+    return [row for row in scored if row is not None]
+
+
+def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Reward mean, pass rate, components and status counts of scored rows. Sandbox errors are
+    counted and named, and fail in the pass rate; reward means are over the rows kept."""
+    kept = [row for row in rows if not row["excluded"]]
+    statuses = Counter(row["status"] for row in rows)
+    summary: dict[str, float] = {
+        "samples": float(len(rows)),
+        "sandbox_errors": float(statuses.get(VerdictStatus.SANDBOX_ERROR.value, 0)),
+        "reward_mean": _mean([row["reward"] for row in kept]),
+        "pass_rate": _mean([float(row["passed"]) for row in rows]),
+    }
+    for name in sorted({key for row in kept for key in row if key.startswith("reward_")}):
+        summary[f"{name}_mean"] = _mean([row[name] for row in kept])
+    summary.update({f"status_{status}": float(count) for status, count in statuses.items()})
+    return summary
+
+
+def _mean(values: Sequence[float]) -> float:
+    values = [v for v in values if not math.isnan(v)]
+    return sum(values) / len(values) if values else math.nan
+
+
+def progress_bar(description: str) -> Progress:
+    return Progress(
+        TextColumn(f"[bold]{description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=False,
+    )
+
+
+def run_score(
+    config: ScoreConfig, rollouts: Path, problem_set: ProblemSet, out_dir: Path
+) -> Path:
+    """Score a rollouts Parquet file; writes ``scored.parquet`` and returns its path."""
+    from datasets import Dataset
+
+    rows = Dataset.from_parquet(str(rollouts)).to_list()
+    problems = load_problem_set(problem_set)
+    with progress_bar("scoring") as bar:
+        task = bar.add_task("scoring", total=len(rows))
+        scored = score_rollouts(
+            rows, problems, config, progress=lambda n: bar.advance(task, n)
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / "scored.parquet"
+    Dataset.from_list(scored).to_parquet(str(target))
+    return target
