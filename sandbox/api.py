@@ -6,11 +6,19 @@ Two kinds of job:
 * **call**: the untrusted ``program`` is loaded in one process; a trusted ``judge``
   (``JudgeSpec``) runs in another process, under another user, and reaches the program's
   top-level names only through plain-data RPC. The program never sees the judge's code
-  or data, and only plain data (None, bool, int, float, complex, str, bytes, list, tuple,
-  dict, set, frozenset) ever reaches the judge's comparisons; any other object comes back
-  as an opaque ``RemoteRef`` that compares equal only to itself.
+  or data, and only plain data ever reaches the judge's comparisons: builtin values (None,
+  bool, int of any size, float, complex, str, bytes, bytearray, range, list, tuple, dict,
+  set, frozenset, dict views) and standard-library value types (Fraction, Decimal,
+  OrderedDict, Counter, defaultdict, deque, namedtuples, datetime's types), each rebuilt by
+  the judge from its data, at any depth. Any other object comes back as an opaque
+  ``RemoteRef`` that compares equal only to itself. Exceptions the program raises are raised
+  in the test as their builtin classes (a ``class MyErr(ValueError)`` as a ``ValueError``
+  subclass of that name), and arguments the program changes in place change in the test.
 * **io**: the program runs once per stdin case as ``__main__``; its stdout comes back to the
-  caller, which compares it with the expected output outside the sandbox.
+  caller, which compares it with the expected output outside the sandbox. A case's output
+  is what the program's processes write until its stdout and stderr close, at most 0.5 s
+  after its main process exits; processes still holding them then are killed, and the case's
+  stderr says so.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ class Limits:
     wall_time_s: float = 10.0  # whole job (call) or each case (io)
     cpu_time_s: float = 10.0
     memory_mb: int = 512  # address space of each program process
-    output_bytes: int = 1 << 20  # stdout + stderr together
+    output_bytes: int = 1 << 20  # stdout + stderr together, all cases of an io job together
     processes: int = 32  # threads and processes the program may have at once
     disk_mb: int = 64  # largest file the program may write (the work dirs are small tmpfs)
 

@@ -1768,7 +1768,7 @@ CHECKER = program("""
     import os
     import time
 
-    CLEAN_ENV = {"PATH", "HOME", "LANG", "MALLOC_ARENA_MAX"}  # the sandbox sets exactly these
+    CLEAN_ENV = {"PATH", "HOME", "LANG", "MALLOC_ARENA_MAX", "PYTHONINTMAXSTRDIGITS"}  # the sandbox sets exactly these
 
 
     def leftovers():

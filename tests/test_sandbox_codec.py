@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
-from collections import Counter, OrderedDict, namedtuple
+from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -37,35 +41,86 @@ plain = st.recursive(
 @settings(max_examples=200, deadline=None)
 @given(plain)
 def test_plain_data_round_trips_with_exact_types(value):
-    decoded = decode(encode(value, _no_refs), _no_refs)
+    decoded = _round_trip(value)
     assert decoded == value
     assert type(decoded) is type(value)
 
 
-def test_subclasses_of_plain_types_arrive_as_the_plain_type():
-    Point = namedtuple("Point", "x y")
-    for value, plain_type in [
-        (Counter("aab"), dict),
-        (OrderedDict(a=1), dict),
-        (Point(1, 2), tuple),
-        (True, bool),
-    ]:
-        decoded = decode(encode(value, _no_refs), _no_refs)
-        assert type(decoded) is plain_type
-        assert decoded == value
+def _round_trip(value):
+    return decode(json.loads(json.dumps(encode(value, _no_refs))), _no_refs)
+
+
+Point = namedtuple("Point", "x y")
+STDLIB_VALUES = [
+    10**5000,  # past the 4,300 digits of int <-> str
+    -(10**5000) - 1,
+    bytearray(b"ab"),
+    range(1, 10, 3),
+    Fraction(10**5000, 3),
+    Decimal("1.10"),  # the exponent survives: str() is "1.10", not "1.1"
+    Decimal("-Infinity"),
+    {"a": 1}.keys(),
+    {"a": 1}.items(),
+    OrderedDict(b=1, a=2),
+    Counter("aab"),
+    defaultdict(list, {1: [2]}),
+    deque([1, 2], maxlen=3),
+    Point(1, (2, 3)),
+    date(2024, 2, 29),
+    time(23, 59, 1, 5, tzinfo=timezone.utc),
+    datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=timezone(timedelta(hours=-3), "X"), fold=1),
+    timedelta(days=-2, seconds=7, microseconds=9),
+]
+
+
+@pytest.mark.parametrize("value", STDLIB_VALUES, ids=lambda v: type(v).__name__)
+def test_standard_library_values_arrive_as_the_same_type(value):
+    decoded = _round_trip(value)
+    assert type(decoded) is type(value) or (type(value) is Point and decoded._fields == ("x", "y"))
+    assert decoded == value
+
+
+def test_dict_values_and_subclasses_keep_their_data():
+    assert list(_round_trip({"a": 1, "b": [2]}.values())) == [1, [2]]
+    assert type(_round_trip(Counter("ab").keys())) is type({}.keys())
+    assert str(_round_trip(Decimal("1.10"))) == "1.10"
+
+    class Loud(int):
+        def __eq__(self, other):
+            return True
+
+    assert type(_round_trip(Loud(3))) is int
+    assert _round_trip(defaultdict(int, a=1)).default_factory is int
+
+
+def test_deep_nesting_round_trips_without_recursion():
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    decoded = _round_trip(deep)
+    for _ in range(100_000):
+        (decoded,) = decoded
+    assert decoded == []
+
+
+def test_a_value_that_contains_itself_is_refused_naming_the_limit():
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match=r"more than \d+ items"):
+        encode(loop, _no_refs)
 
 
 def test_builtin_types_travel_by_name_and_others_by_reference():
-    assert decode(encode([int, str, type(None)], _no_refs), _no_refs) == [int, str, type(None)]
-    assert encode(type("int", (), {}), lambda obj: 7) == {"ref": 7}  # a fake named "int"
+    assert _round_trip([int, str, type(None)]) == [int, str, type(None)]
+    assert encode(type("int", (), {}), lambda obj: 7) == [["ref", 0, 7]]  # a fake named "int"
     with pytest.raises(ProtocolError):
-        decode({"type": "os"}, _no_refs)
+        decode([["type", 0, "os"]], _no_refs)
 
 
 def test_objects_become_references():
     refs = []
     data = encode([1, object(), len], lambda obj: refs.append(obj) or len(refs))
-    assert data == [1, {"ref": 1}, {"ref": 2}]
+    assert data == [["list", 3], 1, ["ref", 0, 1], ["ref", 0, 2]]
     assert decode(data, lambda ref: f"ref{ref}") == [1, "ref1", "ref2"]
 
 
@@ -73,13 +128,23 @@ def test_objects_become_references():
     "forged",
     [
         {"__eq__": 1},
-        {"tuple": "abc"},
-        {"dict": [[1]]},
-        {"set": [[1, 2]]},  # unhashable member
-        {"bytes": "!!!"},
-        {"complex": ["1", 2]},
-        {"pickle": "gASV"},
-        {"tuple": [], "extra": 1},
+        [["tuple", 2], 1],  # truncated
+        [1, 2],  # two values
+        [["dict", 1], 1],  # half a pair
+        [["set", 1], ["list", 0]],  # unhashable member
+        [["bytes", 0, "!!!"]],
+        [["complex", 0, "1", 2]],
+        [["pickle", 0, "gASV"]],
+        [["list", -1]],
+        [["list", 0, ["nested params"]]],
+        [["int", 0, "zz"]],
+        [["Fraction", 2], 1, 0],
+        [["Fraction", 2], 1.5, 2],
+        [["namedtuple", 1, "a b", "x"], 1],
+        [["defaultdict", 1], 5],
+        [["datetime", 1, 2024, 13, 1, 0, 0, 0, 0, 0], None],
+        [["time", 1, 1, 2, 3, 4, 0], 5],  # a tzinfo that is not one
+        [["dict_items", 1], 1],
     ],
 )
 def test_forged_payloads_are_rejected(forged):
@@ -88,13 +153,5 @@ def test_forged_payloads_are_rejected(forged):
 
 
 def test_nan_and_infinities_survive():
-    decoded = decode(encode([math.nan, math.inf, -math.inf], _no_refs), _no_refs)
+    decoded = _round_trip([math.nan, math.inf, -math.inf])
     assert math.isnan(decoded[0]) and decoded[1:] == [math.inf, -math.inf]
-
-
-def test_deep_nesting_is_refused_not_crashing():
-    deep: list = []
-    for _ in range(500):
-        deep = [deep]
-    with pytest.raises(ValueError):
-        encode(deep, _no_refs)

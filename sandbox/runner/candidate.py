@@ -12,17 +12,27 @@ import contextlib
 import os
 import sys
 import types
+from collections.abc import Callable
 from typing import Any
 
-from .codec import PeerClosed, decode, encode, read_frame, write_frame
+from .codec import PeerClosed, builtin_exception, decode, encode, read_frame, write_frame
 
 _TRACEBACK_CHARS = 4000
+_MESSAGE_CHARS = 1000
 
 
-def _exception_info(exc: BaseException) -> dict[str, Any]:
+def _exception_info(exc: BaseException, make_ref: Callable[[Any], int]) -> dict[str, Any]:
+    """What the judge needs to raise it again: the builtin exception classes it is (a custom
+    ``class MyErr(ValueError)`` is a ValueError there too), its arguments and its message."""
     cls = type(exc)
-    builtin = getattr(builtins, cls.__name__, None) is cls and issubclass(cls, Exception)
-    return {"type": cls.__name__, "builtin": builtin, "message": str(exc)[:1000]}
+    builtins_in_mro = [c.__name__ for c in cls.__mro__ if builtin_exception(c.__name__) is c]
+    info: dict[str, Any] = {"type": cls.__name__, "bases": builtins_in_mro}
+    try:
+        info["message"] = str(exc)[:_MESSAGE_CHARS]
+        info["args"] = encode(list(exc.args), make_ref)
+    except Exception:  # an unprintable or unencodable exception still says what it is
+        info.setdefault("message", "")
+    return info
 
 
 def _format_traceback(exc: BaseException) -> str:
@@ -44,10 +54,13 @@ class CandidateServer:
     def __init__(self) -> None:
         self.namespace: dict[str, Any] = {"__name__": "__candidate__", "__builtins__": builtins}
         self.objects: dict[int, Any] = {}
+        self.refs: dict[int, int] = {}  # id(object) -> its reference: one object, one reference
 
     def make_ref(self, obj: Any) -> int:
-        ref = len(self.objects) + 1
-        self.objects[ref] = obj
+        ref = self.refs.get(id(obj))
+        if ref is None:
+            ref = self.refs[id(obj)] = len(self.objects) + 1
+            self.objects[ref] = obj
         return ref
 
     def resolve(self, ref: int) -> Any:
@@ -72,6 +85,22 @@ class CandidateServer:
             if not name.startswith("_") and not isinstance(value, types.ModuleType)
         ]
 
+    def call(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Call a program object; arguments it changed in place go back with the reply, so the
+        judge's own objects change as they would in one process (``xs.sort()``)."""
+        target = self.resolve(request["ref"])
+        args = decode(request["args"], self.resolve)
+        kwargs = decode(request["kwargs"], self.resolve)
+        try:
+            reply = {"ok": encode(target(*args, **kwargs), self.make_ref)}
+        except BaseException as exc:
+            reply = {"raise": _exception_info(exc, self.make_ref)}
+        for name, value in (("args", args), ("kwargs", kwargs)):
+            after = encode(value, self.make_ref)
+            if after != request[name]:
+                reply[f"{name}_after"] = after
+        return reply
+
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request["op"]
         if op == "load":
@@ -79,15 +108,13 @@ class CandidateServer:
         if op == "names":
             return {"ok": self.public_names()}
         try:
+            if op == "call":
+                return self.call(request)
             if op == "get":
                 value = self.namespace[request["name"]]
             else:
                 target = self.resolve(request["ref"])
-                if op == "call":
-                    args = decode(request["args"], self.resolve)
-                    kwargs = decode(request["kwargs"], self.resolve)
-                    value = target(*args, **kwargs)
-                elif op == "getattr":
+                if op == "getattr":
                     value = getattr(target, request["name"])
                 elif op == "getitem":
                     value = target[decode(request["key"], self.resolve)]
@@ -96,12 +123,10 @@ class CandidateServer:
                 elif op == "iter":
                     value = list(target)
                 else:
-                    return {
-                        "raise": {"type": "ValueError", "builtin": True, "message": f"bad op {op}"}
-                    }
+                    return {"raise": {"type": "ValueError", "bases": ["ValueError"]}}
             return {"ok": encode(value, self.make_ref)}
         except BaseException as exc:
-            return {"raise": _exception_info(exc)}
+            return {"raise": _exception_info(exc, self.make_ref)}
         finally:
             _flush()
 

@@ -1,22 +1,29 @@
 """Plain-data codec shared by the judge and the candidate, and the frame format of every pipe.
 
 Only the decoder's output can reach a test's comparison, so the decoder is the security
-boundary: whatever bytes the candidate writes, decoding yields exact builtin types (None,
-bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset) or references
-made by the trusted side. The encoder only has to be correct for honest programs.
+boundary: whatever bytes the candidate writes, decoding yields exact builtin and standard-library
+value types, rebuilt by the trusted side from their data, or references made by the trusted
+side. The encoder only has to be correct for honest programs.
+
+A value travels as a flat list of tokens in prefix order, so nesting costs no recursion on
+either side (and none in ``json``): a token is a JSON scalar (None, bool, small int, float,
+str) or a header ``[tag, children, *params]`` followed by its ``children`` values.
 """
 
 from __future__ import annotations
 
 import base64
+import builtins
+import functools
 import json
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 MAX_FRAME_BYTES = 64 << 20
-MAX_DEPTH = 200
+MAX_TOKENS = 4_000_000  # an encoded value holds at most this many items (a cycle never ends)
+_BIG_INT_BITS = 10_000  # larger ints travel as hex: decimal text is capped at 4,300 digits
 _HEADER = struct.Struct(">I")
 
 
@@ -56,40 +63,120 @@ def read_frame(fd: int, max_bytes: int = MAX_FRAME_BYTES) -> Any:
         raise ProtocolError(f"undecodable frame: {exc}") from None
 
 
-def encode(value: Any, make_ref: Callable[[Any], int], depth: int = 0) -> Any:
-    """Turn a value into JSON-able data; objects that are not plain data become references."""
-    if depth > MAX_DEPTH:
-        raise ValueError("value nested too deeply")
-    if value is None or isinstance(value, (bool, str)):
-        return str.__str__(value) if isinstance(value, str) else value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, list):
-        return [encode(v, make_ref, depth + 1) for v in list.__iter__(value)]
-    if isinstance(value, tuple):
-        return {"tuple": [encode(v, make_ref, depth + 1) for v in tuple.__iter__(value)]}
-    if isinstance(value, dict):
-        return {
-            "dict": [
-                [encode(k, make_ref, depth + 1), encode(v, make_ref, depth + 1)]
-                for k, v in dict.items(value)
-            ]
-        }
-    if isinstance(value, (set, frozenset)):
-        tag = "frozenset" if isinstance(value, frozenset) else "set"
-        return {tag: [encode(v, make_ref, depth + 1) for v in value]}
-    if isinstance(value, (bytes, bytearray)):
-        return {"bytes": base64.b64encode(bytes(value)).decode()}
-    if isinstance(value, complex):
-        return {"complex": [complex(value).real, complex(value).imag]}
-    if isinstance(value, type) and _TYPES.get(value.__name__) is value:
-        return {"type": value.__name__}
-    return {"ref": make_ref(value)}
+# -- encoding: one value -> (token, children)
+
+Encoded = tuple[Any, list[Any]]
+MakeRef = Callable[[Any], int]
 
 
-_SCALARS = (type(None), bool, int, float, str)
+def _int(value: int) -> Any:
+    value = int(value)
+    return value if value.bit_length() <= _BIG_INT_BITS else ["int", 0, hex(value)]
+
+
+def _pairs(items: Iterable[tuple[Any, Any]]) -> list[Any]:
+    return [part for pair in items for part in pair]
+
+
+def _tuple(value: tuple) -> Encoded:
+    fields = getattr(type(value), "_fields", None)
+    items = list(tuple.__iter__(value))
+    if type(fields) is tuple and len(fields) == len(items):  # a namedtuple
+        return ["namedtuple", len(items), type(value).__name__, *map(str, fields)], items
+    return ["tuple", len(items)], items
+
+
+# (module, qualified name) of a class in the value's MRO -> its encoding. The first class of the
+# MRO found here wins, so a Counter is a Counter and any other dict subclass a dict.
+_ENCODERS: dict[tuple[str, str], Callable[[Any], Encoded]] = {
+    ("builtins", "bool"): lambda v: (bool(v), []),
+    ("builtins", "int"): lambda v: (_int(v), []),
+    ("builtins", "float"): lambda v: (float(v), []),
+    ("builtins", "str"): lambda v: (str.__str__(v), []),
+    ("builtins", "complex"): lambda v: (["complex", 0, complex(v).real, complex(v).imag], []),
+    ("builtins", "bytes"): lambda v: (["bytes", 0, base64.b64encode(bytes(v)).decode()], []),
+    ("builtins", "bytearray"): lambda v: (
+        ["bytearray", 0, base64.b64encode(bytes(v)).decode()],
+        [],
+    ),
+    ("builtins", "list"): lambda v: (["list", len(v)], list(list.__iter__(v))),
+    ("builtins", "tuple"): _tuple,
+    ("builtins", "set"): lambda v: (["set", len(v)], list(set.__iter__(v))),
+    ("builtins", "frozenset"): lambda v: (["frozenset", len(v)], list(frozenset.__iter__(v))),
+    ("builtins", "dict"): lambda v: (["dict", 2 * len(v)], _pairs(dict.items(v))),
+    ("builtins", "range"): lambda v: (["range", 3], [v.start, v.stop, v.step]),
+    ("builtins", "dict_keys"): lambda v: (["dict_keys", len(v)], list(v)),
+    ("builtins", "dict_values"): lambda v: (["dict_values", len(v)], list(v)),
+    ("builtins", "dict_items"): lambda v: (["dict_items", len(v)], list(v)),
+    ("collections", "OrderedDict"): lambda v: (["OrderedDict", 2 * len(v)], _pairs(v.items())),
+    ("collections", "Counter"): lambda v: (["Counter", 2 * len(v)], _pairs(v.items())),
+    ("collections", "defaultdict"): lambda v: (
+        ["defaultdict", 1 + 2 * len(v)],
+        [v.default_factory, *_pairs(v.items())],
+    ),
+    ("collections", "deque"): lambda v: (["deque", len(v), v.maxlen], list(v)),
+    ("fractions", "Fraction"): lambda v: (["Fraction", 2], [v.numerator, v.denominator]),
+    ("decimal", "Decimal"): lambda v: (["Decimal", 0, str(v)], []),
+    ("datetime", "timedelta"): lambda v: (
+        ["timedelta", 0, v.days, v.seconds, v.microseconds],
+        [],
+    ),
+    ("datetime", "date"): lambda v: (["date", 0, v.year, v.month, v.day], []),
+    ("datetime", "time"): lambda v: (
+        ["time", 1, v.hour, v.minute, v.second, v.microsecond, v.fold],
+        [v.tzinfo],
+    ),
+    ("datetime", "datetime"): lambda v: (
+        ["datetime", 1, v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, v.fold],
+        [v.tzinfo],
+    ),
+    ("datetime", "timezone"): lambda v: (["timezone", 1, v.tzname(None)], [v.utcoffset(None)]),
+    ("zoneinfo", "ZoneInfo"): lambda v: (["ZoneInfo", 0, v.key], []),
+}
+
+
+def _encoder(kind: type) -> Callable[[Any], Encoded] | None:
+    """The encoder of the first class of ``kind``'s MRO that has one (cached per class)."""
+    if kind not in _ENCODER_OF:
+        keys = ((cls.__module__, cls.__qualname__) for cls in kind.__mro__)
+        _ENCODER_OF[kind] = next((_ENCODERS[key] for key in keys if key in _ENCODERS), None)
+    return _ENCODER_OF[kind]
+
+
+_ENCODER_OF: dict[type, Callable[[Any], Encoded] | None] = {}
+_PLAIN = frozenset({str, float, bool, type(None)})  # exact types that are their own token
+_SMALL = 1 << _BIG_INT_BITS
+
+
+def _encode_one(value: Any, make_ref: MakeRef) -> Encoded:
+    if isinstance(value, type):
+        if _TYPES.get(value.__name__) is value:
+            return ["type", 0, value.__name__], []
+        return ["ref", 0, make_ref(value)], []
+    encoder = _encoder(type(value))
+    return encoder(value) if encoder is not None else (["ref", 0, make_ref(value)], [])
+
+
+def encode(value: Any, make_ref: MakeRef) -> list[Any]:
+    """The tokens of a value; objects that are not plain data become references."""
+    tokens: list[Any] = []
+    pending = [value]
+    while pending:
+        if len(tokens) >= MAX_TOKENS:
+            raise ValueError(f"value has more than {MAX_TOKENS} items (does it contain itself?)")
+        value = pending.pop()
+        kind = type(value)
+        if kind in _PLAIN or (kind is int and -_SMALL < value < _SMALL):
+            tokens.append(value)
+            continue
+        token, children = _encode_one(value, make_ref)
+        tokens.append(token)
+        pending.extend(reversed(children))
+    return tokens
+
+
+# -- decoding: tokens -> values rebuilt by the trusted side
+
 # Builtin types travel by name (``remove_datatype(xs, int)``); they cannot be patched.
 _TYPES = {
     t.__name__: t
@@ -100,52 +187,211 @@ _TYPES = {
         complex,
         str,
         bytes,
+        bytearray,
         list,
         tuple,
         dict,
         set,
         frozenset,
+        range,
         type(None),
         object,
     )
 }
+_SCALARS = (type(None), bool, int, float, str)
+_LEAF_PARAMS = (int, float, str, type(None), bool)
 
 
-def decode(data: Any, resolve_ref: Callable[[int], Any], depth: int = 0) -> Any:
-    """Rebuild plain data from ``encode``'s output; raise ProtocolError on anything else."""
-    if depth > MAX_DEPTH:
-        raise ProtocolError("value nested too deeply")
-    if type(data) in _SCALARS:
-        return data
-    if type(data) is list:
-        return [decode(v, resolve_ref, depth + 1) for v in data]
-    if type(data) is not dict or len(data) != 1:
-        raise ProtocolError(f"not an encoded value: {type(data).__name__}")
-    ((tag, payload),) = data.items()
-    try:
-        if tag == "ref" and type(payload) is int:
-            return resolve_ref(payload)
-        if tag == "type" and payload in _TYPES:
-            return _TYPES[payload]
-        if tag == "bytes" and type(payload) is str:
-            return base64.b64decode(payload, validate=True)
-        if tag == "complex" and type(payload) is list and len(payload) == 2:
-            if not all(type(part) in (int, float) for part in payload):
-                raise ProtocolError("bad complex payload")
-            return complex(payload[0], payload[1])
-        if type(payload) is not list:
-            raise ProtocolError(f"bad payload for {tag!r}")
-        items = [decode(v, resolve_ref, depth + 1) for v in payload]
-        if tag == "tuple":
-            return tuple(items)
-        if tag == "set":
-            return set(items)
-        if tag == "frozenset":
-            return frozenset(items)
-        if tag == "dict":
-            if not all(type(pair) is list and len(pair) == 2 for pair in items):
-                raise ProtocolError("bad dict payload")
-            return {k: v for k, v in items}
-    except (TypeError, ValueError) as exc:  # unhashable set members, bad base64, ...
-        raise ProtocolError(f"bad {tag!r} value: {exc}") from None
+def _exact(kind: type | tuple[type, ...], *values: Any) -> None:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not all(type(v) in kinds for v in values):
+        raise ProtocolError(f"expected {'/'.join(k.__name__ for k in kinds)}")
+
+
+def _dict_pairs(items: list[Any]) -> list[tuple[Any, Any]]:
+    return list(zip(items[::2], items[1::2], strict=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _namedtuple(typename: str, fields: tuple[str, ...]) -> type:
+    from collections import namedtuple
+
+    return namedtuple(typename, fields)
+
+
+def _tzinfo(value: Any) -> Any:
+    import datetime
+
+    if value is not None and not isinstance(value, datetime.tzinfo):
+        raise ProtocolError("bad tzinfo")
+    return value
+
+
+def _build_leaf(tag: str, params: list[Any], resolve_ref: Callable[[int], Any]) -> Any:
+    if tag == "ref":
+        _exact(int, *params)
+        return resolve_ref(*params)
+    if tag == "type":
+        _exact(str, *params)
+        return _TYPES[params[0]]
+    if tag == "int":
+        _exact(str, *params)
+        return int(params[0], 16)
+    if tag in ("bytes", "bytearray"):
+        _exact(str, *params)
+        data = base64.b64decode(params[0], validate=True)
+        return data if tag == "bytes" else bytearray(data)
+    if tag == "complex":
+        _exact((int, float), *params)
+        return complex(*params)
+    if tag == "Decimal":
+        from decimal import Decimal
+
+        _exact(str, *params)
+        return Decimal(params[0])
+    if tag == "ZoneInfo":
+        from zoneinfo import ZoneInfo
+
+        _exact(str, *params)
+        return ZoneInfo(params[0])
+    import datetime
+
+    _exact(int, *params)
+    kinds = {"timedelta": datetime.timedelta, "date": datetime.date}
+    return kinds[tag](*params)
+
+
+def _build(tag: str, params: list[Any], items: list[Any]) -> Any:
+    if tag == "list":
+        return items
+    if tag == "tuple":
+        return tuple(items)
+    if tag == "set":
+        return set(items)
+    if tag == "frozenset":
+        return frozenset(items)
+    if tag == "dict":
+        return dict(_dict_pairs(items))
+    if tag == "dict_keys":
+        return dict.fromkeys(items).keys()
+    if tag == "dict_values":
+        return dict(enumerate(items)).values()
+    if tag == "dict_items":
+        if not all(type(item) is tuple and len(item) == 2 for item in items):
+            raise ProtocolError("bad dict_items")
+        return dict(items).items()
+    if tag == "range":
+        _exact(int, *items)
+        return range(*items)
+    if tag == "namedtuple":
+        _exact(str, *params)
+        return _namedtuple(params[0], tuple(params[1:]))(*items)
+    if tag == "Fraction":
+        from fractions import Fraction
+
+        _exact(int, *items)
+        return Fraction(*items)
+    return _build_collection(tag, params, items)
+
+
+def _build_collection(tag: str, params: list[Any], items: list[Any]) -> Any:
+    import collections
+    import datetime
+
+    if tag == "OrderedDict":
+        return collections.OrderedDict(_dict_pairs(items))
+    if tag == "Counter":
+        return collections.Counter(dict(_dict_pairs(items)))
+    if tag == "defaultdict":
+        factory = items[0]
+        if factory is not None and not callable(factory):
+            raise ProtocolError("bad default_factory")
+        return collections.defaultdict(factory, _dict_pairs(items[1:]))
+    if tag == "deque":
+        _exact((int, type(None)), *params)
+        return collections.deque(items, *params)
+    if tag == "timezone":
+        _exact((str, type(None)), *params)
+        _exact(datetime.timedelta, *items)
+        return (
+            datetime.timezone(*items, *params)
+            if params[0] is not None
+            else (datetime.timezone(*items))
+        )
+    if tag in ("time", "datetime"):
+        _exact(int, *params)
+        kind = datetime.time if tag == "time" else datetime.datetime
+        *fields, fold = params
+        return kind(*fields, tzinfo=_tzinfo(*items), fold=fold)
     raise ProtocolError(f"unknown tag {tag!r}")
+
+
+_LEAVES = frozenset(
+    {
+        "ref",
+        "type",
+        "int",
+        "bytes",
+        "bytearray",
+        "complex",
+        "Decimal",
+        "ZoneInfo",
+        "timedelta",
+        "date",
+    }
+)
+_NOTHING = object()
+
+
+def decode(tokens: Any, resolve_ref: Callable[[int], Any]) -> Any:
+    """Rebuild a value from ``encode``'s tokens; raise ProtocolError on anything else."""
+    if type(tokens) is not list:
+        raise ProtocolError(f"not an encoded value: {type(tokens).__name__}")
+    open_: list[tuple[str, list[Any], int, list[Any]]] = []  # containers still being filled
+    result: Any = _NOTHING
+    try:
+        for token in tokens:
+            if result is not _NOTHING:
+                raise ProtocolError("tokens after the end of the value")
+            value = _decode_token(token, resolve_ref, open_)
+            while value is not _NOTHING:
+                if not open_:
+                    result = value
+                    break
+                tag, params, size, items = open_[-1]
+                items.append(value)
+                if len(items) < size:
+                    break
+                open_.pop()
+                value = _build(tag, params, items)
+    except (TypeError, ValueError, LookupError, ArithmeticError) as exc:
+        raise ProtocolError(f"bad value: {exc!r}"[:200]) from None
+    if open_ or result is _NOTHING:
+        raise ProtocolError("truncated value")
+    return result
+
+
+def _decode_token(token: Any, resolve_ref: Callable[[int], Any], open_: list) -> Any:
+    """A scalar or leaf as its value; a container header opens it (``_NOTHING`` until full)."""
+    if type(token) in _SCALARS:
+        return token
+    if type(token) is not list or len(token) < 2:
+        raise ProtocolError(f"not a token: {type(token).__name__}")
+    tag, size, *params = token
+    if type(tag) is not str or type(size) is not int or size < 0:
+        raise ProtocolError("bad header")
+    _exact(_LEAF_PARAMS, *params)
+    if tag in _LEAVES:
+        if size:
+            raise ProtocolError(f"{tag!r} has no children")
+        return _build_leaf(tag, params, resolve_ref)
+    if size == 0:
+        return _build(tag, params, [])
+    open_.append((tag, params, size, []))
+    return _NOTHING
+
+
+def builtin_exception(name: str) -> type[Exception] | None:
+    """The builtin exception class called ``name`` (None for anything else)."""
+    cls = getattr(builtins, name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, Exception) else None

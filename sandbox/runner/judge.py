@@ -9,16 +9,20 @@ a pipe the candidate does not have.
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
+import functools
 import os
 import socket
 import time
+from collections.abc import Iterable
 from typing import Any
 
-from .codec import ProtocolError, decode, encode, read_frame, write_frame
+from .codec import ProtocolError, builtin_exception, decode, encode, read_frame, write_frame
 
 MAX_REPLY_BYTES = 8 << 20  # a bigger reply is the candidate's failure, not the judge's problem
 LOAD_ERRORS = ("syntax_error", "runtime_error", "memory_limit")
+_MUTABLE = (list, dict, set, bytearray, collections.deque)
 
 
 class CandidateError(Exception):
@@ -39,12 +43,7 @@ class RemoteRef:
         object.__setattr__(self, "_ref", ref)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._conn.request(
-            "call",
-            ref=self._ref,
-            args=self._conn.encode(list(args)),
-            kwargs=self._conn.encode(kwargs),
-        )
+        return self._conn.call(self._ref, args, kwargs)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -110,15 +109,61 @@ class Connection:
             self.crashed = f"the candidate process exited or broke the protocol ({exc})"
             raise CandidateCrashed(self.crashed) from None
 
-    def request(self, op: str, **fields: Any) -> Any:
-        reply = self.exchange({"op": op, **fields})
-        if "ok" not in reply:
-            raise _rebuild_exception(reply.get("raise"))
+    def decode(self, tokens: Any) -> Any:
         try:
-            return decode(reply["ok"], lambda ref: RemoteRef(self, ref))
+            return decode(tokens, lambda ref: RemoteRef(self, ref))
         except (ProtocolError, MemoryError, RecursionError) as exc:
             self.crashed = f"the candidate sent an invalid value ({exc})"
             raise CandidateCrashed(self.crashed) from None
+
+    def result(self, reply: dict[str, Any]) -> Any:
+        if "ok" not in reply:
+            raise self.rebuild_exception(reply.get("raise"))
+        return self.decode(reply["ok"])
+
+    def request(self, op: str, **fields: Any) -> Any:
+        return self.result(self.exchange({"op": op, **fields}))
+
+    def call(self, ref: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Call a candidate object; what it changed in the arguments changes here too."""
+        reply = self.exchange(
+            {
+                "op": "call",
+                "ref": ref,
+                "args": self.encode(list(args)),
+                "kwargs": self.encode(kwargs),
+            }
+        )
+        if "args_after" in reply:
+            update_all(args, self.decode(reply["args_after"]))
+        if "kwargs_after" in reply:
+            after = self.decode(reply["kwargs_after"])
+            if type(after) is dict and after.keys() == kwargs.keys():
+                update_all(kwargs.values(), list(after.values()))
+        return self.result(reply)
+
+    def rebuild_exception(self, info: Any) -> BaseException:
+        """The candidate's exception as one the tests can catch: a builtin one as itself, a
+        custom one as a judge-side class of the same name and builtin bases."""
+        if type(info) is not dict or type(info.get("bases")) is not list:
+            return CandidateCrashed("the candidate sent an invalid reply")
+        name, message = str(info.get("type", "Exception")), str(info.get("message", ""))
+        bases = [cls for cls in map(builtin_exception, map(str, info["bases"])) if cls]
+        if not bases or not name.isidentifier():
+            return CandidateError(f"{name}: {message}")
+        try:
+            args = decode(info.get("args"), lambda ref: RemoteRef(self, ref))
+        except (ProtocolError, MemoryError, RecursionError):
+            args = None
+        cls = _exception_class(name, tuple(bases))
+        for attempt in (args if type(args) is list else [message], [message]):
+            try:
+                exc = cls(*attempt)
+            except Exception:
+                continue
+            exc.from_candidate = True  # type: ignore[attr-defined]
+            return exc
+        return CandidateError(f"{name}: {message}")
 
     def get(self, name: str) -> Any:
         if type(name) is not str:
@@ -135,25 +180,61 @@ class Connection:
         return names
 
 
-def _rebuild_exception(info: Any) -> BaseException:
-    """Re-raise a candidate's builtin exception as itself so ``except ValueError`` tests work."""
-    if type(info) is not dict:
-        return CandidateCrashed("the candidate sent an invalid reply")
-    name, message = str(info.get("type", "Exception")), str(info.get("message", ""))
-    cls = getattr(builtins, name, None)
-    if info.get("builtin") is True and isinstance(cls, type) and issubclass(cls, Exception):
-        try:
-            exc = cls(message)
-            exc.from_candidate = True  # type: ignore[attr-defined]
-            return exc
-        except Exception:
-            pass
-    return CandidateError(f"{name}: {message}")
+@functools.lru_cache(maxsize=256)
+def _exception_class(name: str, builtin_bases: tuple[type[Exception], ...]) -> type[Exception]:
+    """``name`` itself when it is the nearest builtin base, else a subclass of the bases that
+    no other base already covers (``class E(KeyError, TypeError)``)."""
+    if builtin_bases[0].__name__ == name:
+        return builtin_bases[0]
+    leaves = tuple(
+        cls
+        for cls in builtin_bases
+        if not any(o is not cls and issubclass(o, cls) for o in builtin_bases)
+    )
+    try:
+        return type(name, leaves, {})
+    except TypeError:  # bases whose layouts conflict: the nearest one
+        return type(name, (builtin_bases[0],), {})
+
+
+def update_in_place(old: Any, new: Any) -> None:
+    """Make the judge's mutable ``old`` equal the candidate's ``new`` without replacing it;
+    lists of the same length keep their inner objects, which are updated the same way."""
+    pending = [(old, new)]
+    while pending:
+        old, new = pending.pop()
+        if type(old) is not type(new) or old is new:
+            continue
+        if type(old) is list and len(old) == len(new):
+            for index, (inner_old, inner_new) in enumerate(zip(old, new, strict=True)):
+                if type(inner_old) is type(inner_new) and isinstance(inner_old, _MUTABLE):
+                    pending.append((inner_old, inner_new))
+                else:
+                    old[index] = inner_new
+        elif isinstance(old, (list, bytearray)):
+            old[:] = new
+        elif isinstance(old, collections.deque):
+            old.clear()
+            old.extend(new)
+        elif isinstance(old, (dict, set)):
+            old.clear()
+            old.update(new)
+
+
+def update_all(olds: Iterable[Any], news: Any) -> None:
+    if type(news) is list:
+        for old, new in zip(olds, news, strict=False):
+            update_in_place(old, new)
 
 
 def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text[:2000]
+    """``Type: message``; a message that cannot be made (an int of 5,000 digits, a nesting
+    too deep for ``repr``) is named, never the judge's own failure."""
+    try:
+        message = str(exc)
+    except Exception as failure:
+        message = f"<message not printable: {type(failure).__name__}>"
+    return (f"{type(exc).__name__}: {message}" if message else type(exc).__name__)[:2000]
 
 
 def _is_candidate_failure(exc: BaseException) -> bool:

@@ -37,6 +37,12 @@ CANDIDATE_UID = int(os.environ.get("CODEPOST_CANDIDATE_UID", "10001"))
 JUDGE_UID = int(os.environ.get("CODEPOST_JUDGE_UID", "10002"))
 EXCERPT_BYTES = 4096
 JUDGE_GRACE_S = 1.0  # after a timeout, how long the judge may take to wind down
+EXIT_GRACE_S = 0.5  # io: how long output still counts after the program's main process exits
+HELD_NOTE = (
+    f"\n[sandbox] processes the program left were still holding stdout/stderr {EXIT_GRACE_S} s "
+    "after it exited: they were killed, and anything they would have written later is not "
+    "part of the output\n"
+)
 OOM_CONTROL = "/sys/fs/cgroup/memory/memory.oom_control"  # cgroup v1
 OOM_EVENTS = "/sys/fs/cgroup/memory.events"  # cgroup v2
 _PR_SET_DUMPABLE = 4
@@ -119,7 +125,17 @@ def _signal_verdict(exit_info: tuple[int, float] | None, limits: dict[str, Any],
         return "memory_limit", "killed by the memory limit"
     if sig == signal.SIGXFSZ:
         return "runtime_error", f"file size over {limits['disk_mb']} MB"
-    return "runtime_error", f"killed by signal {signal.Signals(sig).name}"
+    return "runtime_error", f"killed by signal {signal_name(sig)}"
+
+
+def signal_name(number: int) -> str:
+    """``SIGSEGV``, or ``SIGRTMIN+3`` / ``signal 40`` for the ones ``signal.Signals`` lacks."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        if signal.SIGRTMIN <= number <= signal.SIGRTMAX:
+            return f"SIGRTMIN+{number - signal.SIGRTMIN}"
+        return f"signal {number}"
 
 
 class Supervisor:
@@ -248,16 +264,18 @@ class Supervisor:
     def collect(
         self,
         streams: dict[int, bytearray],
-        limit: int,
         deadline: float,
         *,
-        until_closed: int | None = None,
+        counted: tuple[int, ...] = (),
+        limit: int = 0,
+        until_closed: tuple[int, ...] = (),
         until_exit: int | None = None,
         feed: tuple[int, bytes] | None = None,
     ) -> str | None:
-        """Pump the pipes until ``until_closed`` hits EOF or ``until_exit`` exits.
+        """Pump the pipes until every fd of ``until_closed`` hits EOF or ``until_exit`` exits.
 
-        Returns "timeout" or "output_limit" when a limit ended it, else None.
+        Returns "timeout", or "output_limit" when the ``counted`` streams hold more than
+        ``limit`` bytes, when a limit ended it, else None.
         """
         selector = selectors.DefaultSelector()
         for fd in streams:
@@ -268,14 +286,12 @@ class Supervisor:
             os.set_blocking(feed_fd, False)
             selector.register(feed_fd, selectors.EVENT_WRITE)
         open_fds = set(streams)
-        output_fds = [fd for fd in streams if fd != until_closed]
         outcome = None
         try:
             while True:
-                if until_closed is not None and until_closed not in open_fds:
+                if until_closed and open_fds.isdisjoint(until_closed):
                     break
                 if until_exit is not None and until_exit in self.exited:
-                    self._drain(streams, open_fds)
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -305,7 +321,7 @@ class Supervisor:
                         else:
                             selector.unregister(fd)
                             open_fds.discard(fd)
-                if sum(len(streams[fd]) for fd in output_fds) > limit:
+                if sum(len(streams[fd]) for fd in counted) > limit:
                     outcome = "output_limit"
                     break
         finally:
@@ -314,20 +330,21 @@ class Supervisor:
                 os.close(feed_fd)
         return outcome
 
-    @staticmethod
-    def _drain(streams: dict[int, bytearray], open_fds: set[int]) -> None:
-        """Take what is already in the pipes of a process that has exited."""
-        end = time.monotonic() + 0.05
-        for fd in list(open_fds):
-            os.set_blocking(fd, False)
-            while time.monotonic() < end:
-                try:
-                    chunk = os.read(fd, 1 << 16)
-                except BlockingIOError:
-                    break
-                if not chunk:
-                    break
-                streams[fd] += chunk
+    def collect_after_exit(
+        self, streams: dict[int, bytearray], deadline: float, counted: tuple[int, int], limit: int
+    ) -> tuple[str | None, bool]:
+        """After an io program exits: its output until every pipe closes, for at most
+        ``EXIT_GRACE_S``, so a child that writes just after its parent exits still counts.
+
+        Returns the limit hit (or None) and whether processes still held the pipes at the end.
+        """
+        end = min(time.monotonic() + EXIT_GRACE_S, deadline)
+        outcome = self.collect(
+            streams, end, counted=counted, limit=limit, until_closed=tuple(streams)
+        )
+        if outcome == "timeout":  # the program itself ended in time: only its children did not
+            return None, True
+        return outcome, False
 
     # -- the two job kinds
 
@@ -356,18 +373,16 @@ class Supervisor:
         streams = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray(), ready_r: bytearray()}
         outcome = self.collect(
             streams,
-            limits["output_bytes"],
             started + limits["wall_time_s"],
-            until_closed=res_r,
+            counted=(out_r, err_r),
+            limit=limits["output_bytes"],
+            until_closed=(res_r,),
             feed=(job_w, _frame_bytes(job)),
         )
         if outcome:  # stop the program and all it started, then let the judge wind down
             self.stop_program(candidate)
             if self.collect(
-                {res_r: streams[res_r]},
-                1 << 30,
-                time.monotonic() + JUDGE_GRACE_S,
-                until_closed=res_r,
+                {res_r: streams[res_r]}, time.monotonic() + JUDGE_GRACE_S, until_closed=(res_r,)
             ):
                 self.restart_judge()
         events = _parse_frames(bytes(streams[res_r]))
@@ -418,73 +433,19 @@ class Supervisor:
         return result
 
     def run_io(self, job: dict[str, Any]) -> dict[str, Any]:
+        """One process per stdin case; ``output_bytes`` bounds the output of all cases together."""
         limits = job["limits"]
         started = time.monotonic()
         cases: list[dict[str, Any]] = []
         leftover = 0
+        budget = limits["output_bytes"]
         program = _frame_bytes({"program": job["program"]})
         for stdin_text in job["stdin_cases"]:
-            case_started = time.monotonic()
-            oom_before = oom_kills()
-            in_r, in_w = os.pipe()
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
-            prog_r, prog_w = os.pipe()
-            stat_r, stat_w = os.pipe()
-            candidate, ready_r = self.spawn_candidate(
-                "io", limits, [in_r, out_w, err_w, prog_r, stat_w]
-            )
-            for fd in (in_r, out_w, err_w, prog_r, stat_w):
-                os.close(fd)
-            with contextlib.suppress(BrokenPipeError):
-                os.write(prog_w, program)  # the candidate reads it first thing
-            os.close(prog_w)
-            streams = {
-                out_r: bytearray(),
-                err_r: bytearray(),
-                stat_r: bytearray(),
-                ready_r: bytearray(),
-            }
-            outcome = self.collect(
-                streams,
-                limits["output_bytes"],
-                case_started + limits["wall_time_s"],
-                until_exit=candidate,
-                feed=(in_w, stdin_text.encode()),
-            )
-            if outcome:
-                self.stop_program(candidate)
-            candidate_exit = self.exited.get(candidate)
-            setup_failed = not outcome and not streams[ready_r]
-            leftover = max(leftover, self.finish(candidate))
-            for fd in streams:
-                os.close(fd)
-            if setup_failed:
-                raise SetupFailed(_excerpt(streams[err_r]) or "the program died in set-up")
-            compiled = _parse_frames(bytes(streams[stat_r]))
-            status, exit_code = "completed", None
-            if outcome:
-                status = outcome
-            elif compiled and "error" in compiled[0]:
-                status = "syntax_error"
-            elif candidate_exit is not None:
-                exit_code = os.waitstatus_to_exitcode(candidate_exit[0])
-                verdict = _signal_verdict(candidate_exit, limits, oom_kills() > oom_before)
-                if verdict:
-                    status = verdict[0]
-                elif exit_code != 0:
-                    memory = b"MemoryError" in streams[err_r][-300:]
-                    status = "memory_limit" if memory else "runtime_error"
-            cases.append(
-                {
-                    "status": status,
-                    "stdout": streams[out_r][: limits["output_bytes"]].decode("utf-8", "replace"),
-                    "stderr": _excerpt(streams[err_r]),
-                    "exit_code": exit_code,
-                    "duration_s": time.monotonic() - case_started,
-                }
-            )
-            if status == "syntax_error":
+            case, used, left = self.run_io_case(program, stdin_text.encode(), limits, budget)
+            leftover = max(leftover, left)
+            budget -= used
+            cases.append(case)
+            if case["status"] in ("syntax_error", "output_limit"):
                 break
         syntax = bool(cases) and cases[-1]["status"] == "syntax_error"
         return {
@@ -493,6 +454,76 @@ class Supervisor:
             "duration_s": time.monotonic() - started,
             "leftover_processes": leftover,
         }
+
+    def run_io_case(
+        self, program: bytes, stdin: bytes, limits: dict[str, Any], budget: int
+    ) -> tuple[dict[str, Any], int, int]:
+        """One io case, the output bytes it used and the processes its clean-up found left."""
+        case_started = time.monotonic()
+        deadline = case_started + limits["wall_time_s"]
+        oom_before = oom_kills()
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        prog_r, prog_w = os.pipe()
+        stat_r, stat_w = os.pipe()
+        candidate, ready_r = self.spawn_candidate(
+            "io", limits, [in_r, out_w, err_w, prog_r, stat_w]
+        )
+        for fd in (in_r, out_w, err_w, prog_r, stat_w):
+            os.close(fd)
+        with contextlib.suppress(BrokenPipeError):
+            os.write(prog_w, program)  # the candidate reads it first thing
+        os.close(prog_w)
+        streams = {
+            out_r: bytearray(),
+            err_r: bytearray(),
+            stat_r: bytearray(),
+            ready_r: bytearray(),
+        }
+        output = (out_r, err_r)
+        outcome = self.collect(
+            streams,
+            deadline,
+            counted=output,
+            limit=budget,
+            until_exit=candidate,
+            feed=(in_w, stdin),
+        )
+        held = False
+        if outcome:
+            self.stop_program(candidate)
+        else:
+            outcome, held = self.collect_after_exit(streams, deadline, output, budget)
+        candidate_exit = self.exited.get(candidate)
+        setup_failed = not outcome and not streams[ready_r]
+        leftover = self.finish(candidate)
+        for fd in streams:
+            os.close(fd)
+        if setup_failed:
+            raise SetupFailed(_excerpt(streams[err_r]) or "the program died in set-up")
+        compiled = _parse_frames(bytes(streams[stat_r]))
+        status, exit_code = "completed", None
+        if outcome:
+            status = outcome
+        elif compiled and "error" in compiled[0]:
+            status = "syntax_error"
+        elif candidate_exit is not None:
+            exit_code = os.waitstatus_to_exitcode(candidate_exit[0])
+            verdict = _signal_verdict(candidate_exit, limits, oom_kills() > oom_before)
+            if verdict:
+                status = verdict[0]
+            elif exit_code != 0:
+                memory = b"MemoryError" in streams[err_r][-300:]
+                status = "memory_limit" if memory else "runtime_error"
+        case = {
+            "status": status,
+            "stdout": streams[out_r][: max(budget, 0)].decode("utf-8", "replace"),
+            "stderr": _excerpt(streams[err_r]) + (HELD_NOTE if held else ""),
+            "exit_code": exit_code,
+            "duration_s": time.monotonic() - case_started,
+        }
+        return case, len(streams[out_r]) + len(streams[err_r]), leftover
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         if request.get("op") == "ping":

@@ -49,8 +49,11 @@ def _become_candidate(fds: list[int], mode: str, limits: dict[str, Any], uid: in
                 "HOME": "/work",
                 "LANG": "C.UTF-8",
                 "MALLOC_ARENA_MAX": "2",
+                "PYTHONINTMAXSTRDIGITS": "0",
             }  # for programs it starts; see supervisor.PROGRAM_ENV
         )
+        # Python before 3.11, which the data sets were written for, printed ints of any size.
+        sys.set_int_max_str_digits(0)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         # The program's own streams, on the pipes, for as long as it lives.
         sys.stdin, sys.stdout, sys.stderr = (
