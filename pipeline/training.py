@@ -1,0 +1,84 @@
+"""What the TRL-trainer stages (SFT, DPO) share: optimisation settings, trainer arguments, and
+publishing their checkpoint (or finding it already published, so a rerun resumes for free)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from rich.console import Console
+
+from codepost.pipeline.checkpoints import CheckpointManifest, is_published, read_manifest
+from codepost.pipeline.model_config import ModelConfig
+
+console = Console(stderr=True)
+
+
+class TrainingSettings(BaseModel):
+    """Optimisation settings common to the TRL trainers (their names as in ``TrainingArguments``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    learning_rate: float = Field(2e-5, gt=0, le=1)
+    num_train_epochs: float = Field(1.0, gt=0)
+    max_steps: int = Field(-1, ge=-1, description="optimizer steps; -1 = run the epochs")
+    per_device_train_batch_size: int = Field(4, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    max_length: int = Field(512, ge=16, description="tokens per sequence (prompt + completion)")
+    warmup_steps: int = Field(0, ge=0)
+    logging_steps: int = Field(5, ge=1)
+    seed: int = 0
+
+
+def trainer_arguments(
+    settings: TrainingSettings, model: ModelConfig, output_dir: Path
+) -> dict[str, Any]:
+    """Keyword arguments for ``SFTConfig`` / ``DPOConfig``: our settings plus what this project
+    needs everywhere (no mixed precision, no intermediate saves, no experiment tracker)."""
+    return {
+        **settings.model_dump(),
+        "output_dir": str(output_dir),
+        "per_device_eval_batch_size": settings.per_device_train_batch_size,
+        "gradient_checkpointing": model.gradient_checkpointing,
+        "bf16": False,  # weights keep ModelConfig.dtype; autocast is off (TRL on CPUs)
+        "save_strategy": "no",
+        "report_to": "none",
+        "disable_tqdm": False,
+    }
+
+
+def stage_version(stage: str, config: BaseModel, data: dict[str, str]) -> str:
+    """A version that names what was trained: the stage, its config and its data."""
+    payload = json.dumps([config.model_dump(mode="json"), data], sort_keys=True)
+    return f"{stage}-{hashlib.sha256(payload.encode()).hexdigest()[:12]}"
+
+
+def already_published(out_dir: Path, stage: str, config: BaseModel) -> bool:
+    """True when ``out_dir`` holds this stage's checkpoint for this config (a rerun resumes);
+    raises when it holds another one, so nothing is silently reused or overwritten."""
+    if not is_published(out_dir):
+        return False
+    manifest = read_manifest(out_dir)
+    if manifest.stage != stage or manifest.config != config.model_dump(mode="json"):
+        raise FileExistsError(
+            f"{out_dir} already holds a {manifest.stage!r} checkpoint of another config "
+            f"({manifest.version}); choose another output folder"
+        )
+    console.print(f"[bold]codepost[/bold]: {stage}: {out_dir} is already published, reusing it")
+    return True
+
+
+def stage_manifest(
+    stage: str, config: BaseModel, parent: str, data: dict[str, str], metrics: dict[str, Any]
+) -> CheckpointManifest:
+    return CheckpointManifest(
+        stage=stage,
+        version=stage_version(stage, config, data),
+        parent=parent,
+        config=config.model_dump(mode="json"),
+        data=data,
+        metrics=metrics,
+    )

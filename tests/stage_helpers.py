@@ -1,0 +1,116 @@
+"""For the SFT / pairs / DPO tests: tiny random models saved as model folders, tiny problems,
+and hand-built scored rollouts."""
+
+from __future__ import annotations
+
+import json
+import math
+import string
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+
+from codepost.pipeline.data import ProblemSet
+from codepost.pipeline.model_config import ModelConfig
+from codepost.pipeline.models import char_tokenizer, tiny_causal_lm
+
+# A chat template in the tokenizer's own characters, so chat-style prompts work on tiny models.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<{{ message['role'] }}>{{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+TINY_PROBLEMS = [
+    {
+        "task_id": 1,
+        "text": "Add two numbers.",
+        "code": "def add(a, b):\n    return a + b",
+        "test_list": ["assert add(1, 2) == 3"],
+    },
+    {
+        "task_id": 2,
+        "text": "Double a number.",
+        "code": "def double(x):\n    return 2 * x",
+        "test_list": ["assert double(3) == 6"],
+    },
+    {
+        "task_id": 3,
+        "text": "Negate a number.",
+        "code": "def neg(x):\n    return -x",
+        "test_list": ["assert neg(3) == -3"],
+    },
+]
+
+
+def save_tiny_model(folder: Path, seed: int = 0) -> ModelConfig:
+    """A random tiny Llama and a character tokenizer with a chat template, saved in ``folder``."""
+    tokenizer = char_tokenizer(string.printable)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    model = tiny_causal_lm(len(tokenizer), seed=seed)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return ModelConfig(name_or_path=str(folder))
+
+
+def tiny_problem_set(folder: Path) -> ProblemSet:
+    """:data:`TINY_PROBLEMS` as an MBPP-style file."""
+    path = folder / "problems.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in TINY_PROBLEMS))
+    return ProblemSet(source=str(path), split="all")
+
+
+GOOD_LONG = "```python\ndef f(x):\n    y = x + 1\n    return y\n```"
+GOOD_LONG_COPY = "```python\ndef f(x):  # add one\n\n    y = x+1\n    return y\n```"
+GOOD_SHORT = "```python\ndef f(x):\n    return x + 1\n```"
+SYNTAX = "```python\ndef f(x) return x\n```"
+WRONG = "```python\ndef f(x):\n    return x\n```"
+CRASH = "```python\ndef f(x):\n    raise RuntimeError\n```"
+
+
+def rollout(
+    prompt_id: str,
+    completion: str,
+    passed: bool,
+    reward: float | None,
+    status: str = "",
+    excluded: bool = False,
+) -> dict[str, Any]:
+    """One row of the scored-rollouts contract, plus a column mining must ignore."""
+    return {
+        "prompt_id": prompt_id,
+        "group_index": 0,
+        "prompt": f"<user>task {prompt_id}\n<assistant>",
+        "completion": completion,
+        "prompt_ids": [1, 2],
+        "completion_ids": [3, 4],
+        "sampling_logprobs": [-0.1, -0.2],
+        "finish_reason": "stop",
+        "sampler": "test",
+        "policy_version": 0,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "completion_style": "chat",
+        "reward": math.nan if reward is None else reward,
+        "passed": passed,
+        "status": status or ("passed" if passed else "failed"),
+        "pass_fraction": 1.0 if passed else 0.0,
+        "excluded": excluded,
+        "unrelated_extra": "ignored",
+    }
+
+
+def mixed_group(prompt_id: str) -> list[dict[str, Any]]:
+    return [
+        rollout(prompt_id, GOOD_LONG, True, 1.0),
+        rollout(prompt_id, GOOD_SHORT, True, 0.9),
+        rollout(prompt_id, GOOD_LONG_COPY, True, 1.0),
+        rollout(prompt_id, SYNTAX, False, 0.0, "syntax_error"),
+        rollout(prompt_id, WRONG, False, 0.2),
+        rollout(prompt_id, CRASH, False, None, "sandbox_error", excluded=True),
+    ]
+
+
+def write_rollouts(path: Path, rows: list[dict[str, Any]]) -> Path:
+    Dataset.from_list(rows).to_parquet(str(path))
+    return path
