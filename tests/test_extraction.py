@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from codepost.verifiers import Problem, build_program, extract_code
@@ -150,3 +152,39 @@ def test_completion_text():
     assert completion_text(parts) == "ab"
     with pytest.raises(TypeError, match="assistant message"):
         completion_text([{"role": "user", "content": "q"}])
+
+
+def test_triple_backticks_inside_a_python_string_are_code():
+    text = (
+        "Here:\n```python\ndef f():\n    s = '''\n```\nnot the end\n'''\n"
+        '    t = "```"  # """\n    return s\n```\nprose\n'
+    )
+    (block,) = find_code_blocks(text)
+    assert block.closed
+    assert block.code == (
+        "def f():\n    s = '''\n```\nnot the end\n'''\n    t = \"```\"  # \"\"\"\n    return s\n"
+    )
+    assert extract_code(text, "f") == block.code
+
+
+def test_unbalanced_quotes_end_the_block_at_the_first_fence_after_all():
+    (block,) = find_code_blocks("```python\nx = '''\n```\nprose, not code\n")
+    assert block.closed and block.code == "x = '''\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "```" + "a" * 200_000 + "`",  # quadratic for the old fence pattern (30 s at 100 kB)
+        "```" + " " * 200_000 + "x`",
+        "```python\n" + '"' * 200_000 + "\n```\n",
+        "```python\n" + "\\" * 100_000 + '"' * 100_000 + "\n```\n",
+        "```python\nx = '''\n" + "```\n" * 50_000,
+    ],
+    ids=["long-fence", "long-spaces", "quotes", "backslashes", "fences-in-a-string"],
+)
+def test_extraction_is_linear_on_hostile_text(text):
+    started = time.perf_counter()
+    extract_code(text, "f")
+    find_code_blocks(text)
+    assert time.perf_counter() - started < 1.0

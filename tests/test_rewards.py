@@ -196,10 +196,12 @@ def test_async_trl_test_reward_is_awaitable():
     assert asyncio.run(func(**trl_kwargs(completions, ["add", "add"]))) == [1.0, 0.0]
 
 
-def test_trl_test_reward_is_none_on_sandbox_errors():
+@pytest.mark.parametrize(("policy", "reward"), [("fail", 0.0), ("exclude", None)])
+def test_trl_test_reward_of_sandbox_errors_is_a_failure_unless_excluded(policy, reward):
     verifier = Verifier(CannedExecutor(ExecutionResult(ExecStatus.SANDBOX_ERROR, error="down")))
-    (func,) = make_trl_reward_funcs(verifier, PROBLEMS)
-    assert func(**trl_kwargs(["    return a + b\n"], ["add"])) == [None]
+    config = RewardConfig(sandbox_errors=policy)
+    (func,) = make_trl_reward_funcs(verifier, PROBLEMS, config)
+    assert func(**trl_kwargs(["    return a + b\n"], ["add"])) == [reward]
 
 
 def test_trl_weights_and_token_lengths_come_from_the_given_config():

@@ -174,12 +174,13 @@ def test_sandbox_statuses_stand_as_reported(humaneval, sandbox_status, expected,
     assert verdict.pass_fraction == pytest.approx(1 / 7)  # tests not reached count as failed
 
 
-def test_sandbox_error_has_no_reward(humaneval):
+@pytest.mark.parametrize(("policy", "reward"), [("fail", 0.0), ("exclude", None)])
+def test_sandbox_error_is_a_failure_unless_excluded(humaneval, policy, reward):
     canned = ExecutionResult(ExecStatus.SANDBOX_ERROR, error="container died")
-    verifier = Verifier(CannedExecutor(canned))
+    verifier = Verifier(CannedExecutor(canned), reward_config=RewardConfig(sandbox_errors=policy))
     (verdict,) = verifier.verify(humaneval, [{"task_id": "HumanEval/0", "completion": ""}])
-    assert verdict.reward is None
-    assert verdict.reward_components["test"] is None
+    assert verdict.reward == reward
+    assert verdict.reward_components["test"] == reward
     assert verdict.reward_components["syntax"] == 1.0  # text-only components are still known
 
 
@@ -463,7 +464,7 @@ def test_pass_at_k_worked_numbers():
         estimate_pass_at_k(2, 1, 3)
 
 
-def test_pass_at_k_per_task_then_averaged_without_sandbox_errors(humaneval):
+def test_pass_at_k_per_task_then_averaged_sandbox_errors_failing_or_excluded(humaneval):
     good = humaneval["HumanEval/0"].canonical_solution
     samples = [
         {"task_id": "HumanEval/0", "completion": good},
@@ -474,8 +475,13 @@ def test_pass_at_k_per_task_then_averaged_without_sandbox_errors(humaneval):
     verdicts = Verifier(InProcessExecutor()).verify(humaneval, samples)
     broken = verdicts[3].model_copy(update={"status": VerdictStatus.SANDBOX_ERROR, "passed": False})
     scores = pass_at_k([*verdicts[:3], broken], ks=(1, 2))
-    # HumanEval/0: 1 of 2 -> 0.5; HumanEval/50: 1 of 1 (the sandbox error is left out) -> 1.0
-    assert scores.scores == {"pass@1": pytest.approx(0.75)}
-    assert scores.skipped_k == (2,)
-    assert scores.sandbox_errors == 1
-    assert scores.tasks == 2
+    # HumanEval/0: 1 of 2 -> 0.5; HumanEval/50: 1 of 2 (the sandbox error failed) -> 0.5
+    assert scores.scores == {"pass@1": pytest.approx(0.5), "pass@2": pytest.approx(1.0)}
+    assert (scores.sandbox_errors, scores.excluded) == (1, 0)
+    assert scores.sandbox_error_tasks == ("HumanEval/50",)
+    excluded = pass_at_k([*verdicts[:3], broken], ks=(1, 2), exclude_sandbox_errors=True)
+    # HumanEval/50: 1 of 1 (the sandbox error is left out) -> 1.0
+    assert excluded.scores == {"pass@1": pytest.approx(0.75)}
+    assert excluded.skipped_k == (2,)
+    assert (excluded.sandbox_errors, excluded.excluded) == (1, 1)
+    assert excluded.tasks == 2

@@ -197,19 +197,31 @@ def test_dead_docker_engine_is_reported(tmp_path, monkeypatch, capsys):
     assert "0 of 1 results" in err
 
 
-def test_sandbox_errors_are_reported_apart(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    ("options", "reward", "counted"),
+    [
+        ([], 0.0, "counted as failures in pass@k"),
+        (["--exclude-sandbox-errors"], None, "left out of pass@k (1 excluded)"),
+    ],
+)
+def test_sandbox_errors_are_counted_named_and_make_the_run_unclean(
+    tmp_path, monkeypatch, capsys, options, reward, counted
+):
     canned = ExecutionResult(ExecStatus.SANDBOX_ERROR, error="container died")
     use_executor(monkeypatch, CannedExecutor(canned))
     samples = write_samples(
         tmp_path / "s.jsonl", [{"task_id": "HumanEval/0", "completion": GOOD_0}]
     )
-    assert cli.main(["verify", str(samples)]) == 0
+    assert cli.main(["verify", str(samples), "--k", "1", *options]) == cli.EXIT_SANDBOX_ERRORS
     (row,) = read_rows(tmp_path / "s.jsonl_results.jsonl")
-    assert row["status"] == "sandbox_error" and row["reward"] is None
+    assert row["status"] == "sandbox_error" and row["reward"] == reward
     assert row["result"] == "sandbox error: container died"
     captured = capsys.readouterr()
-    assert "1 samples hit a sandbox error" in captured.err.replace("\n", " ")
-    assert "pass@1" not in captured.out
+    err = " ".join(captured.err.split())
+    assert f"1 samples ({samples} lines 1; tasks HumanEval/0)" in err
+    assert counted in err and "not clean" in err
+    assert "sandbox_error" in captured.out
+    assert ("pass@1" in captured.out) == (not options)
 
 
 def test_refuses_to_overwrite_the_samples(tmp_path, monkeypatch, capsys):

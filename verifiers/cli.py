@@ -30,13 +30,16 @@ from rich.table import Table
 from codepost.sandbox import Limits, SandboxUnavailable
 
 from .extraction import COMPLETION_STYLES
-from .pass_at_k import pass_at_k
+from .pass_at_k import PassAtK, pass_at_k
 from .problems import HUMANEVAL, Problem, ProblemFormatError, jsonl_records, load_problems
+from .rewards import RewardConfig
 from .verdicts import Verdict, VerdictStatus
 from .verifier import SampleError, Verifier
 
 EXIT_BAD_INPUT = 2
 EXIT_SANDBOX_UNAVAILABLE = 3
+EXIT_SANDBOX_ERRORS = 4  # every sample has a verdict, but some only a sandbox error
+SHOWN_ERRORS = 20
 EXIT_INTERRUPTED = 130
 
 
@@ -94,6 +97,12 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         default="auto",
         help="continuation: prompt + completion; chat: code from markdown fences; "
         "auto: chat when the completion has fences or <think> (default)",
+    )
+    parser.add_argument(
+        "--exclude-sandbox-errors",
+        action="store_true",
+        help="leave samples that hit a sandbox error out of pass@k and give them no reward "
+        "(default: they count as failures); the summary says how many were left out",
     )
     parser.set_defaults(func=run)
     return parser
@@ -173,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     verifier = Verifier(
         limits=Limits(wall_time_s=args.timeout, cpu_time_s=args.timeout, memory_mb=args.memory_mb),
+        reward_config=RewardConfig(
+            sandbox_errors="exclude" if args.exclude_sandbox_errors else "fail"
+        ),
         completion_style="continuation" if args.reference else args.completion_style,
         workers=args.workers,
     )
@@ -199,8 +211,15 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         err.print(f"interrupted: {len(verdicts)} of {len(samples)} results written to {output}")
         return EXIT_INTERRUPTED
-    _write_in_order(output, [verdicts[index] for index in range(len(samples))])
-    _summary(Console(), err, list(verdicts.values()), args.k, output)
+    ordered = [verdicts[index] for index in range(len(samples))]
+    _write_in_order(output, ordered)
+    scores = pass_at_k(ordered, args.k, exclude_sandbox_errors=args.exclude_sandbox_errors)
+    _summary(Console(), err, ordered, scores, output)
+    errors = [lines[i] for i, v in enumerate(ordered) if v.status is VerdictStatus.SANDBOX_ERROR]
+    if errors:
+        where = f"{args.samples} lines" if args.samples else "reference samples"
+        _report_sandbox_errors(err, errors, scores, where)
+        return EXIT_SANDBOX_ERRORS
     return 0
 
 
@@ -225,7 +244,7 @@ def _write_in_order(output: Path, verdicts: list[Verdict]) -> None:
 
 
 def _summary(
-    console: Console, err: Console, verdicts: list[Verdict], ks: Sequence[int], output: Path
+    console: Console, err: Console, verdicts: list[Verdict], scores: PassAtK, output: Path
 ) -> None:
     counts = Counter(verdict.status for verdict in verdicts)
     statuses = Table(title=f"{len(verdicts)} samples")
@@ -237,7 +256,6 @@ def _summary(
             share = counts[status] / len(verdicts)
             statuses.add_row(status.value, str(counts[status]), f"{share:.1%}")
     console.print(statuses)
-    scores = pass_at_k(verdicts, ks)
     if scores.scores:
         table = Table(title="pass@k")
         table.add_column("metric")
@@ -249,14 +267,27 @@ def _summary(
     if scores.skipped_k:
         err.print(
             f"pass@k not reported for k={','.join(map(str, scores.skipped_k))}: "
-            "some task has fewer samples (sandbox errors not counted)"
-        )
-    if scores.sandbox_errors:
-        err.print(
-            f"[yellow]warning:[/] {scores.sandbox_errors} samples hit a sandbox error "
-            "(infrastructure, not the model): left out of pass@k; see their 'result'"
+            f"some task has fewer samples{' (sandbox errors left out)' if scores.excluded else ''}"
         )
     console.print(f"results: {output}")
+
+
+def _report_sandbox_errors(err: Console, lines: list[int], scores: PassAtK, where: str) -> None:
+    """Name the samples that hit a sandbox error and say how pass@k counted them."""
+    shown = ", ".join(map(str, lines[:SHOWN_ERRORS]))
+    more = f" and {len(lines) - SHOWN_ERRORS} more" if len(lines) > SHOWN_ERRORS else ""
+    tasks = ", ".join(scores.sandbox_error_tasks[:SHOWN_ERRORS])
+    counted = (
+        f"left out of pass@k ({scores.excluded} excluded)"
+        if scores.excluded
+        else "counted as failures in pass@k"
+    )
+    err.print(
+        f"[red]sandbox errors:[/] {len(lines)} samples ({where} {shown}{more}; tasks "
+        f"{tasks}) got no verdict from the sandbox (infrastructure, not the model): {counted}; "
+        "see their 'result'. The run is not clean.",
+        highlight=False,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

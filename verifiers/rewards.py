@@ -3,8 +3,10 @@
 Each component is a small pure function of the completion (or of the verdict, for the test
 reward): the test reward is in [0, 1], the format and syntax rewards in {0, 1}, the length and
 forbidden-code penalties in [-1, 0]. ``RewardConfig`` weighs them into one scalar; the verdict
-keeps the unweighted components. The test reward of a ``sandbox_error`` is ``None``: an
-infrastructure failure says nothing about the model, and TRL treats ``None`` as "no reward".
+keeps the unweighted components. A ``sandbox_error`` gets the test reward of a failure by
+default, so no program gains by turning its failure into one; with
+``sandbox_errors="exclude"`` its test reward is ``None`` instead ("no reward" to TRL), and the
+callers count what they excluded.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class RewardConfig(BaseModel):
 
     test_weight: float = 1.0
     test_reward: Literal["binary", "pass_fraction"] = "binary"
+    sandbox_errors: Literal["fail", "exclude"] = "fail"  # a sandbox error's test reward: 0 or None
     format_weight: float = 0.0
     require_think: bool = False  # the format reward also asks for a closed <think> block
     syntax_weight: float = 0.0
@@ -53,6 +56,15 @@ class RewardConfig(BaseModel):
 
 def test_reward(passed: bool, pass_fraction: float, mode: str = "binary") -> float:
     return float(passed) if mode == "binary" else pass_fraction
+
+
+def verdict_test_reward(
+    config: RewardConfig, passed: bool, pass_fraction: float, sandbox_error: bool
+) -> float | None:
+    """The unweighted test component of one verdict; None for an excluded sandbox error."""
+    if sandbox_error:
+        return None if config.sandbox_errors == "exclude" else 0.0
+    return test_reward(passed, pass_fraction, config.test_reward)
 
 
 def think_closed(completion: str) -> bool:

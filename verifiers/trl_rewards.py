@@ -20,7 +20,7 @@ from typing import Any
 
 from .extraction import build_program, completion_text
 from .problems import Problem
-from .rewards import RULES, RewardConfig, test_reward
+from .rewards import RULES, RewardConfig, verdict_test_reward
 from .verdicts import Verdict, VerdictStatus
 from .verifier import Verifier
 
@@ -50,22 +50,26 @@ class SandboxTestReward:
         return samples
 
     def _rewards(self, verdicts: list[Verdict], kwargs: Mapping[str, Any]) -> list[float | None]:
-        errors = sum(v.status is VerdictStatus.SANDBOX_ERROR for v in verdicts)
+        errors = [v.task_id for v in verdicts if v.status is VerdictStatus.SANDBOX_ERROR]
         if errors:
             log.warning(
-                "%d of %d completions hit a sandbox error: no reward", errors, len(verdicts)
+                "%d of %d completions hit a sandbox error (%s): %s",
+                len(errors),
+                len(verdicts),
+                ", ".join(sorted(set(errors))),
+                "no reward" if self.config.sandbox_errors == "exclude" else "rewarded as failures",
             )
         if callable(kwargs.get("log_metric")):
-            kwargs["log_metric"]("verifier/sandbox_errors", float(errors))
+            kwargs["log_metric"]("verifier/sandbox_errors", float(len(errors)))
         if callable(kwargs.get("log_extra")):
             kwargs["log_extra"]("status", [v.status.value for v in verdicts])
-        return [
-            None
-            if v.status is VerdictStatus.SANDBOX_ERROR
-            else self.config.test_weight
-            * test_reward(v.passed, v.pass_fraction, self.config.test_reward)
+        rewards = [
+            verdict_test_reward(
+                self.config, v.passed, v.pass_fraction, v.status is VerdictStatus.SANDBOX_ERROR
+            )
             for v in verdicts
         ]
+        return [None if r is None else self.config.test_weight * r for r in rewards]
 
     def __call__(
         self,

@@ -19,7 +19,7 @@ from codepost.sandbox import ExecutionResult, Job, Limits, PoolConfig, SandboxPo
 from .extraction import CompletionStyle, Program, build_program, completion_text, resolve_style
 from .judges import build_job
 from .problems import Problem
-from .rewards import RewardConfig, combine, rule_components, test_reward
+from .rewards import RewardConfig, combine, rule_components, verdict_test_reward
 from .verdicts import Verdict, VerdictStatus, assess
 
 Progress = Callable[[Verdict], None]
@@ -140,12 +140,11 @@ class Verifier:
         assessment = assess(prepared.problem, prepared.job, result)
         config = self.reward_config
         components: dict[str, float | None] = {
-            "test": None
-            if assessment.status is VerdictStatus.SANDBOX_ERROR
-            else test_reward(
+            "test": verdict_test_reward(
+                config,
                 assessment.status is VerdictStatus.PASSED,
                 assessment.pass_fraction,
-                config.test_reward,
+                assessment.status is VerdictStatus.SANDBOX_ERROR,
             ),
             **rule_components(config, prepared.completion, prepared.program, prepared.length),
         }
