@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 MAX_FRAME_BYTES = 64 << 20
-MAX_TOKENS = 4_000_000  # an encoded value holds at most this many items (a cycle never ends)
+MAX_TOKENS = 4_000_000  # items in one encoded value (shared parts count where they occur)
 _BIG_INT_BITS = 10_000  # larger ints travel as hex: decimal text is capped at 4,300 digits
 _HEADER = struct.Struct(">I")
 
@@ -158,21 +158,41 @@ def _encode_one(value: Any, make_ref: MakeRef) -> Encoded:
 
 
 def encode(value: Any, make_ref: MakeRef) -> list[Any]:
-    """The tokens of a value; objects that are not plain data become references."""
+    """The tokens of a value; objects that are not plain data become references.
+
+    A container inside itself is refused at once; shared parts are encoded where they occur.
+    """
     tokens: list[Any] = []
-    pending = [value]
+    pending: list[Any] = [value]
+    inside: set[int] = set()  # ids of the containers being encoded (the path from the root)
     while pending:
         if len(tokens) >= MAX_TOKENS:
-            raise ValueError(f"value has more than {MAX_TOKENS} items (does it contain itself?)")
+            raise ValueError(f"value has more than {MAX_TOKENS} items")
         value = pending.pop()
         kind = type(value)
         if kind in _PLAIN or (kind is int and -_SMALL < value < _SMALL):
             tokens.append(value)
-            continue
-        token, children = _encode_one(value, make_ref)
-        tokens.append(token)
-        pending.extend(reversed(children))
+        elif kind is _Leave:
+            inside.discard(value.id)
+        else:
+            token, children = _encode_one(value, make_ref)
+            tokens.append(token)
+            if children:
+                if id(value) in inside:
+                    raise ValueError("value contains itself")
+                inside.add(id(value))
+                pending.append(_Leave(id(value)))
+                pending.extend(reversed(children))
     return tokens
+
+
+class _Leave:
+    """A marker in ``encode``'s work list: the container with this id is done."""
+
+    __slots__ = ("id",)
+
+    def __init__(self, id_: int) -> None:
+        self.id = id_
 
 
 # -- decoding: tokens -> values rebuilt by the trusted side
