@@ -48,12 +48,24 @@ class _ContainerFault(Exception):
 
 @dataclass(frozen=True)
 class PoolConfig:
+    """How many containers, on which hosts, and what each may use.
+
+    Neighbours cannot make an honest program time out: ``cpus`` caps each container, so a
+    program always gets at least ``min(cpus, host cores / its containers on the host)`` of a
+    core. Each job's wall limit is stretched by the host's oversubscription (its containers
+    times ``cpus`` over its cores, at least 1), so a program within its CPU limit reaches it
+    before its wall limit however busy its neighbours are; the CPU limit is what bounds
+    compute. With no more containers than cores the limits apply as given.
+    """
+
     size: int = 4  # containers, i.e. executions in flight at once
     image: str = DEFAULT_IMAGE
     docker_hosts: tuple[str, ...] = ()  # DOCKER_HOST-style URLs; () = the environment's engine
     container_memory_mb: int = 2048  # whole container: runner, program, judge and tmpfs
     container_pids: int = 256
     tmpfs_mb: int = 64  # each of /work, /tmp and /dev/shm
+    # Files, directories and links each of them may hold: this bounds the clean-up after a job.
+    tmpfs_inodes: int = 4096
     cpus: float = 1.0  # per container
     grace_s: float = 10.0  # how long past a job's own wall limit the host waits
     max_attempts: int = 3
@@ -83,7 +95,7 @@ class _Container:
 
     def __init__(self, client: docker.DockerClient, config: PoolConfig) -> None:
         uid = 200_000 + 2 * secrets.randbelow(50_000_000)  # own uids: RLIMIT_NPROC is per uid
-        tmpfs = f"rw,nosuid,nodev,size={config.tmpfs_mb}m"
+        tmpfs = f"rw,nosuid,nodev,size={config.tmpfs_mb}m,nr_inodes={config.tmpfs_inodes}"
         try:
             self.container = client.containers.run(
                 config.image,
@@ -105,8 +117,8 @@ class _Container:
                 tmpfs={
                     "/work": f"{tmpfs},uid={uid},gid={uid},mode=0755",
                     "/tmp": f"{tmpfs},mode=1777",
+                    "/dev/shm": f"{tmpfs},mode=1777",
                 },
-                shm_size=f"{config.tmpfs_mb}m",
                 sysctls={
                     "kernel.shm_rmid_forced": "1",
                     "kernel.msgmni": "0",
@@ -214,9 +226,18 @@ class SandboxPool:
                     ) from exc
             ready: queue.Queue = queue.Queue()
             for index in range(self.config.size):
-                client = self._clients[index % len(self._clients)]
+                host = index % len(self._clients)
+                client = self._clients[host]
+                stretch = wall_stretch(
+                    len(range(host, self.config.size, len(self._clients))),
+                    self.config.cpus,
+                    client.info().get("NCPU") or 1,
+                )
                 worker = threading.Thread(
-                    target=self._work, args=(client, ready), name=f"sandbox-{index}", daemon=True
+                    target=self._work,
+                    args=(client, stretch, ready),
+                    name=f"sandbox-{index}",
+                    daemon=True,
                 )
                 worker.start()
                 self._workers.append(worker)
@@ -274,7 +295,7 @@ class SandboxPool:
 
     # -- the worker that owns one container
 
-    def _work(self, client: docker.DockerClient, ready: queue.Queue) -> None:
+    def _work(self, client: docker.DockerClient, stretch: float, ready: queue.Queue) -> None:
         try:
             container: _Container | None = _Container(client, self.config)
             ready.put(None)
@@ -289,7 +310,7 @@ class SandboxPool:
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                result, container = self._execute(client, container, job)
+                result, container = self._execute(client, container, job, stretch)
                 future.set_result(result)
             except SandboxUnavailable as exc:
                 future.set_exception(exc)
@@ -301,11 +322,10 @@ class SandboxPool:
             container.destroy()
 
     def _execute(
-        self, client: docker.DockerClient, container: _Container | None, job: Job
+        self, client: docker.DockerClient, container: _Container | None, job: Job, stretch: float
     ) -> tuple[ExecutionResult, _Container | None]:
-        cases = len(job.stdin_cases) if job.stdin_cases is not None else 1
-        deadline = job.limits.wall_time_s * cases + self.config.grace_s
-        payload = _job_payload(job)
+        payload = _job_payload(job, stretch)
+        deadline = _host_deadline(payload, self.config.grace_s)
         error = "no attempt made"
         for attempt in range(1, self.config.max_attempts + 1):
             if container is None:
@@ -345,18 +365,30 @@ def run_in_fresh_container(job: Job, config: PoolConfig | None = None) -> Execut
         _connect(config.docker_hosts[0] if config.docker_hosts else None), config
     )
     try:
-        cases = len(job.stdin_cases) if job.stdin_cases is not None else 1
+        payload = _job_payload(job)
         reply = container.request(
-            {"op": "run", "job": _job_payload(job)},
-            timeout=job.limits.wall_time_s * cases + config.grace_s,
+            {"op": "run", "job": payload}, timeout=_host_deadline(payload, config.grace_s)
         )
         return _to_result(reply, attempts=1)
     finally:
         container.destroy()
 
 
-def _job_payload(job: Job) -> dict[str, Any]:
-    payload: dict[str, Any] = {"program": job.program, "limits": asdict(job.limits)}
+def wall_stretch(containers: int, cpus: float, cores: int) -> float:
+    """How much longer than alone a program may take on a host whose containers all spin."""
+    return max(1.0, containers * cpus / cores)
+
+
+def _host_deadline(payload: dict[str, Any], grace_s: float) -> float:
+    """How long the host waits for a job's reply: every case's wall limit, then the grace."""
+    cases = len(payload.get("stdin_cases", ())) or 1
+    return payload["limits"]["wall_time_s"] * cases + grace_s
+
+
+def _job_payload(job: Job, stretch: float = 1.0) -> dict[str, Any]:
+    limits = asdict(job.limits)
+    limits["wall_time_s"] *= stretch
+    payload: dict[str, Any] = {"program": job.program, "limits": limits}
     if job.judge is not None:
         payload["judge"] = {
             "setup": job.judge.setup,

@@ -178,7 +178,7 @@ class Verifier:
         executor = self.executor
         futures = {executor.submit(item.job): item for item in prepared}
         for future in concurrent.futures.as_completed(futures):
-            item = futures[future]
+            item = futures.pop(future)  # keep no whole outputs: the verdict holds excerpts
             yield item.index, self.finish(item, future.result())
 
     def verify(
