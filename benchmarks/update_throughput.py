@@ -75,6 +75,7 @@ def build_rows(args: argparse.Namespace) -> list[dict]:
                     ).tolist(),
                     "sampling_logprobs": [-1.0] * length,
                     "finish_reason": "length" if length == args.max_completion else "stop",
+                    "temperature": 1.0,
                     "reward": float(g % 2),
                 }
             )

@@ -446,6 +446,29 @@ def approx_kl(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:
     return masked_mean(kl_penalty(old_logprobs, logprobs, "k3"), mask)
 
 
+def truncated_is_weights(
+    old_logprobs: Tensor, sampling_logprobs: Tensor, mask: Tensor, cap: float
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Token-level truncated importance weights ``min(pi_old / pi_sampler, cap)``.
+
+    The sampler (vLLM kernels, bf16, a stale refresh) and the trainer disagree slightly, so
+    "on-policy" rollouts are off-policy; weighing each token by this ratio corrects it, and the
+    cap bounds the variance (TRL's ``vllm_importance_sampling_correction``, verl's
+    ``rollout_correction``). Positions without a sampling logprob (NaN) weigh 1.
+    """
+    _check_same_shape(old_logprobs=old_logprobs, sampling_logprobs=sampling_logprobs, mask=mask)
+    valid = (mask != 0) & ~torch.isnan(sampling_logprobs)
+    log_ratio = torch.where(valid, old_logprobs - sampling_logprobs, 0.0)
+    ratio = torch.exp(log_ratio.clamp(max=20.0))
+    weights = ratio.clamp(max=cap)
+    metrics = {
+        "is_weight_mean": masked_mean(weights, valid.float()),
+        "is_ratio_max": torch.where(valid, ratio, 0.0).max(),
+        "is_truncated_fraction": masked_mean((ratio > cap).float(), valid.float()),
+    }
+    return weights, metrics
+
+
 def policy_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,

@@ -23,8 +23,9 @@ EOS_TOKEN = "<eos>"
 UNK_TOKEN = "<unk>"
 
 
-def completion_logits(model: nn.Module, inputs: ModelInputs, temperature: float = 1.0) -> Tensor:
-    """``[b, t, V]`` float32 logits (divided by ``temperature``) predicting each completion token.
+def completion_logits(model: nn.Module, inputs: ModelInputs) -> Tensor:
+    """``[b, t, V]`` float32 logits (divided by each row's sampling temperature) predicting each
+    completion token.
 
     Prompts are left-padded and completions right-padded, so the completion occupies the last
     ``t`` columns and the hidden states at columns ``-t-1 .. -2`` predict it.
@@ -44,7 +45,9 @@ def completion_logits(model: nn.Module, inputs: ModelInputs, temperature: float 
         use_cache=False,
     )
     logits = outputs.logits.float()
-    return logits / temperature if temperature != 1.0 else logits
+    if bool((inputs.temperature == 1).all()):
+        return logits
+    return logits / inputs.temperature.to(logits)[:, None, None]
 
 
 def completion_logprobs(logits: Tensor, completion_ids: Tensor) -> Tensor:
@@ -96,10 +99,8 @@ class ActorCritic(nn.Module):
         self.policy = policy
         self.critic = critic
 
-    def forward(
-        self, inputs: ModelInputs, temperature: float = 1.0
-    ) -> tuple[Tensor, Tensor | None]:
-        logits = completion_logits(self.policy, inputs, temperature)
+    def forward(self, inputs: ModelInputs) -> tuple[Tensor, Tensor | None]:
+        logits = completion_logits(self.policy, inputs)
         values = self.critic(inputs) if self.critic is not None else None
         return logits, values
 

@@ -43,8 +43,10 @@ from codepost.pipeline.algorithms import (
     masked_whiten,
     outcome_to_token_rewards,
     policy_loss,
+    truncated_is_weights,
     value_loss,
 )
+from codepost.pipeline.model_config import ModelConfig
 from codepost.pipeline.models import (
     ActorCritic,
     ValueModel,
@@ -102,13 +104,13 @@ class UpdateConfig(BaseModel):
     value_clip: float | None = Field(0.2, gt=0)
     drop_uniform_groups: bool = True
     mask_truncated: bool = False
-    temperature: float = Field(1.0, gt=0, description="the sampler's; logits are divided by it")
-    gradient_checkpointing: bool = False
+    sampler_is_cap: float | None = Field(
+        None,
+        ge=1,
+        description="truncated importance sampling against the sampler/trainer mismatch: weigh "
+        "each token by min(pi_old / pi_sampler, cap), as TRL's and verl's; None = off",
+    )
     bf16: bool = False
-    lora_r: int = Field(0, ge=0, description="LoRA rank; 0 = full fine-tuning")
-    lora_alpha: float = Field(16.0, gt=0)
-    lora_dropout: float = Field(0.0, ge=0, lt=1)
-    lora_target_modules: list[str] | Literal["all-linear"] = "all-linear"
     seed: int = 0
 
     @model_validator(mode="after")
@@ -204,8 +206,10 @@ def _add_sampler_mismatch(
 class PolicyUpdater:
     """Owns the accelerator, the (wrapped) policy and critic, the optimizer and the KL controller.
 
-    ``policy`` is a causal LM; ``ref_model`` a frozen copy for the KL term (not needed with LoRA:
-    the base model with adapters off is the reference); ``critic`` a :class:`ValueModel` (PPO).
+    ``policy`` is a causal LM; ``model_config`` says how it trains (LoRA, gradient
+    checkpointing), as for SFT and DPO; ``ref_model`` a frozen copy for the KL term (not needed
+    with LoRA: the base model with adapters off is the reference); ``critic`` a
+    :class:`ValueModel` (PPO).
     """
 
     def __init__(
@@ -213,11 +217,13 @@ class PolicyUpdater:
         config: UpdateConfig,
         policy: nn.Module,
         *,
+        model_config: ModelConfig | None = None,
         ref_model: nn.Module | None = None,
         critic: ValueModel | None = None,
         accelerator: Accelerator | None = None,
     ) -> None:
         self.config = cfg = config
+        self.model_config = model_config = model_config or ModelConfig()
         if (cfg.algorithm == "ppo") != (critic is not None):
             raise ValueError(
                 f"algorithm={cfg.algorithm!r} "
@@ -225,29 +231,23 @@ class PolicyUpdater:
             )
         # With LoRA the base model (adapters off) is the reference: no second copy.
         self._adapter_reference = (
-            cfg.kl_in != "none" and ref_model is None and (cfg.lora_r > 0 or _is_peft(policy))
+            cfg.kl_in != "none"
+            and ref_model is None
+            and (model_config.lora_r > 0 or _is_peft(policy))
         )
         if cfg.kl_in != "none" and ref_model is None and not self._adapter_reference:
             raise ValueError(f"kl_in={cfg.kl_in!r} needs a ref_model (or a LoRA policy)")
         self.accelerator = accelerator or Accelerator(mixed_precision="bf16" if cfg.bf16 else "no")
-        if cfg.lora_r:
-            from peft import LoraConfig, get_peft_model
+        peft_config = model_config.peft_config()
+        if peft_config is not None:
+            from peft import get_peft_model
 
-            policy = get_peft_model(
-                policy,
-                LoraConfig(
-                    r=cfg.lora_r,
-                    lora_alpha=cfg.lora_alpha,
-                    lora_dropout=cfg.lora_dropout,
-                    target_modules=cfg.lora_target_modules,
-                    task_type="CAUSAL_LM",
-                ),
-            )
+            policy = get_peft_model(policy, peft_config)
         for module in (policy, critic):
             if module is None:
                 continue
             disable_dropout(module)
-            if cfg.gradient_checkpointing:
+            if model_config.gradient_checkpointing:
                 target = module.backbone if isinstance(module, ValueModel) else module
                 target.gradient_checkpointing_enable(
                     gradient_checkpointing_kwargs={"use_reentrant": False}
@@ -343,7 +343,10 @@ class PolicyUpdater:
         # reuses the batch (or for the KL reward); otherwise the one step's own forward gives them.
         steps_per_epoch = math.ceil(len(batch) / (cfg.minibatch_size or len(batch)))
         needs_old = (
-            cfg.epochs * steps_per_epoch > 1 or cfg.kl_in == "reward" or self.critic is not None
+            cfg.epochs * steps_per_epoch > 1
+            or cfg.kl_in == "reward"
+            or self.critic is not None
+            or cfg.sampler_is_cap is not None
         )
         scores = _Totals()
         old_logprobs, old_values, ref_logprobs = self._score(
@@ -376,6 +379,13 @@ class PolicyUpdater:
                 advantages = masked_whiten(advantages, response_mask)
         else:
             returns = None
+        if cfg.sampler_is_cap is not None:
+            # A positive per-token weight on the advantage scales that token's clipped loss.
+            weights, is_metrics = truncated_is_weights(
+                old_logprobs, batch.sampling_logprobs, response_mask, cfg.sampler_is_cap
+            )
+            advantages = advantages * weights
+            metrics.update({name: value.item() for name, value in is_metrics.items()})
 
         # Truncated completions still set their group's baseline above; they just do not train.
         loss_mask = response_mask
@@ -418,7 +428,7 @@ class PolicyUpdater:
                     return None if x is None else x[rows, :width]
 
                 mask = take(prepared.loss_mask) * real
-                logits, values = self.model(inputs, cfg.temperature)
+                logits, values = self.model(inputs)
                 logprobs = completion_logprobs(logits, inputs.completion_ids)
                 old_logprobs = take(prepared.old_logprobs)
                 if old_logprobs is None:
@@ -535,7 +545,7 @@ class PolicyUpdater:
             inputs = batch.model_inputs(rows)
             width = inputs.completion_ids.shape[1]
             if policy:
-                logits, micro_values = self.model(inputs, self.config.temperature)
+                logits, micro_values = self.model(inputs)
                 old[rows, :width] = completion_logprobs(logits, inputs.completion_ids)
                 _add_sampler_mismatch(
                     totals,
@@ -558,9 +568,9 @@ class PolicyUpdater:
     def _reference_logits(self, inputs) -> Tensor:
         with self.accelerator.autocast():
             if not self._adapter_reference:
-                return completion_logits(self.ref_model, inputs, self.config.temperature)
+                return completion_logits(self.ref_model, inputs)
             with self.policy.disable_adapter():
-                return completion_logits(self.policy, inputs, self.config.temperature)
+                return completion_logits(self.policy, inputs)
 
 
 def _is_peft(model: nn.Module) -> bool:

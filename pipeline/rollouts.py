@@ -25,6 +25,7 @@ REQUIRED_FIELDS = (
     "completion_ids",
     "sampling_logprobs",
     "finish_reason",
+    "temperature",
     "reward",
 )
 FINISH_REASONS = ("stop", "length")
@@ -39,6 +40,7 @@ class ModelInputs:
     attention_mask: Tensor  # [b, p + t]
     position_ids: Tensor  # [b, p + t], counted from each row's first real token
     completion_ids: Tensor  # [b, t]
+    temperature: Tensor  # [b], the sampler's: logits are divided by it
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class RolloutBatch:
     rewards: Tensor  # [B] float32
     group_ids: Tensor  # [B] int64, one id per prompt_id
     truncated: Tensor  # [B] bool, finish_reason == "length"
+    temperatures: Tensor  # [B] float32, each row's sampling temperature
 
     def __len__(self) -> int:
         return self.prompt_ids.shape[0]
@@ -98,6 +101,7 @@ class RolloutBatch:
             attention_mask=attention_mask.long(),
             position_ids=position_ids,
             completion_ids=completion_ids,
+            temperature=self.temperatures[rows],
         )
 
 
@@ -116,7 +120,7 @@ def collate_rollouts(rows: Iterable[Mapping[str, Any]], *, pad_token_id: int = 0
     group_of: dict[str, int] = {}
     seen: set[tuple[str, int]] = set()
     prompt_ids, completion_ids, logprobs = [], [], []
-    rewards, group_ids, truncated = [], [], []
+    rewards, group_ids, truncated, temperatures = [], [], [], []
     for row in rows:
         missing = [name for name in REQUIRED_FIELDS if name not in row]
         if missing:
@@ -142,6 +146,12 @@ def collate_rollouts(rows: Iterable[Mapping[str, Any]], *, pad_token_id: int = 0
         reward = row["reward"]
         if reward is None or not math.isfinite(reward):
             raise ValueError(f"{_describe(row)} has a non-finite reward {reward!r}")
+        temperature = row["temperature"]
+        if temperature is None or not 0 < temperature < math.inf:
+            raise ValueError(
+                f"{_describe(row)} has temperature {temperature!r}: only sampled rows (> 0) "
+                "train; greedy ones have no sampling distribution"
+            )
         prompt_ids.append(torch.tensor(row["prompt_ids"], dtype=torch.long))
         completion_ids.append(torch.tensor(row["completion_ids"], dtype=torch.long))
         # vLLM can leave a logprob out (None): keep it as NaN, the mismatch metric skips NaN.
@@ -154,6 +164,7 @@ def collate_rollouts(rows: Iterable[Mapping[str, Any]], *, pad_token_id: int = 0
         rewards.append(float(reward))
         group_ids.append(group_of.setdefault(row["prompt_id"], len(group_of)))
         truncated.append(row["finish_reason"] == "length")
+        temperatures.append(float(temperature))
     return RolloutBatch(
         prompt_ids=pad_sequence(
             prompt_ids, batch_first=True, padding_value=pad_token_id, padding_side="left"
@@ -165,6 +176,7 @@ def collate_rollouts(rows: Iterable[Mapping[str, Any]], *, pad_token_id: int = 0
         rewards=torch.tensor(rewards, dtype=torch.float32),
         group_ids=torch.tensor(group_ids, dtype=torch.long),
         truncated=torch.tensor(truncated, dtype=torch.bool),
+        temperatures=torch.tensor(temperatures, dtype=torch.float32),
     )
 
 
@@ -254,6 +266,8 @@ def generate_rollouts(
                 "completion_ids": ids,
                 "sampling_logprobs": logprobs[i, : lengths_out[i]].tolist(),
                 "finish_reason": "stop" if stopped[i] else "length",
+                "temperature": temperature,
+                "top_p": top_p,
                 "sampler": HF_GENERATE_SAMPLER,
                 "policy_version": policy_version,
             }

@@ -232,7 +232,7 @@ class VLLMSampler:
             SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0),
             use_tqdm=False,
         )
-        return [step[token].logprob for token, step in zip(ids[1:], output.prompt_logprobs[1:])]
+        return [step[token].logprob for token, step in zip(ids[1:], output.prompt_logprobs[1:], strict=True)]
 
     def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float:
         """Serve the weights of ``checkpoint`` in place; with ``expected_probe`` (the trainer's
@@ -242,7 +242,9 @@ class VLLMSampler:
         self.weights = str(checkpoint)
         if expected_probe is None:
             return math.nan
-        return check_probe(self.probe_logprobs(), expected_probe, self.engine_config.probe_tolerance)
+        return check_probe(
+            self.probe_logprobs(), expected_probe, self.engine_config.probe_tolerance
+        )
 
 
 class HFSampler:
@@ -308,7 +310,9 @@ class HFSampler:
         self.weights = str(checkpoint)
         if expected_probe is None:
             return math.nan
-        return check_probe(self.probe_logprobs(), expected_probe, self.engine_config.probe_tolerance)
+        return check_probe(
+            self.probe_logprobs(), expected_probe, self.engine_config.probe_tolerance
+        )
 
 
 _SAMPLERS: dict[str, Sampler] = {}

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from update_cases import ALPHABET, minibatch_gradients, random_rows, tiny_case, weights
 
 from codepost.pipeline.algorithms import AGG_MODES, get_advantage_estimator, kl_penalty
+from codepost.pipeline.model_config import ModelConfig
 from codepost.pipeline.models import (
     ValueModel,
     char_tokenizer,
@@ -35,13 +36,13 @@ def test_collate_takes_masks_from_lengths_even_when_pad_is_eos():
     rows = [
         {"prompt_id": "a", "group_index": 0, "prompt_ids": [5, 6, 7],
          "completion_ids": [8, eos], "sampling_logprobs": [-1.0, -2.0],
-         "finish_reason": "stop", "reward": 1.0},
+         "finish_reason": "stop", "temperature": 1.0, "reward": 1.0},
         {"prompt_id": "b", "group_index": 0, "prompt_ids": [9],
          "completion_ids": [eos, eos, 8, eos], "sampling_logprobs": [-1.0, -1.0, -1.0, -1.0],
-         "finish_reason": "length", "reward": 0.0},
+         "finish_reason": "length", "temperature": 1.0, "reward": 0.0},
         {"prompt_id": "a", "group_index": 1, "prompt_ids": [5, 6, 7],
          "completion_ids": [eos], "sampling_logprobs": [None],
-         "finish_reason": "stop", "reward": 0.5},
+         "finish_reason": "stop", "temperature": 1.0, "reward": 0.5},
     ]  # fmt: skip
     batch = collate_rollouts(rows, pad_token_id=eos)
     assert batch.response_mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]]
@@ -56,7 +57,7 @@ def test_collate_takes_masks_from_lengths_even_when_pad_is_eos():
 
 def _row(**overrides):
     row = {"prompt_id": "a", "group_index": 0, "prompt_ids": [5], "completion_ids": [6, 7],
-           "sampling_logprobs": [-1.0, -1.0], "finish_reason": "stop", "reward": 1.0}  # fmt: skip
+           "sampling_logprobs": [-1.0, -1.0], "finish_reason": "stop", "temperature": 1.0, "reward": 1.0}  # fmt: skip
     row.update(overrides)
     return row
 
@@ -100,14 +101,25 @@ def test_completion_logprobs_match_an_unpadded_forward_of_each_row():
                 torch.testing.assert_close(logprobs[j, : len(expected)], expected)
 
 
-def test_temperature_divides_the_logits():
+def test_each_rows_sampling_temperature_divides_its_logits():
     tokenizer = char_tokenizer(ALPHABET)
     model = tiny_causal_lm(len(tokenizer))
-    inputs = collate_rollouts(random_rows(len(tokenizer))).model_inputs(torch.arange(4))
+    rows = random_rows(len(tokenizer))
+    plain = collate_rollouts(rows).model_inputs(torch.arange(4))
+    rows[1]["temperature"] = rows[3]["temperature"] = 0.5
+    hot = collate_rollouts(rows).model_inputs(torch.arange(4))
     with torch.no_grad():
-        torch.testing.assert_close(
-            completion_logits(model, inputs, temperature=0.5), 2 * completion_logits(model, inputs)
+        expected = (
+            completion_logits(model, plain) * torch.tensor([1.0, 2.0, 1.0, 2.0])[:, None, None]
         )
+        torch.testing.assert_close(completion_logits(model, hot), expected)
+
+
+def test_greedy_rows_cannot_train():
+    rows = random_rows(10)
+    rows[2]["temperature"] = 0.0
+    with pytest.raises(ValueError, match=r"temperature 0\.0"):
+        collate_rollouts(rows)
 
 
 def test_generated_rows_follow_the_contract_and_their_logprobs_are_the_trainers():
@@ -298,8 +310,8 @@ def test_ppo_builds_kl_shaped_rewards_gae_targets_and_trains_actor_and_critic():
 
 
 def test_lora_trains_only_the_adapters_and_uses_the_base_model_as_reference():
-    config = UpdateConfig(lr=1e-2, kl_in="loss", kl_coef=0.1, lora_r=4)
-    updater, batch = tiny_case(config)
+    config = UpdateConfig(lr=1e-2, kl_in="loss", kl_coef=0.1)
+    updater, batch = tiny_case(config, model_config=ModelConfig(lora_r=4))
     assert updater.ref_model is None
     before = weights(updater)
     first = updater.update(batch)
@@ -313,8 +325,10 @@ def test_lora_trains_only_the_adapters_and_uses_the_base_model_as_reference():
 def test_gradient_checkpointing_gives_the_same_gradient():
     grads = {}
     for checkpointing in (False, True):
-        config = UpdateConfig(gradient_checkpointing=checkpointing, kl_in="loss", kl_coef=0.1)
-        updater, batch = tiny_case(config)
+        config = UpdateConfig(kl_in="loss", kl_coef=0.1)
+        updater, batch = tiny_case(
+            config, model_config=ModelConfig(gradient_checkpointing=checkpointing)
+        )
         grads[checkpointing] = minibatch_gradients(updater, batch)
     for name, grad in grads[False].items():
         torch.testing.assert_close(grads[True][name], grad, rtol=1e-5, atol=1e-7)
@@ -346,3 +360,21 @@ def test_sequence_level_ratio_and_dual_clip_run_through_the_update():
     metrics = updater.update(batch)
     assert metrics["optimizer_steps"] == 3
     assert metrics["clipfrac_low"] + metrics["clipfrac_high"] > 0
+
+
+def test_truncated_importance_sampling_weighs_tokens_by_the_capped_trainer_sampler_ratio():
+    updater, _ = tiny_case(UpdateConfig(sampler_is_cap=2.0, drop_uniform_groups=False))
+    plain, _ = tiny_case(UpdateConfig(drop_uniform_groups=False))
+    rows = random_rows(len(char_tokenizer(ALPHABET)))
+    for row in rows[::2]:  # the sampler found these tokens far less likely than the trainer
+        row["sampling_logprobs"] = [lp - 4.0 for lp in row["sampling_logprobs"]]
+    batch = collate_rollouts(rows)
+    corrected, uncorrected = updater.prepare(batch), plain.prepare(batch)
+    ratio = torch.exp(corrected.old_logprobs - batch.sampling_logprobs)
+    mask = batch.response_mask.bool()
+    expected = uncorrected.advantages * ratio.clamp(max=2.0)
+    torch.testing.assert_close(corrected.advantages[mask], expected[mask])
+    assert (ratio[mask] > 2.0).any() and (ratio[mask] < 2.0).any()
+    metrics = corrected.metrics
+    assert metrics["is_ratio_max"] > 2.0 >= metrics["is_weight_mean"]
+    assert 0 < metrics["is_truncated_fraction"] < 1

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from codepost.pipeline.model_config import ModelConfig
 from codepost.pipeline.models import ValueModel, char_tokenizer, tiny_causal_lm
 from codepost.pipeline.policy_update import PolicyUpdater, UpdateConfig
 from codepost.pipeline.rollouts import RolloutBatch, collate_rollouts
@@ -53,6 +54,7 @@ def random_rows(
                     "completion_ids": randint(1, vocab_size, (length,)).tolist(),
                     "sampling_logprobs": (-3 * torch.rand(length, generator=gen)).tolist(),
                     "finish_reason": "length" if length == max_completion_len else "stop",
+                    "temperature": 1.0,
                     "reward": float(randint(0, 3)) / 2,
                 }
             )
@@ -60,14 +62,22 @@ def random_rows(
 
 
 def tiny_case(
-    config: UpdateConfig, *, seed: int = 0, **row_kwargs: Any
+    config: UpdateConfig,
+    *,
+    model_config: ModelConfig | None = None,
+    seed: int = 0,
+    **row_kwargs: Any,
 ) -> tuple[PolicyUpdater, RolloutBatch]:
     """A fresh updater on the seeded tiny model (plus reference/critic as the config needs)."""
+    model_config = model_config or ModelConfig()
     tokenizer = char_tokenizer(ALPHABET)
     policy = tiny_causal_lm(len(tokenizer), seed=seed)
-    ref_model = copy.deepcopy(policy) if config.kl_in != "none" and not config.lora_r else None
+    needs_ref = config.kl_in != "none" and not model_config.lora_r
+    ref_model = copy.deepcopy(policy) if needs_ref else None
     critic = ValueModel.from_policy(policy) if config.algorithm == "ppo" else None
-    updater = PolicyUpdater(config, policy, ref_model=ref_model, critic=critic)
+    updater = PolicyUpdater(
+        config, policy, model_config=model_config, ref_model=ref_model, critic=critic
+    )
     batch = collate_rollouts(random_rows(len(tokenizer), seed=seed, **row_kwargs))
     return updater, batch
 
