@@ -223,6 +223,7 @@ def run_pair_mining(config: PairMiningConfig, rollouts: Path, out_dir: Path) -> 
                 features=PAIR_FEATURES,
             )
             for name, ids in splits.items()
+            if ids  # datasets cannot reload an empty split
         }
     )
     counts.update({f"{name}_pairs": len(split) for name, split in dataset.items()})

@@ -85,6 +85,10 @@ def test_published_pairs_hold_out_whole_prompts(tmp_path: Path) -> None:
     assert metrics["test_pairs"] == len(dataset["test"]) and metrics["prompts_with_pairs"] == 10
     # a rerun finds the published pairs and reports the same counts
     assert run_pair_mining(config, rollouts, tmp_path / "pairs").counts == metrics
+    nothing_held_out = run_pair_mining(
+        PairMiningConfig(held_out_fraction=0), rollouts, tmp_path / "all"
+    )
+    assert list(load_pairs(nothing_held_out.path)) == ["train"]
 
 
 @pytest.mark.parametrize("passed", [True, False])

@@ -1,0 +1,144 @@
+"""DPO / IPO on mined pass/fail pairs: TRL's ``DPOTrainer``, published as a checkpoint.
+
+The model to train is the checkpoint that sampled the rollouts, and it is also the reference:
+its log-probs of every pair are computed once before the first step
+(``precompute_ref_log_probs``), so no second model is held. The held-out pairs are scored
+before and after training (loss, implicit reward margin ``beta * (log-ratio chosen - log-ratio
+rejected)``, preference accuracy); before training the margins are 0 by construction, since
+policy and reference are the same weights.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from datasets import Dataset, DatasetDict, load_from_disk
+from pydantic import BaseModel, ConfigDict, Field
+from trl import DPOConfig, DPOTrainer
+
+from codepost.pipeline.checkpoints import publish_model, read_manifest
+from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
+from codepost.pipeline.training import (
+    TrainingSettings,
+    already_published,
+    console,
+    stage_manifest,
+    trainer_arguments,
+)
+
+EVAL_METRICS = (
+    "loss",
+    "rewards/margins",
+    "rewards/accuracies",
+    "rewards/chosen",
+    "rewards/rejected",
+)
+
+
+class DPOStageConfig(BaseModel):
+    """Preference training on mined pairs: which model, which loss, how strong the KL anchor."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: ModelConfig = Field(
+        default_factory=ModelConfig,
+        description="the checkpoint that sampled the rollouts: trained, and the frozen reference",
+    )
+    loss_type: Literal["sigmoid", "ipo"] = Field("sigmoid", description="sigmoid = DPO; ipo = IPO")
+    beta: float = Field(
+        0.1, gt=0, description="DPO: the KL weight beta; IPO: tau, the target margin is 1/(2 tau)"
+    )
+    training: TrainingSettings = Field(
+        default_factory=lambda: TrainingSettings(learning_rate=5e-7, per_device_train_batch_size=2)
+    )
+
+
+class DPOResult(BaseModel):
+    """The published checkpoint (None when there was nothing to train on) and its metrics."""
+
+    model_config = ConfigDict(frozen=True)
+
+    checkpoint: Path | None
+    metrics: dict[str, Any]
+
+
+def load_pairs(pairs: Path) -> DatasetDict:
+    """Published pairs (train / test), checked to be pairs."""
+    read_manifest(pairs)  # raises when it is not a published artifact
+    dataset = load_from_disk(str(pairs))
+    if not isinstance(dataset, DatasetDict) or "train" not in dataset:
+        raise ValueError(f"pairs {pairs}: expected a DatasetDict with a 'train' split")
+    missing = {"prompt", "chosen", "rejected"} - set(dataset["train"].column_names)
+    if missing:
+        raise ValueError(f"pairs {pairs}: missing column(s) {', '.join(sorted(missing))}")
+    return dataset
+
+
+def dpo_trainer(
+    config: DPOStageConfig,
+    train: Dataset,
+    held_out: Dataset | None,
+    output_dir: Path,
+) -> DPOTrainer:
+    """TRL's trainer for ``config``: reference log-probs of both splits precomputed from the
+    untrained model."""
+    args = DPOConfig(
+        **trainer_arguments(config.training, config.model, output_dir),
+        loss_type=[config.loss_type],
+        beta=config.beta,
+        precompute_ref_log_probs=True,
+    )
+    return DPOTrainer(
+        model=load_causal_lm(config.model),
+        args=args,
+        train_dataset=train,
+        eval_dataset=held_out,
+        processing_class=load_tokenizer(config.model),
+        peft_config=config.model.peft_config(),
+    )
+
+
+def _held_out_metrics(trainer: DPOTrainer) -> dict[str, float]:
+    scores = trainer.evaluate()
+    return {name: scores[f"eval_{name}"] for name in EVAL_METRICS}
+
+
+def run_dpo(config: DPOStageConfig, pairs: Path | None, out_dir: Path) -> DPOResult:
+    """Train ``config.model`` on the published ``pairs``; the checkpoint in ``out_dir``.
+    ``pairs`` None (mining found none, :attr:`MinedPairs.path`) skips the stage."""
+    out_dir = Path(out_dir)
+    if pairs is None:
+        console.print("[yellow]dpo: no pairs were mined; DPO skipped[/yellow]")
+        return DPOResult(checkpoint=None, metrics={"skipped": "no pairs were mined"})
+    if already_published(out_dir, "dpo", config):
+        return DPOResult(checkpoint=out_dir, metrics=read_manifest(out_dir).metrics)
+    dataset = load_pairs(pairs)
+    held_out = dataset.get("test")  # absent when mining held nothing out
+    console.print(
+        f"dpo: {config.loss_type} beta={config.beta} on {len(dataset['train'])} pairs, "
+        f"{len(held_out) if held_out is not None else 0} held out"
+    )
+
+    with tempfile.TemporaryDirectory(prefix="codepost-dpo-") as scratch:
+        trainer = dpo_trainer(config, dataset["train"], held_out, Path(scratch))
+        metrics: dict[str, Any] = {}
+        if held_out is not None:
+            metrics["held_out_before"] = _held_out_metrics(trainer)
+        started = time.monotonic()
+        result = trainer.train()
+        metrics.update(
+            train_loss=result.training_loss,
+            steps=result.global_step,
+            train_pairs=len(dataset["train"]),
+            wall_s=round(time.monotonic() - started, 1),
+        )
+        if held_out is not None:
+            metrics["held_out_after"] = _held_out_metrics(trainer)
+    console.print(f"dpo: done {metrics}")
+    data = {"pairs": read_manifest(pairs).version}
+    manifest = stage_manifest("dpo", config, config.model.name_or_path, data, metrics)
+    publish_model(out_dir, trainer.model, trainer.processing_class, manifest)
+    return DPOResult(checkpoint=out_dir, metrics=metrics)
