@@ -50,12 +50,11 @@ class _ContainerFault(Exception):
 class PoolConfig:
     """How many containers, on which hosts, and what each may use.
 
-    Neighbours cannot make an honest program time out: ``cpus`` caps each container, so a
-    program always gets at least ``min(cpus, host cores / its containers on the host)`` of a
-    core. Each job's wall limit is stretched by the host's oversubscription (its containers
-    times ``cpus`` over its cores, at least 1), so a program within its CPU limit reaches it
-    before its wall limit however busy its neighbours are; the CPU limit is what bounds
-    compute. With no more containers than cores the limits apply as given.
+    Neighbours cannot make an honest program time out: the CPU limit is what bounds compute,
+    and the wall limit does not count the time the program (and, in call mode, its judge)
+    waited for a CPU while others used it, up to ``wall_stretch`` times the limit in all. So a
+    program within its limits passes on a busy host as it does alone (up to that stretch),
+    and a sleeping or blocked one still ends at its wall limit.
     """
 
     size: int = 4  # containers, i.e. executions in flight at once
@@ -67,6 +66,7 @@ class PoolConfig:
     # Files, directories and links each of them may hold: this bounds the clean-up after a job.
     tmpfs_inodes: int = 4096
     cpus: float = 1.0  # per container
+    wall_stretch: float = 3.0  # the most real time a job may take, as a multiple of its wall limit
     grace_s: float = 10.0  # how long past a job's own wall limit the host waits
     max_attempts: int = 3
 
@@ -226,16 +226,10 @@ class SandboxPool:
                     ) from exc
             ready: queue.Queue = queue.Queue()
             for index in range(self.config.size):
-                host = index % len(self._clients)
-                client = self._clients[host]
-                stretch = wall_stretch(
-                    len(range(host, self.config.size, len(self._clients))),
-                    self.config.cpus,
-                    client.info().get("NCPU") or 1,
-                )
+                client = self._clients[index % len(self._clients)]
                 worker = threading.Thread(
                     target=self._work,
-                    args=(client, stretch, ready),
+                    args=(client, ready),
                     name=f"sandbox-{index}",
                     daemon=True,
                 )
@@ -295,7 +289,7 @@ class SandboxPool:
 
     # -- the worker that owns one container
 
-    def _work(self, client: docker.DockerClient, stretch: float, ready: queue.Queue) -> None:
+    def _work(self, client: docker.DockerClient, ready: queue.Queue) -> None:
         try:
             container: _Container | None = _Container(client, self.config)
             ready.put(None)
@@ -310,7 +304,7 @@ class SandboxPool:
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                result, container = self._execute(client, container, job, stretch)
+                result, container = self._execute(client, container, job)
                 future.set_result(result)
             except SandboxUnavailable as exc:
                 future.set_exception(exc)
@@ -322,9 +316,9 @@ class SandboxPool:
             container.destroy()
 
     def _execute(
-        self, client: docker.DockerClient, container: _Container | None, job: Job, stretch: float
+        self, client: docker.DockerClient, container: _Container | None, job: Job
     ) -> tuple[ExecutionResult, _Container | None]:
-        payload = _job_payload(job, stretch)
+        payload = _job_payload(job, self.config.wall_stretch)
         deadline = _host_deadline(payload, self.config.grace_s)
         error = "no attempt made"
         for attempt in range(1, self.config.max_attempts + 1):
@@ -365,7 +359,7 @@ def run_in_fresh_container(job: Job, config: PoolConfig | None = None) -> Execut
         _connect(config.docker_hosts[0] if config.docker_hosts else None), config
     )
     try:
-        payload = _job_payload(job)
+        payload = _job_payload(job, config.wall_stretch)
         reply = container.request(
             {"op": "run", "job": payload}, timeout=_host_deadline(payload, config.grace_s)
         )
@@ -374,20 +368,16 @@ def run_in_fresh_container(job: Job, config: PoolConfig | None = None) -> Execut
         container.destroy()
 
 
-def wall_stretch(containers: int, cpus: float, cores: int) -> float:
-    """How much longer than alone a program may take on a host whose containers all spin."""
-    return max(1.0, containers * cpus / cores)
-
-
 def _host_deadline(payload: dict[str, Any], grace_s: float) -> float:
-    """How long the host waits for a job's reply: every case's wall limit, then the grace."""
+    """How long the host waits for a job's reply: every case at its stretched wall limit, then
+    the grace."""
     cases = len(payload.get("stdin_cases", ())) or 1
-    return payload["limits"]["wall_time_s"] * cases + grace_s
+    return payload["limits"]["wall_cap_s"] * cases + grace_s
 
 
-def _job_payload(job: Job, stretch: float = 1.0) -> dict[str, Any]:
+def _job_payload(job: Job, wall_stretch: float) -> dict[str, Any]:
     limits = asdict(job.limits)
-    limits["wall_time_s"] *= stretch
+    limits["wall_cap_s"] = limits["wall_time_s"] * max(1.0, wall_stretch)
     payload: dict[str, Any] = {"program": job.program, "limits": limits}
     if job.judge is not None:
         payload["judge"] = {

@@ -137,9 +137,80 @@ LEFTOVERS = humaneval(
     "    return []\n",
     ("found = candidate()", "assert found == [], found"),
 )
+SQUARES = Problem(  # many cases: output is bounded per job, not per case
+    task_id="redteam/squares",
+    prompt="Read an integer n from stdin and print n squared.",
+    io=tuple(IOCase(input=f"{n}\n", output=f"{n * n}\n") for n in range(40)),
+    canonical_solution="print(int(input()) ** 2)\n",
+)
+# Correct solutions that need Python's values to survive the judge as they are.
+FACTORIAL = humaneval(
+    "factorial",
+    'def factorial(n: int) -> int:\n    """n! (thousands of digits for large n)."""\n',
+    "    out = 1\n    for k in range(2, n + 1):\n        out *= k\n    return out\n",
+    ("assert candidate(2000) == math.factorial(2000)", "assert candidate(5) == 120"),
+    imports="import math",
+)
+HARMONIC = humaneval(
+    "harmonic",
+    "from fractions import Fraction\n\n\ndef harmonic(n: int) -> Fraction:\n"
+    '    """1 + 1/2 + ... + 1/n, exactly."""\n',
+    "    return sum((Fraction(1, k) for k in range(1, n + 1)), Fraction(0))\n",
+    ("assert candidate(3) == Fraction(11, 6)", "assert candidate(4).denominator == 12"),
+    imports="from fractions import Fraction",
+)
+TALLY = humaneval(
+    "tally",
+    "from collections import Counter\n\n\ndef tally(s: str) -> Counter:\n"
+    '    """How often each character occurs, as a Counter."""\n',
+    "    return Counter(s)\n",
+    (
+        "assert candidate('aab').most_common(1) == [('a', 2)]",
+        "assert candidate('ab').keys() == {'a', 'b'}",
+    ),
+)
+NEXT_DAY = humaneval(
+    "next_day",
+    "import datetime\n\n\ndef next_day(day: datetime.date) -> datetime.date:\n"
+    '    """The day after ``day``."""\n',
+    "    return day + datetime.timedelta(days=1)\n",
+    ("assert candidate(date(2024, 2, 28)).isoformat() == '2024-02-29'",),
+    imports="from datetime import date",
+)
+SORT_IN_PLACE = humaneval(
+    "sort_in_place",
+    'def sort_in_place(xs: list) -> None:\n    """Sort xs in place; return nothing."""\n',
+    "    xs.sort()\n",
+    ("xs = [3, 1, 2]\nassert candidate(xs) is None\nassert xs == [1, 2, 3]",),
+)
+WRAP = humaneval(
+    "wrap",
+    'def wrap(x, n: int) -> list:\n    """x inside n lists: wrap(0, 2) == [[0]]."""\n',
+    "    for _ in range(n):\n        x = [x]\n    return x\n",
+    ("v = candidate(0, 600)\nfor _ in range(600):\n    (v,) = v\nassert v == 0",),
+)
 PROBLEMS = {
     p.task_id: p
-    for p in (ADD, REVERSE, MEAN, EVENS, COUNT, IS_PRIME, SQRT, GUESS, AREA, SQUARE, LEFTOVERS)
+    for p in (
+        ADD,
+        REVERSE,
+        MEAN,
+        EVENS,
+        COUNT,
+        IS_PRIME,
+        SQRT,
+        GUESS,
+        AREA,
+        SQUARE,
+        SQUARES,
+        LEFTOVERS,
+        FACTORIAL,
+        HARMONIC,
+        TALLY,
+        NEXT_DAY,
+        SORT_IN_PLACE,
+        WRAP,
+    )
 }
 
 
@@ -1620,7 +1691,177 @@ POOL_BREAKERS = [
     ),
 ]
 
-ATTACKS = CHEATS + RESOURCE_ATTACKS + IO_ATTACKS + POOL_BREAKERS
+# Issue 10: a candidate may not turn its own failure into a sandbox error, stall the pool or
+# make the host do unbounded work.
+AVAILABILITY_ATTACKS = [
+    Attack(
+        "realtime_signal_death",  # signal.Signals has no name for it
+        program("""
+        import os
+        import signal
+
+
+        def add(a, b):
+            os.kill(os.getpid(), signal.SIGRTMIN + 3)
+        """),
+        frozenset({RUNTIME_ERROR}),
+        ADD,
+    ),
+    Attack(
+        "io_highest_realtime_signal_death",
+        program("""
+        import os
+        import signal
+        os.kill(os.getpid(), signal.SIGRTMAX)
+        """),
+        frozenset({RUNTIME_ERROR}),
+        SQUARE,
+    ),
+    Attack(
+        "unprintable_assertion_message",  # the test prints what it got: 5,000 digits
+        program("""
+        def leftovers():
+            return 10 ** 5000
+        """),
+        frozenset({FAILED}),
+        LEFTOVERS,
+    ),
+    Attack(
+        "assertion_message_too_deep_to_print",
+        program("""
+        def leftovers():
+            deep = []
+            for _ in range(100_000):
+                deep = [deep]
+            return deep
+        """),
+        frozenset({FAILED}),
+        LEFTOVERS,
+    ),
+    Attack(
+        "hundreds_of_thousands_of_directories",
+        program("""
+        import os
+
+        for top in ("/tmp", "/work", "/dev/shm"):
+            made = 0
+            try:
+                while made < 300_000:
+                    os.mkdir(f"{top}/d{made}")
+                    made += 1
+            except OSError:
+                pass
+        os.chdir("/work")
+        try:
+            while True:
+                os.mkdir("d")
+                os.chdir("d")
+        except OSError:
+            pass
+
+
+        def add(a, b):
+            return -1
+        """),
+        frozenset({FAILED}),
+        ADD,
+    ),
+    Attack(
+        "io_output_across_many_cases",  # within the limit per case, far over it per job
+        program("""
+        import sys
+        sys.stderr.write("x" * 40_000)  # stderr: the stdout of every case is right
+        print(int(input()) ** 2)
+        """),
+        frozenset({OUTPUT_LIMIT}),
+        SQUARES,
+        max_passed=1,
+    ),
+    Attack(
+        "io_orphan_floods_after_exit",
+        program("""
+        import os
+        if os.fork() == 0:
+            while True:
+                print("x" * 10_000)
+        print(int(input()) ** 2)
+        """),
+        frozenset({OUTPUT_LIMIT}),
+        SQUARE,
+    ),
+    Attack(
+        "quadratic_fence_line",  # 30 s of regex on the host before the fence parser
+        program("""
+        def add(a, b):
+            return a + b
+        """)
+        + "```"
+        + "a" * 100_000
+        + "`\n",
+        frozenset({"syntax_error"}),
+        ADD,
+    ),
+]
+
+ATTACKS = CHEATS + RESOURCE_ATTACKS + IO_ATTACKS + AVAILABILITY_ATTACKS + POOL_BREAKERS
+
+
+def _answer(problem: Problem, code: str) -> dict[str, str]:
+    return {"task_id": problem.task_id, "completion": f"```python\n{program(code)}```\n"}
+
+
+def _reference(problem: Problem) -> dict[str, str]:
+    return {"task_id": problem.task_id, "completion": problem.canonical_solution or ""}
+
+
+# Correct solutions that failed before issue 10: each must pass, in the same pool.
+HONEST = {
+    "custom_exception_subclass": _answer(
+        SQRT,
+        """
+        import math
+
+
+        class NegativeError(ValueError):
+            pass
+
+
+        def safe_sqrt(x):
+            if x < 0:
+                raise NegativeError("negative")
+            return math.sqrt(x)
+        """,
+    ),
+    "integer_of_5736_digits": _reference(FACTORIAL),
+    "fraction": _reference(HARMONIC),
+    "counter_and_dict_keys": _reference(TALLY),
+    "date": _reference(NEXT_DAY),
+    "argument_sorted_in_place": _reference(SORT_IN_PLACE),
+    "600_levels_of_nesting": _reference(WRAP),
+    "triple_backticks_in_a_string": _answer(
+        REVERSE,
+        """
+        def reverse(s):
+            fence = '''
+        ```
+        '''
+            return s[::-1] if fence else s
+        """,
+    ),
+    "io_child_answers_after_the_parent_exits": _answer(
+        SQUARE,
+        """
+        import os
+        import time
+
+        n = int(input())
+        if os.fork() == 0:
+            time.sleep(0.2)
+            print(n * n, flush=True)
+            os._exit(0)
+        """,
+    ),
+}
 
 
 # -- state left behind: a "leaver" (an ADD program) runs on every container, then the CHECKER
@@ -1752,6 +1993,18 @@ LEAVERS = {
         os.chdir("/work")
         with open("/dev/shm/after-the-deep-one", "w") as f:
             f.write("left")
+        """)
+    + _SLOW_TRUE,
+    "many_directories": program("""
+        import os
+        import time
+
+        for top in ("/tmp", "/work", "/dev/shm"):
+            try:
+                for made in range(300_000):
+                    os.mkdir(f"{top}/d{made}")
+            except OSError:
+                pass
         """)
     + _SLOW_TRUE,
     "work_dir_mode": program("""

@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
 import time
 from collections.abc import Sequence
 
 import pytest
-from redteam_samples import ADD, ATTACKS, CHECKER, LEAVERS, LEFTOVERS, PROBLEMS, Attack
+from redteam_samples import (
+    ADD,
+    ATTACKS,
+    CHECKER,
+    HONEST,
+    LEAVERS,
+    LEFTOVERS,
+    PROBLEMS,
+    TIMEOUT,
+    Attack,
+)
 
 from codepost.sandbox import (
     ExecStatus,
@@ -73,13 +84,14 @@ class Run:
 def run_samples(
     pool: SandboxPool, verifier: Verifier, samples: Sequence[dict], limits: Limits | None = None
 ) -> list[Run]:
-    """The verifier's jobs, all in flight at once, each timed and bounded by HANG_S."""
+    """The verifier's jobs, all in flight at once, each timed (from before the code is
+    extracted on the host) and bounded by HANG_S."""
+    started = time.monotonic()
     prepared = verifier.prepare(PROBLEMS, samples)
     jobs = [
         item.job if limits is None else dataclasses.replace(item.job, limits=limits)
         for item in prepared
     ]
-    started = time.monotonic()
     futures = [pool.submit(job) for job in jobs]
     runs = []
     for item, job, future in zip(prepared, jobs, futures, strict=True):
@@ -121,8 +133,10 @@ def test_attack_is_contained(pool, verifier, attack):
         broken.append(f"reward {verdict.reward}")
     if sum(test.passed for test in verdict.tests) > attack.max_passed:
         broken.append(f"tests passed: {[t.name for t in verdict.tests if t.passed]}")
-    if run.took > limits.wall_time_s + MARGIN_S:
-        broken.append(f"took {run.took:.2f} s, limit {limits.wall_time_s} s + {MARGIN_S} s")
+    # the wall limit does not count time spent waiting for a CPU (this machine may be busy)
+    longest = limits.wall_time_s * pool.config.wall_stretch + MARGIN_S
+    if run.took > longest:
+        broken.append(f"took {run.took:.2f} s, at most {longest} s")
     if result.attempts != 1:
         broken.append(f"needed {result.attempts} attempts: the attack broke its container")
     if run.expected_tests and len(result.tests) > run.expected_tests:
@@ -139,6 +153,13 @@ def test_attack_is_contained(pool, verifier, attack):
     if after is not None:
         broken.append(f"the canonical solution right after failed: {after}")
     assert not broken, f"{attack.id}: {'; '.join(broken)}\n{run.describe()}"
+
+
+@pytest.mark.parametrize("name", list(HONEST))
+def test_correct_solution_passes(pool, verifier, name):
+    (run,) = run_samples(pool, verifier, [HONEST[name]])
+    assert run.verdict.passed and run.result.attempts == 1, run.describe()
+    assert run.took <= LIMITS.wall_time_s + MARGIN_S, run.describe()
 
 
 def test_canonical_solutions_still_pass_in_the_same_pool(pool, verifier):
@@ -170,3 +191,41 @@ def test_nothing_reaches_the_next_program(pool, verifier, kind):
 def test_the_suite_is_large_enough():
     assert len(ATTACKS) >= 30
     assert len({attack.id for attack in ATTACKS}) == len(ATTACKS)
+
+
+# An honest solution that needs this much CPU passes alone within the limits below, but
+# shares its core with spinning neighbours when the pool has more containers than the host
+# has cores.
+NEIGHBOUR_LIMITS = dataclasses.replace(LIMITS, wall_time_s=2.0, cpu_time_s=2.0)
+NEEDS_CPU = """
+import time
+
+
+def add(a, b):
+    while time.process_time() < 1.0:
+        pass
+    return a + b
+"""
+SPINS = """
+def add(a, b):
+    while True:
+        pass
+"""
+
+
+@pytest.mark.slow
+def test_spinning_neighbours_cannot_time_out_an_honest_program():
+    """Twice as many containers as cores: the others spin to their CPU limit while an honest
+    program that needs half its CPU limit runs beside them. (A wide stretch: this machine may
+    be busy with other work too, and the test is about what is counted, not the cap.)"""
+    size = 2 * (os.cpu_count() or 1)
+    spinner = {"task_id": ADD.task_id, "completion": f"```python\n{SPINS}```\n"}
+    honest = {"task_id": ADD.task_id, "completion": f"```python\n{NEEDS_CPU}```\n"}
+    with SandboxPool(PoolConfig(size=size, wall_stretch=20.0)) as crowded:
+        verifier = Verifier(crowded, limits=NEIGHBOUR_LIMITS)
+        runs = run_samples(crowded, verifier, [spinner] * (size - 1) + [honest])
+    *spinners, honest_run = runs
+    assert honest_run.verdict.passed, honest_run.describe()
+    assert all(run.verdict.status.value == TIMEOUT for run in spinners), [
+        run.describe() for run in spinners
+    ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 
@@ -19,7 +18,6 @@ from codepost.sandbox import (
     SandboxPool,
     SandboxUnavailable,
 )
-from codepost.sandbox.pool import wall_stretch
 
 pytestmark = pytest.mark.docker
 
@@ -106,9 +104,8 @@ def test_limits_end_the_job_with_the_right_status(sandbox_pool, program, status,
     started = time.monotonic()
     result = sandbox_pool.run(call_job(program, "f()"))
     assert result.status is status, result
-    # the wall limit stretches where the pool has more containers than the host has cores
-    stretch = wall_stretch(sandbox_pool.config.size, sandbox_pool.config.cpus, os.cpu_count())
-    assert time.monotonic() - started < limit_s * stretch + 1.5
+    # the wall limit does not count time spent waiting for a CPU (this machine may be busy)
+    assert time.monotonic() - started < limit_s * sandbox_pool.config.wall_stretch + 1.5
 
 
 def test_io_mode_returns_stdout_per_case(sandbox_pool):

@@ -110,6 +110,51 @@ def oom_kills() -> int:
     return 0
 
 
+def cpu_wait_s(pids: tuple[int, ...]) -> float:
+    """Seconds the processes ``pids`` were ready to run but waited for a CPU (the longest wait
+    of any thread of each), from ``/proc/<pid>/task/<tid>/schedstat``; 0 for one that is gone."""
+    total = 0
+    for pid in pids:
+        waits = [0]
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    waits.append(int(f.read().split()[1]))
+        total += max(waits)
+    return total / 1e9
+
+
+class Deadline:
+    """When a wall-time limit ends. Time that ``pids`` spent waiting for a CPU (the load of
+    neighbours, in or out of the sandbox) does not count, up to ``cap_s`` of real time in all,
+    so a busy host cannot make an honest program time out."""
+
+    def __init__(
+        self,
+        limit_s: float,
+        cap_s: float = 0.0,
+        pids: tuple[int, ...] = (),
+        started: float | None = None,
+    ) -> None:
+        self.started = time.monotonic() if started is None else started
+        self.limit_s, self.cap_s, self.pids = limit_s, max(limit_s, cap_s), pids
+        self.base = cpu_wait_s(pids)
+        self.waited = 0.0
+        self.end = self.started + limit_s
+
+    def remaining(self) -> float:
+        left = self.end - time.monotonic()
+        if left <= 0 and self.pids:
+            self.waited = max(self.waited, cpu_wait_s(self.pids) - self.base)
+            self.end = self.started + min(self.limit_s + self.waited, self.cap_s)
+            left = self.end - time.monotonic()
+        return left
+
+    def describe(self) -> str:
+        waited = f" (and {self.waited:.1f} s waiting for a CPU)" if self.waited >= 0.05 else ""
+        return f"wall time over {self.limit_s} s{waited}"
+
+
 class SetupFailed(RuntimeError):
     """The sandbox could not set up a program's process: the container is broken."""
 
@@ -264,7 +309,7 @@ class Supervisor:
     def collect(
         self,
         streams: dict[int, bytearray],
-        deadline: float,
+        deadline: Deadline,
         *,
         counted: tuple[int, ...] = (),
         limit: int = 0,
@@ -293,7 +338,7 @@ class Supervisor:
                     break
                 if until_exit is not None and until_exit in self.exited:
                     break
-                remaining = deadline - time.monotonic()
+                remaining = deadline.remaining()
                 if remaining <= 0:
                     outcome = "timeout"
                     break
@@ -331,14 +376,18 @@ class Supervisor:
         return outcome
 
     def collect_after_exit(
-        self, streams: dict[int, bytearray], deadline: float, counted: tuple[int, int], limit: int
+        self,
+        streams: dict[int, bytearray],
+        deadline: Deadline,
+        counted: tuple[int, int],
+        limit: int,
     ) -> tuple[str | None, bool]:
         """After an io program exits: its output until every pipe closes, for at most
         ``EXIT_GRACE_S``, so a child that writes just after its parent exits still counts.
 
         Returns the limit hit (or None) and whether processes still held the pipes at the end.
         """
-        end = min(time.monotonic() + EXIT_GRACE_S, deadline)
+        end = Deadline(min(EXIT_GRACE_S, max(deadline.remaining(), 0.0)))
         outcome = self.collect(
             streams, end, counted=counted, limit=limit, until_closed=tuple(streams)
         )
@@ -371,9 +420,12 @@ class Supervisor:
         for fd in (devnull, out_w, err_w, j2c_r, c2j_w, j2c_w, c2j_r, res_w, job_r):
             os.close(fd)
         streams = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray(), ready_r: bytearray()}
+        deadline = Deadline(
+            limits["wall_time_s"], limits["wall_cap_s"], (candidate, self.judge[0]), started
+        )
         outcome = self.collect(
             streams,
-            started + limits["wall_time_s"],
+            deadline,
             counted=(out_r, err_r),
             limit=limits["output_bytes"],
             until_closed=(res_r,),
@@ -382,7 +434,7 @@ class Supervisor:
         if outcome:  # stop the program and all it started, then let the judge wind down
             self.stop_program(candidate)
             if self.collect(
-                {res_r: streams[res_r]}, time.monotonic() + JUDGE_GRACE_S, until_closed=(res_r,)
+                {res_r: streams[res_r]}, Deadline(JUDGE_GRACE_S), until_closed=(res_r,)
             ):
                 self.restart_judge()
         events = _parse_frames(bytes(streams[res_r]))
@@ -419,7 +471,7 @@ class Supervisor:
                 status="output_limit", error=f"output exceeded {limits['output_bytes']} bytes"
             )
         elif outcome == "timeout":
-            result.update(status="timeout", error=f"wall time over {limits['wall_time_s']} s")
+            result.update(status="timeout", error=deadline.describe())
         elif load_error is not None:
             kind = verdict[0] if verdict and load_error["crashed"] else load_error["kind"]
             result.update(status=kind, error=load_error["message"][-2000:])
@@ -460,7 +512,6 @@ class Supervisor:
     ) -> tuple[dict[str, Any], int, int]:
         """One io case, the output bytes it used and the processes its clean-up found left."""
         case_started = time.monotonic()
-        deadline = case_started + limits["wall_time_s"]
         oom_before = oom_kills()
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -475,6 +526,7 @@ class Supervisor:
         with contextlib.suppress(BrokenPipeError):
             os.write(prog_w, program)  # the candidate reads it first thing
         os.close(prog_w)
+        deadline = Deadline(limits["wall_time_s"], limits["wall_cap_s"], (candidate,), case_started)
         streams = {
             out_r: bytearray(),
             err_r: bytearray(),
