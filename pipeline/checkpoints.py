@@ -100,20 +100,21 @@ def publish(
     return manifest
 
 
+def write_model(folder: Path, model: Any, tokenizer: Any) -> None:
+    """Save a causal LM (LoRA merged into a copy, so training can go on) and its tokenizer as
+    a folder that transformers and vLLM load directly."""
+    to_save = model
+    if hasattr(model, "merge_and_unload"):  # a peft model
+        to_save = copy.deepcopy(model).merge_and_unload()
+    to_save.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+
+
 def publish_model(
     target: Path, model: Any, tokenizer: Any, manifest: CheckpointManifest
 ) -> CheckpointManifest:
-    """Publish a causal LM (LoRA merged into a copy, so training can go on) and its tokenizer
-    as a checkpoint that transformers and vLLM load directly."""
-
-    def write(folder: Path) -> None:
-        to_save = model
-        if hasattr(model, "merge_and_unload"):  # a peft model
-            to_save = copy.deepcopy(model).merge_and_unload()
-        to_save.save_pretrained(folder, safe_serialization=True)
-        tokenizer.save_pretrained(folder)
-
-    return publish(target, write, manifest)
+    """Publish a model checkpoint (:func:`write_model`) with its manifest."""
+    return publish(target, lambda folder: write_model(folder, model, tokenizer), manifest)
 
 
 def is_published(path: Path) -> bool:

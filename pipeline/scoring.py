@@ -2,9 +2,11 @@
 sandbox, all in flight at once.
 
 Rewards (test + format + rule components, each kept as a ``reward_<name>`` column) come from
-the verifier. A ``sandbox_error`` is infrastructure, not the model: it is retried, and one that
-persists is marked ``excluded`` (reward NaN) and counted, so the update leaves it out instead
-of teaching the model that its code failed.
+the verifier. A ``sandbox_error`` is retried first: it is usually infrastructure. One that
+persists is counted and named in the metrics, and then scored as the verifier's
+``RewardConfig.sandbox_errors`` says: as a failure by default (so no program gains by turning
+its failure into one), or ``"exclude"``: marked ``excluded`` (reward NaN) and left out of the
+update.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ class ScoreConfig(BaseModel):
     sandbox_retries: int = Field(2, ge=0, le=10, description="re-runs of a sandbox_error")
 
     def limits(self) -> Limits:
-        return Limits(wall_time_s=self.timeout_s, cpu_time_s=self.timeout_s, memory_mb=self.memory_mb)
+        return Limits(
+            wall_time_s=self.timeout_s, cpu_time_s=self.timeout_s, memory_mb=self.memory_mb
+        )
 
 
 _POOLS: dict[int, SandboxPool] = {}
@@ -65,9 +69,9 @@ def close_pools() -> None:
 
 
 def _scores(verdict: Verdict) -> dict[str, Any]:
-    excluded = verdict.status is VerdictStatus.SANDBOX_ERROR
+    excluded = verdict.reward is None  # only a sandbox error, with sandbox_errors="exclude"
     scores = {
-        "reward": math.nan if excluded or verdict.reward is None else verdict.reward,
+        "reward": math.nan if excluded else verdict.reward,
         "passed": verdict.passed,
         "status": verdict.status.value,
         "pass_fraction": verdict.pass_fraction,
@@ -156,9 +160,7 @@ def progress_bar(description: str) -> Progress:
     )
 
 
-def run_score(
-    config: ScoreConfig, rollouts: Path, problem_set: ProblemSet, out_dir: Path
-) -> Path:
+def run_score(config: ScoreConfig, rollouts: Path, problem_set: ProblemSet, out_dir: Path) -> Path:
     """Score a rollouts Parquet file; writes ``scored.parquet`` and returns its path."""
     from datasets import Dataset
 
@@ -166,9 +168,7 @@ def run_score(
     problems = load_problem_set(problem_set)
     with progress_bar("scoring") as bar:
         task = bar.add_task("scoring", total=len(rows))
-        scored = score_rollouts(
-            rows, problems, config, progress=lambda n: bar.advance(task, n)
-        )
+        scored = score_rollouts(rows, problems, config, progress=lambda n: bar.advance(task, n))
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / "scored.parquet"
     Dataset.from_list(scored).to_parquet(str(target))

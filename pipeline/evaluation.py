@@ -1,0 +1,144 @@
+"""The evaluation stage: pass@k of a checkpoint through the sampler and the sandboxed verifier.
+
+Greedy pass@1 (one completion per problem at temperature 0) and sampled pass@k (n completions
+at a temperature, the unbiased estimator of Chen et al. 2021). Sandbox errors count as
+failures unless ``exclude_sandbox_errors``, and are reported either way. Writes
+``evaluation.json`` (scores, counts, settings) and ``samples.jsonl`` (every scored completion).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from codepost.pipeline.data import ProblemSet, fingerprint, load_problem_set
+from codepost.pipeline.model_config import ModelConfig, load_tokenizer
+from codepost.pipeline.prompts import PromptStyle, build_prompt
+from codepost.pipeline.sampling import EngineConfig, SamplingConfig, get_sampler
+from codepost.pipeline.scoring import ScoreConfig, progress_bar, score_rollouts
+from codepost.verifiers import estimate_pass_at_k
+
+log = logging.getLogger(__name__)
+
+RESULTS_FILE = "evaluation.json"
+SAMPLES_FILE = "samples.jsonl"
+
+
+class EvalConfig(BaseModel):
+    """What to evaluate on and how: greedy pass@1 and/or sampled pass@k."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    problems: ProblemSet = Field(default_factory=ProblemSet, description="default: HumanEval")
+    prompt_style: PromptStyle = "chat"
+    greedy: bool = Field(True, description="greedy pass@1")
+    num_samples: int = Field(0, ge=0, le=1024, description="sampled completions per problem")
+    temperature: float = Field(0.8, gt=0, le=10)
+    top_p: float = Field(1.0, gt=0, le=1)
+    ks: list[int] = Field(default_factory=lambda: [1, 8], description="k of sampled pass@k")
+    max_tokens: int = Field(384, ge=1)
+    exclude_sandbox_errors: bool = Field(False, description="leave them out of n (reported)")
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    scoring: ScoreConfig = Field(default_factory=ScoreConfig)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _something_to_do(self) -> EvalConfig:
+        if not self.greedy and not self.num_samples:
+            raise ValueError("nothing to evaluate: greedy=False and num_samples=0")
+        too_large = [k for k in self.ks if self.num_samples and k > self.num_samples]
+        if too_large:
+            raise ValueError(f"pass@k for k={too_large} needs num_samples >= {max(too_large)}")
+        return self
+
+
+def pass_at_k_of_rows(
+    rows: list[dict[str, Any]], ks: list[int], *, exclude_sandbox_errors: bool = False
+) -> dict[str, float]:
+    """Per-problem unbiased pass@k averaged over problems, from scored rows."""
+    counts: dict[str, list[int]] = {}
+    for row in rows:
+        if exclude_sandbox_errors and row["status"] == "sandbox_error":
+            continue
+        n_c = counts.setdefault(row["prompt_id"], [0, 0])
+        n_c[0] += 1
+        n_c[1] += bool(row["passed"])
+    return {
+        f"pass@{k}": sum(estimate_pass_at_k(n, c, k) for n, c in counts.values()) / len(counts)
+        if counts and all(n >= k for n, _ in counts.values())
+        else math.nan
+        for k in ks
+    }
+
+
+def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> dict[str, Any]:
+    """Evaluate ``checkpoint`` (a model folder, hub id or ``embedded:...``); returns and writes
+    the results."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = ModelConfig(name_or_path=checkpoint)
+    problems = load_problem_set(config.problems)
+    tokenizer = load_tokenizer(model)
+    prompts = [build_prompt(p, tokenizer, config.prompt_style) for p in problems.values()]
+    sampler = get_sampler(model, config.engine)
+
+    runs: dict[str, SamplingConfig] = {}
+    if config.greedy:
+        runs["greedy"] = SamplingConfig(
+            num_generations=1, temperature=0.0, max_tokens=config.max_tokens, seed=config.seed
+        )
+    if config.num_samples:
+        runs["sampled"] = SamplingConfig(
+            num_generations=config.num_samples,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_tokens=config.max_tokens,
+            seed=config.seed,
+        )
+    results: dict[str, Any] = {
+        "checkpoint": checkpoint,
+        "problems": config.problems.model_dump(),
+        "problems_fingerprint": fingerprint(problems),
+        "num_problems": len(problems),
+        "config": config.model_dump(mode="json"),
+    }
+    all_rows = []
+    for name, sampling in runs.items():
+        rows = sampler.sample(prompts, sampling)
+        with progress_bar(f"scoring {name}") as bar:
+            task = bar.add_task("score", total=len(rows))
+            scored = score_rollouts(
+                rows, problems, config.scoring, progress=lambda n, task=task: bar.advance(task, n)
+            )
+        ks = [1] if name == "greedy" else config.ks
+        scores = pass_at_k_of_rows(scored, ks, exclude_sandbox_errors=config.exclude_sandbox_errors)
+        errors = sum(row["status"] == "sandbox_error" for row in scored)
+        results[name] = {
+            **scores,
+            "samples": len(scored),
+            "passed": sum(bool(row["passed"]) for row in scored),
+            "sandbox_errors": errors,
+            "excluded_sandbox_errors": errors if config.exclude_sandbox_errors else 0,
+            "temperature": sampling.temperature,
+        }
+        all_rows += [{"run": name, **row} for row in scored]
+    (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
+    with (out_dir / SAMPLES_FILE).open("w") as stream:
+        for row in all_rows:
+            stream.write(json.dumps(row) + "\n")
+    log.info("evaluation of %s: %s", checkpoint, _headline(results))
+    return results
+
+
+def _headline(results: dict[str, Any]) -> str:
+    parts = []
+    for name in ("greedy", "sampled"):
+        for key, value in results.get(name, {}).items():
+            if key.startswith("pass@"):
+                parts.append(f"{name} {key} {value:.3f}")
+    return ", ".join(parts)
