@@ -1,0 +1,87 @@
+"""Checkpoints: published atomically with a manifest, never overwritten, verifiable."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+from codepost.pipeline import checkpoints
+from codepost.pipeline.checkpoints import CheckpointManifest
+from codepost.pipeline.models import char_tokenizer, tiny_causal_lm
+
+
+@pytest.fixture
+def tiny():
+    tokenizer = char_tokenizer("abc")
+    return tiny_causal_lm(len(tokenizer)), tokenizer
+
+
+def manifest(**overrides) -> CheckpointManifest:
+    return CheckpointManifest(stage="test", version="v1", **overrides)
+
+
+def test_published_model_loads_and_lists_every_file_with_its_hash(tiny, tmp_path):
+    model, tokenizer = tiny
+    target = tmp_path / "ckpt"
+    written = checkpoints.publish_model(
+        target, model, tokenizer, manifest(parent="base", data={"problems": "abc"})
+    )
+    assert checkpoints.is_published(target)
+    assert checkpoints.read_manifest(target) == written
+    assert "model.safetensors" in written.files and written.code_version and written.created_at
+    assert set(written.files) == {p.name for p in target.iterdir()} - {"manifest.json"}
+    assert checkpoints.verify(target) == []
+    reloaded = AutoModelForCausalLM.from_pretrained(target)
+    assert reloaded.state_dict().keys() == model.state_dict().keys()
+    assert not list(tmp_path.glob(".ckpt.tmp-*"))  # staging folder gone
+
+
+def test_a_published_checkpoint_is_never_replaced(tiny, tmp_path):
+    model, tokenizer = tiny
+    checkpoints.publish_model(tmp_path / "c", model, tokenizer, manifest())
+    with pytest.raises(FileExistsError, match="already published"):
+        checkpoints.publish_model(tmp_path / "c", model, tokenizer, manifest())
+
+
+def test_a_crash_while_writing_leaves_nothing_published(tmp_path):
+    def write(folder):
+        (folder / "half.bin").write_bytes(b"x")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        checkpoints.publish(tmp_path / "c", write, manifest())
+    assert not (tmp_path / "c").exists() and not list(tmp_path.iterdir())
+
+
+def test_verify_names_changed_and_missing_files(tiny, tmp_path):
+    model, tokenizer = tiny
+    target = tmp_path / "c"
+    checkpoints.publish_model(target, model, tokenizer, manifest())
+    (target / "config.json").write_text(json.dumps({"tampered": True}))
+    (target / "tokenizer.json").unlink()
+    assert sorted(checkpoints.verify(target)) == [
+        "config.json: sha256 differs from the manifest",
+        "tokenizer.json: missing",
+    ]
+
+
+def test_lora_is_merged_into_the_published_weights_and_training_goes_on(tiny, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    model, tokenizer = tiny
+    peft = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear", init_lora_weights=False))
+    checkpoints.publish_model(tmp_path / "c", peft, tokenizer, manifest())
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "c")
+    assert not any("lora" in name for name in merged.state_dict())
+    assert hasattr(peft, "peft_config")  # the training model keeps its adapters
+    ids = tokenizer("abc", return_tensors="pt").input_ids
+    expected = peft(input_ids=ids).logits
+    torch_close = (merged(input_ids=ids).logits - expected).abs().max().item()
+    assert torch_close < 1e-5
+
+
+def test_reading_a_folder_without_manifest_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a published checkpoint"):
+        checkpoints.read_manifest(tmp_path)

@@ -1,0 +1,66 @@
+"""The shared model config: sources, errors that name the model, the embedded SmolLM2."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from codepost.pipeline.model_config import (
+    DEFAULT_MODEL,
+    ModelConfig,
+    ModelNotFoundError,
+    load_causal_lm,
+    load_tokenizer,
+    resolve_model,
+)
+from codepost.pipeline.models import char_tokenizer, tiny_causal_lm
+
+
+def test_a_missing_local_model_is_named(tmp_path):
+    with pytest.raises(ModelNotFoundError, match=r"model '.*nowhere'.*no such folder"):
+        resolve_model(str(tmp_path / "nowhere"))
+    with pytest.raises(ModelNotFoundError, match=r"no config\.json"):
+        resolve_model(str(tmp_path))
+
+
+def test_an_unknown_embedded_model_lists_the_known_ones():
+    with pytest.raises(ModelNotFoundError, match="smollm2-135m-instruct"):
+        resolve_model("embedded:gpt-5")
+
+
+def test_a_hub_id_is_handed_to_transformers_as_it_is():
+    assert resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct") == (
+        "HuggingFaceTB/SmolLM2-135M-Instruct"
+    )
+
+
+def test_unknown_keys_are_refused():
+    with pytest.raises(ValidationError, match="lora_rank"):
+        ModelConfig(lora_rank=8)
+
+
+def test_lora_settings_become_a_peft_config():
+    assert ModelConfig().peft_config() is None
+    peft = ModelConfig(lora_r=8, lora_alpha=32).peft_config()
+    assert (peft.r, peft.lora_alpha, peft.task_type) == (8, 32, "CAUSAL_LM")
+
+
+def test_a_local_folder_loads_in_the_configured_dtype(tmp_path):
+    tokenizer = char_tokenizer("ab")
+    tiny_causal_lm(len(tokenizer)).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    config = ModelConfig(name_or_path=str(tmp_path), dtype="bfloat16")
+    assert str(load_causal_lm(config).dtype) == "torch.bfloat16"
+    assert load_tokenizer(config).padding_side == "left"
+
+
+@pytest.mark.slow
+def test_the_embedded_smollm2_converts_once_and_loads_with_its_chat_template():
+    config = ModelConfig()
+    assert config.name_or_path == DEFAULT_MODEL
+    path = config.resolve()
+    assert config.resolve() == path  # cached: the second call converts nothing
+    tokenizer = load_tokenizer(config)
+    assert tokenizer.chat_template and tokenizer.eos_token == "<|im_end|>"
+    model = load_causal_lm(config)
+    assert model.config.model_type == "llama" and model.num_parameters() == 134_515_008
