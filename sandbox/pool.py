@@ -318,7 +318,7 @@ class SandboxPool:
     def _execute(
         self, client: docker.DockerClient, container: _Container | None, job: Job
     ) -> tuple[ExecutionResult, _Container | None]:
-        payload = _job_payload(job, self.config.wall_stretch)
+        payload = _job_payload(job, self.config)
         deadline = _host_deadline(payload, self.config.grace_s)
         error = "no attempt made"
         for attempt in range(1, self.config.max_attempts + 1):
@@ -359,7 +359,7 @@ def run_in_fresh_container(job: Job, config: PoolConfig | None = None) -> Execut
         _connect(config.docker_hosts[0] if config.docker_hosts else None), config
     )
     try:
-        payload = _job_payload(job, config.wall_stretch)
+        payload = _job_payload(job, config)
         reply = container.request(
             {"op": "run", "job": payload}, timeout=_host_deadline(payload, config.grace_s)
         )
@@ -375,9 +375,10 @@ def _host_deadline(payload: dict[str, Any], grace_s: float) -> float:
     return payload["limits"]["wall_cap_s"] * cases + grace_s
 
 
-def _job_payload(job: Job, wall_stretch: float) -> dict[str, Any]:
+def _job_payload(job: Job, config: PoolConfig) -> dict[str, Any]:
     limits = asdict(job.limits)
-    limits["wall_cap_s"] = limits["wall_time_s"] * max(1.0, wall_stretch)
+    limits["wall_cap_s"] = limits["wall_time_s"] * max(1.0, config.wall_stretch)
+    limits["cpus"] = config.cpus
     payload: dict[str, Any] = {"program": job.program, "limits": limits}
     if job.judge is not None:
         payload["judge"] = {

@@ -34,36 +34,46 @@ def empty_dir(path: str) -> None:
     """Remove everything under ``path`` that this user owns, however it was hidden.
 
     Iterative and relative to directory descriptors, so neither a deep tree (recursion,
-    PATH_MAX) nor a directory made unreadable (mode 000) can stop it. What cannot be removed
-    is skipped; the supervisor checks afterwards that the directories are empty.
+    PATH_MAX) nor a directory made unreadable (mode 000) can stop it; each directory is read
+    once, as reading a tmpfs directory again after each removal is quadratic in its size.
+    What cannot be removed is skipped; the supervisor checks afterwards that the directories
+    are empty.
     """
     with contextlib.suppress(OSError):
         os.chmod(path, 0o755)  # our own /work may have been locked; root's /tmp refuses
-    stuck: set[int] = set()  # inodes of directories that could not be emptied
-    stack = [(os.open(path, os.O_RDONLY | os.O_DIRECTORY), -1, "")]
+    # (directory fd, its parent's fd, its name, its subdirectories not yet removed)
+    stack = [(_open_dir(path), -1, "", [])]
+    stack[0][3].extend(_remove_files(stack[0][0]))
     while stack:
-        fd, parent, name = stack[-1]
-        subdir = None
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                if not entry.is_dir(follow_symlinks=False):
-                    with contextlib.suppress(OSError):
-                        os.unlink(entry.name, dir_fd=fd)
-                elif entry.inode() not in stuck:
-                    subdir = entry
-                    break
-        if subdir is not None:
+        fd, parent, name, subdirs = stack[-1]
+        if subdirs:
+            child = subdirs.pop()
             try:
-                os.chmod(subdir.name, 0o700, dir_fd=fd)
-                child = os.open(subdir.name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-                stack.append((child, fd, subdir.name))
+                os.chmod(child, 0o700, dir_fd=fd)
+                child_fd = _open_dir(child, fd)
             except OSError:
-                stuck.add(subdir.inode())
+                continue
+            stack.append((child_fd, fd, child, _remove_files(child_fd)))
             continue
         stack.pop()
         os.close(fd)
         if parent >= 0:
-            try:
+            with contextlib.suppress(OSError):
                 os.rmdir(name, dir_fd=parent)
-            except OSError:
-                stuck.add(os.stat(name, dir_fd=parent, follow_symlinks=False).st_ino)
+
+
+def _open_dir(name: str, dir_fd: int | None = None) -> int:
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=dir_fd)
+
+
+def _remove_files(fd: int) -> list[str]:
+    """Unlink everything in the directory but its subdirectories, whose names it returns."""
+    subdirs = []
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append(entry.name)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.name, dir_fd=fd)
+    return subdirs

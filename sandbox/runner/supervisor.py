@@ -45,6 +45,8 @@ HELD_NOTE = (
 )
 OOM_CONTROL = "/sys/fs/cgroup/memory/memory.oom_control"  # cgroup v1
 OOM_EVENTS = "/sys/fs/cgroup/memory.events"  # cgroup v2
+CPU_USAGE = "/sys/fs/cgroup/cpuacct/cpuacct.usage"  # cgroup v1, ns
+CPU_STAT = "/sys/fs/cgroup/cpu.stat"  # cgroup v2, usage_usec
 _PR_SET_DUMPABLE = 4
 # glibc reserves 64 MB of address space per thread arena: under the program's RLIMIT_AS that
 # would allow only a dozen threads. Read once at malloc start-up, so set for the zygote.
@@ -124,31 +126,46 @@ def cpu_wait_s(pids: tuple[int, ...]) -> float:
     return total / 1e9
 
 
+def container_cpu_s() -> float:
+    """CPU seconds every process of the container has used together (0 if unknown)."""
+    with contextlib.suppress(OSError, ValueError), open(CPU_USAGE) as f:
+        return int(f.read()) / 1e9
+    with contextlib.suppress(OSError, ValueError, IndexError), open(CPU_STAT) as f:
+        for line in f:
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+    return 0.0
+
+
 class Deadline:
-    """When a wall-time limit ends. Time that ``pids`` spent waiting for a CPU (the load of
-    neighbours, in or out of the sandbox) does not count, up to ``cap_s`` of real time in all,
-    so a busy host cannot make an honest program time out."""
+    """When a wall-time limit ends. Time that ``pids`` spent waiting for a CPU does not count
+    as far as others held it: as far as the container got less than its ``cpus`` share (a
+    program that keeps its own container busy with many processes gains nothing). Up to
+    ``cap_s`` of real time in all, so a busy host cannot make an honest program time out."""
 
     def __init__(
         self,
         limit_s: float,
-        cap_s: float = 0.0,
+        limits: dict[str, Any] | None = None,
         pids: tuple[int, ...] = (),
         started: float | None = None,
     ) -> None:
         self.started = time.monotonic() if started is None else started
-        self.limit_s, self.cap_s, self.pids = limit_s, max(limit_s, cap_s), pids
-        self.base = cpu_wait_s(pids)
+        self.limit_s, self.pids = limit_s, pids
+        self.cap_s = max(limit_s, (limits or {}).get("wall_cap_s", limit_s))
+        self.cpus = (limits or {}).get("cpus", 1.0)
+        self.base_wait, self.base_cpu = cpu_wait_s(pids), container_cpu_s()
         self.waited = 0.0
         self.end = self.started + limit_s
 
     def remaining(self) -> float:
-        left = self.end - time.monotonic()
-        if left <= 0 and self.pids:
-            self.waited = max(self.waited, cpu_wait_s(self.pids) - self.base)
+        now = time.monotonic()
+        if now >= self.end and self.pids:
+            shortfall = (now - self.started) * self.cpus - (container_cpu_s() - self.base_cpu)
+            waited = min(cpu_wait_s(self.pids) - self.base_wait, shortfall)
+            self.waited = max(self.waited, waited)
             self.end = self.started + min(self.limit_s + self.waited, self.cap_s)
-            left = self.end - time.monotonic()
-        return left
+        return self.end - now
 
     def describe(self) -> str:
         waited = f" (and {self.waited:.1f} s waiting for a CPU)" if self.waited >= 0.05 else ""
@@ -420,9 +437,7 @@ class Supervisor:
         for fd in (devnull, out_w, err_w, j2c_r, c2j_w, j2c_w, c2j_r, res_w, job_r):
             os.close(fd)
         streams = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray(), ready_r: bytearray()}
-        deadline = Deadline(
-            limits["wall_time_s"], limits["wall_cap_s"], (candidate, self.judge[0]), started
-        )
+        deadline = Deadline(limits["wall_time_s"], limits, (candidate, self.judge[0]), started)
         outcome = self.collect(
             streams,
             deadline,
@@ -526,7 +541,7 @@ class Supervisor:
         with contextlib.suppress(BrokenPipeError):
             os.write(prog_w, program)  # the candidate reads it first thing
         os.close(prog_w)
-        deadline = Deadline(limits["wall_time_s"], limits["wall_cap_s"], (candidate,), case_started)
+        deadline = Deadline(limits["wall_time_s"], limits, (candidate,), case_started)
         streams = {
             out_r: bytearray(),
             err_r: bytearray(),
