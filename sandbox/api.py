@@ -16,7 +16,7 @@ Two kinds of job:
   subclass of that name), and arguments the program changes in place change in the test.
 * **io**: the program runs once per stdin case as ``__main__``; its stdout comes back to the
   caller, which compares it with the expected output outside the sandbox. A case's output
-  is what the program's processes write until its stdout and stderr close, at most 0.5 s
+  is what the program's processes write until its stdout and stderr close, at most 1 s
   after its main process exits; processes still holding them then are killed, and the case's
   stderr says so.
 """

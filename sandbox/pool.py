@@ -235,10 +235,11 @@ class SandboxPool:
                 )
                 worker.start()
                 self._workers.append(worker)
-            failures = [item for item in (ready.get() for _ in self._workers) if item]
-            if failures:
+            # Jobs start on the first container that is up; the others join as they come.
+            first = ready.get()
+            if first is not None:  # the engine or the image cannot be used: say so now
                 self._stop_workers()
-                raise failures[0]
+                raise first
         return self
 
     def close(self) -> None:
@@ -294,6 +295,7 @@ class SandboxPool:
             container: _Container | None = _Container(client, self.config)
             ready.put(None)
         except (SandboxUnavailable, _ContainerFault) as exc:
+            log.warning("a sandbox container did not start: %s", exc)
             ready.put(exc if isinstance(exc, SandboxUnavailable) else SandboxUnavailable(str(exc)))
             return
         while True:

@@ -202,7 +202,7 @@ import time
 
 
 def add(a, b):
-    while time.process_time() < 1.0:
+    while time.process_time() < 0.5:
         pass
     return a + b
 """
@@ -216,7 +216,7 @@ def add(a, b):
 @pytest.mark.slow
 def test_spinning_neighbours_cannot_time_out_an_honest_program():
     """Twice as many containers as cores: the others spin to their CPU limit while an honest
-    program that needs half its CPU limit runs beside them. (A wide stretch: this machine may
+    program that needs a quarter of its CPU limit runs beside them. (A wide stretch: this machine may
     be busy with other work too, and the test is about what is counted, not the cap.)"""
     size = 2 * (os.cpu_count() or 1)
     spinner = {"task_id": ADD.task_id, "completion": f"```python\n{SPINS}```\n"}

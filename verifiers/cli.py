@@ -170,6 +170,19 @@ def run(args: argparse.Namespace) -> int:
     if args.samples is not None and output.resolve() == args.samples.resolve():
         err.print(f"[red]error:[/] the output {output} would overwrite the samples")
         return EXIT_BAD_INPUT
+    with Verifier(
+        limits=Limits(wall_time_s=args.timeout, cpu_time_s=args.timeout, memory_mb=args.memory_mb),
+        reward_config=RewardConfig(
+            sandbox_errors="exclude" if args.exclude_sandbox_errors else "fail"
+        ),
+        completion_style="continuation" if args.reference else args.completion_style,
+        workers=args.workers,
+    ) as verifier:
+        verifier.start_soon()  # the containers start while the problems and samples load
+        return _verify(args, verifier, output, err)
+
+
+def _verify(args: argparse.Namespace, verifier: Verifier, output: Path, err: Console) -> int:
     try:
         problems = load_problems(args.problems)
         if args.reference:
@@ -180,14 +193,6 @@ def run(args: argparse.Namespace) -> int:
     except (ProblemFormatError, SampleFileError, OSError) as exc:
         err.print(f"[red]error:[/] {exc}", highlight=False)
         return EXIT_BAD_INPUT
-    verifier = Verifier(
-        limits=Limits(wall_time_s=args.timeout, cpu_time_s=args.timeout, memory_mb=args.memory_mb),
-        reward_config=RewardConfig(
-            sandbox_errors="exclude" if args.exclude_sandbox_errors else "fail"
-        ),
-        completion_style="continuation" if args.reference else args.completion_style,
-        workers=args.workers,
-    )
     try:
         results = verifier.iter_verify(problems, samples)
     except SampleError as exc:
@@ -197,13 +202,15 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     verdicts: dict[int, Verdict] = {}
     try:
-        with verifier, output.open("w", encoding="utf-8") as out, _progress(err) as progress:
+        with output.open("w", encoding="utf-8") as out, _progress(err) as progress:
             task = progress.add_task("verifying", total=len(samples), passed=0)
+            passed = 0
             for index, verdict in results:
                 out.write(json.dumps(verdict.to_row()) + "\n")
                 out.flush()
                 verdicts[index] = verdict
-                progress.update(task, advance=1, passed=sum(v.passed for v in verdicts.values()))
+                passed += verdict.passed
+                progress.update(task, advance=1, passed=passed)
     except SandboxUnavailable as exc:
         err.print(f"[red]sandbox unavailable:[/] {exc}", highlight=False)
         err.print(f"{len(verdicts)} of {len(samples)} results were written to {output}")

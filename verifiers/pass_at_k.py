@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from .verdicts import Verdict, VerdictStatus
 
@@ -14,7 +14,8 @@ from .verdicts import Verdict, VerdictStatus
 def estimate_pass_at_k(n: int, c: int, k: int) -> float:
     """1 - C(n - c, k) / C(n, k): the chance that k of n samples, c correct, hold a correct one.
 
-    Computed as a product so large n does not overflow.
+    Computed as a product so large n does not overflow (pure Python: importing numpy would
+    cost the ``verify`` command more than all its arithmetic).
     """
     if not 0 <= c <= n or k < 1:
         raise ValueError(f"need 0 <= c <= n and k >= 1, got n={n}, c={c}, k={k}")
@@ -22,7 +23,7 @@ def estimate_pass_at_k(n: int, c: int, k: int) -> float:
         raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
     if n - c < k:
         return 1.0
-    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def pass_at_k(
         counts[verdict.task_id][1] += verdict.passed
     smallest = min((n for n, _ in counts.values()), default=0)
     scores = {
-        f"pass@{k}": float(np.mean([estimate_pass_at_k(n, c, k) for n, c in counts.values()]))
+        f"pass@{k}": statistics.fmean(estimate_pass_at_k(n, c, k) for n, c in counts.values())
         for k in ks
         if counts and k <= smallest
     }

@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from codepost.sandbox import ExecutionResult, Job, Limits, PoolConfig, SandboxPool
+from codepost.sandbox import (
+    ExecutionResult,
+    Job,
+    Limits,
+    PoolConfig,
+    SandboxPool,
+    SandboxUnavailable,
+)
 
 from .extraction import CompletionStyle, Program, build_program, completion_text, resolve_style
 from .judges import build_job
@@ -67,6 +75,7 @@ class Verifier:
         self._executor = executor
         self._owned_pool: SandboxPool | None = None
         self._lock = threading.Lock()
+        self._starting: threading.Thread | None = None
 
     # -- the executor: a sandbox pool made on first use unless one was given
 
@@ -79,8 +88,22 @@ class Verifier:
                 self._executor = self._owned_pool = pool
             return self._executor
 
+    def start_soon(self) -> None:
+        """Start the default pool in the background, so its containers warm up while the caller
+        loads and prepares samples; a pool that cannot start says so when it is first used."""
+        if self._executor is None and self._starting is None:
+            self._starting = threading.Thread(target=self._start_quietly, daemon=True)
+            self._starting.start()
+
+    def _start_quietly(self) -> None:
+        with contextlib.suppress(SandboxUnavailable):
+            _ = self.executor  # the property starts the pool
+
     def close(self) -> None:
         """Stops the pool this verifier made (one passed in belongs to the caller)."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
         with self._lock:
             if self._owned_pool is not None:
                 self._owned_pool.close()

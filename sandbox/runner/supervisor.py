@@ -37,7 +37,7 @@ CANDIDATE_UID = int(os.environ.get("CODEPOST_CANDIDATE_UID", "10001"))
 JUDGE_UID = int(os.environ.get("CODEPOST_JUDGE_UID", "10002"))
 EXCERPT_BYTES = 4096
 JUDGE_GRACE_S = 1.0  # after a timeout, how long the judge may take to wind down
-EXIT_GRACE_S = 0.5  # io: how long output still counts after the program's main process exits
+EXIT_GRACE_S = 1.0  # io: how long output still counts after the program's main process exits
 HELD_NOTE = (
     f"\n[sandbox] processes the program left were still holding stdout/stderr {EXIT_GRACE_S} s "
     "after it exited: they were killed, and anything they would have written later is not "

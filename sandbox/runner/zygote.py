@@ -39,6 +39,7 @@ def _become_candidate(fds: list[int], mode: str, limits: dict[str, Any], uid: in
         os.closerange(len(fds), 1024)
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")  # the OOM killer takes the program, never the supervisor
+        os.nice(19)  # however many processes it runs, the supervisor gets its CPU when it needs it
         set_limits(limits)
         drop_to(uid)
         os.chdir("/work")
