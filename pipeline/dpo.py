@@ -101,6 +101,16 @@ def dpo_trainer(
     )
 
 
+def check_reference(config: DPOStageConfig, pairs: Path) -> None:
+    """The model must be the checkpoint that sampled the pairs' rollouts: it is the reference."""
+    sampled_by = read_manifest(pairs).data.get("sampler_weights")
+    if sampled_by and Path(sampled_by).resolve() != Path(config.model.resolve()).resolve():
+        raise ValueError(
+            f"pairs {pairs} were sampled by {sampled_by}, but the DPO model is "
+            f"{config.model.name_or_path}: train (and take as reference) the sampling checkpoint"
+        )
+
+
 def _held_out_metrics(trainer: DPOTrainer) -> dict[str, float]:
     scores = trainer.evaluate()
     return {name: scores[f"eval_{name}"] for name in EVAL_METRICS}
@@ -116,6 +126,7 @@ def run_dpo(config: DPOStageConfig, pairs: Path | None, out_dir: Path) -> DPORes
     if already_published(out_dir, "dpo", config):
         return DPOResult(checkpoint=out_dir, metrics=read_manifest(out_dir).metrics)
     dataset = load_pairs(pairs)
+    check_reference(config, pairs)
     held_out = dataset.get("test")  # absent when mining held nothing out
     console.print(
         f"dpo: {config.loss_type} beta={config.beta} on {len(dataset['train'])} pairs, "

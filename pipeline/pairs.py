@@ -195,6 +195,18 @@ def load_rollouts(rollouts: Path) -> list[dict[str, Any]]:
     return dataset.to_list()
 
 
+def sampled_by(rows: list[dict[str, Any]], rollouts: Path) -> dict[str, str]:
+    """``{"sampler_weights": checkpoint}`` when the rows name the checkpoint that sampled them
+    (DPO's reference must be that one); rollouts of several policies cannot share a reference."""
+    weights = {row["sampler_weights"] for row in rows if row.get("sampler_weights")}
+    if len(weights) > 1:
+        raise ValueError(
+            f"rollouts {rollouts}: sampled by {len(weights)} checkpoints ({', '.join(sorted(weights))}); "
+            "mine each policy's rollouts on their own, DPO has one reference"
+        )
+    return {"sampler_weights": weights.pop()} if weights else {}
+
+
 def run_pair_mining(config: PairMiningConfig, rollouts: Path, out_dir: Path) -> MinedPairs:
     """Mine, split by prompt and publish the pairs of ``rollouts`` in ``out_dir``; with no pair
     at all, publish nothing and say why."""
@@ -202,7 +214,9 @@ def run_pair_mining(config: PairMiningConfig, rollouts: Path, out_dir: Path) -> 
     if already_published(out_dir, "pairs", config):
         counts = read_manifest(out_dir).metrics
         return MinedPairs(path=out_dir, counts=counts, message=f"{out_dir} already published")
-    pairs_by_prompt, counts = mine_pairs(load_rollouts(rollouts), config)
+    rows = load_rollouts(rollouts)
+    data = {"rollouts": sha256_file(Path(rollouts))[:16], **sampled_by(rows, rollouts)}
+    pairs_by_prompt, counts = mine_pairs(rows, config)
     if not pairs_by_prompt:
         message = (
             f"no pairs in {rollouts}: of {counts['prompts']} prompts, "
@@ -229,8 +243,6 @@ def run_pair_mining(config: PairMiningConfig, rollouts: Path, out_dir: Path) -> 
     counts.update({f"{name}_pairs": len(split) for name, split in dataset.items()})
     message = f"pairs: {dict(counts)}"
     console.print(message)
-    manifest = stage_manifest(
-        "pairs", config, str(rollouts), {"rollouts": sha256_file(Path(rollouts))[:16]}, counts
-    )
+    manifest = stage_manifest("pairs", config, str(rollouts), data, counts)
     publish(out_dir, lambda folder: dataset.save_to_disk(str(folder)), manifest)
     return MinedPairs(path=out_dir, counts=dict(counts), message=message)

@@ -132,6 +132,14 @@ def test_run_dpo_skips_without_pairs_and_names_bad_input(tmp_path: Path) -> None
     assert not (tmp_path / "dpo").exists()
     with pytest.raises(FileNotFoundError, match="not a published checkpoint"):
         run_dpo(DPOStageConfig(), tmp_path / "nowhere", tmp_path / "dpo")
+    # pairs sampled by another checkpoint: that one, not this model, is their reference
+    rows = [{**row, "sampler_weights": str(tmp_path / "policy")} for row in mixed_group("p0")]
+    rollouts = write_rollouts(tmp_path / "rollouts.parquet", rows)
+    pairs = run_pair_mining(PairMiningConfig(), rollouts, tmp_path / "pairs").path
+    assert read_manifest(pairs).data["sampler_weights"] == str(tmp_path / "policy")
+    model = save_tiny_model(tmp_path / "other")
+    with pytest.raises(ValueError, match=r"sampled by .*policy"):
+        run_dpo(DPOStageConfig(model=model), pairs, tmp_path / "dpo")
 
 
 def pairs_manifest() -> CheckpointManifest:

@@ -110,3 +110,7 @@ def test_bad_rollouts_are_named(tmp_path: Path) -> None:
     rollouts = write_rollouts(tmp_path / "unscored.parquet", rows)
     with pytest.raises(ValueError, match=r"missing column.*passed"):
         run_pair_mining(PairMiningConfig(), rollouts, tmp_path / "out")
+    rows = [{**rollout("p", WRONG, False, 0.0), "sampler_weights": f"/ckpt/{i}"} for i in range(2)]
+    rollouts = write_rollouts(tmp_path / "two_policies.parquet", rows)
+    with pytest.raises(ValueError, match="sampled by 2 checkpoints"):
+        run_pair_mining(PairMiningConfig(), rollouts, tmp_path / "out")
