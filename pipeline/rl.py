@@ -98,15 +98,21 @@ def last_published_iteration(out_dir: Path) -> int:
 
 
 def _prompt_schedule(task_ids: list[str], per_iteration: int, seed: int) -> Iterator[list[str]]:
-    """Task ids for each iteration: passes over a shuffled list, reshuffled every pass."""
+    """Task ids for each iteration: passes over a shuffled list, reshuffled every pass; no task
+    twice in one iteration (a group is one prompt's samples)."""
+    if per_iteration > len(task_ids):
+        raise ValueError(
+            f"prompts_per_iteration={per_iteration} exceeds the {len(task_ids)} problems"
+        )
     rng = random.Random(seed)
     pool: list[str] = []
     while True:
-        batch = []
+        batch: list[str] = []
         while len(batch) < per_iteration:
             if not pool:
-                pool = list(task_ids)
-                rng.shuffle(pool)
+                fresh = [t for t in task_ids if t not in batch]
+                rng.shuffle(fresh)
+                pool = [t for t in task_ids if t in batch] + fresh  # pop() takes from the end
             batch.append(pool.pop())
         yield batch
 

@@ -16,3 +16,15 @@ def sandbox_pool():
         pytest.fail(f"the Docker sandbox is required for this test: {exc}")
     yield pool
     pool.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_process_wide_engines():
+    """Stop the engines and pools the stages cache per process, once the session ends."""
+    yield
+    import sys
+
+    if "codepost.pipeline.sampling" in sys.modules:
+        sys.modules["codepost.pipeline.sampling"].close_samplers()
+    if "codepost.pipeline.scoring" in sys.modules:
+        sys.modules["codepost.pipeline.scoring"].close_pools()

@@ -1,0 +1,43 @@
+"""Shared settings and helpers for tests that run real sampling engines.
+
+Every test uses :data:`TEST_ENGINE`, so one vLLM engine (process-wide cache) serves the whole
+test session, refreshed to whichever weights a test asks for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
+from codepost.pipeline.sampling import EngineConfig
+
+TEST_ENGINE = EngineConfig(max_model_len=1024, cpu_kv_cache_gib=1.0)
+
+ROLLOUT_KEYS = {
+    "prompt_id", "group_index", "prompt", "completion", "prompt_ids", "completion_ids",
+    "sampling_logprobs", "finish_reason", "completion_style", "temperature", "top_p",
+    "max_tokens", "sampler", "sampler_weights", "policy_version",
+}  # fmt: skip
+
+
+def perturbed_copy(model: ModelConfig, target: Path, scale: float, seed: int = 0) -> Path:
+    """``model`` with Gaussian noise added to every weight, saved as a model folder."""
+    policy = load_causal_lm(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in policy.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * scale)
+    policy.save_pretrained(target)
+    load_tokenizer(model).save_pretrained(target)
+    return target
+
+
+@torch.no_grad()
+def recomputed_logprobs(model: torch.nn.Module, row: dict, temperature: float) -> torch.Tensor:
+    """The trainer's logprobs of a row's completion tokens (float32, temperature applied)."""
+    prompt, completion = row["prompt_ids"], row["completion_ids"]
+    ids = torch.tensor([prompt + completion])
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float() / temperature
+    return logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)

@@ -1,0 +1,131 @@
+"""Group sampling: rows of the rollouts contract, sampling logprobs equal to the trainer's,
+weights refreshed in place and checked (vLLM on the CPU with the real SmolLM2; transformers
+``generate`` with a tiny model)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from engines import ROLLOUT_KEYS, TEST_ENGINE, perturbed_copy, recomputed_logprobs
+
+from codepost.pipeline.data import ProblemSet, load_problem_set
+from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
+from codepost.pipeline.models import char_tokenizer, tiny_causal_lm
+from codepost.pipeline.prompts import Prompt, build_prompt
+from codepost.pipeline.rollouts import collate_rollouts
+from codepost.pipeline.sampling import (
+    EngineConfig,
+    HFSampler,
+    SamplingConfig,
+    WeightSyncError,
+    check_probe,
+    get_sampler,
+    trainer_probe_logprobs,
+)
+
+
+def test_check_probe_fails_loudly_past_the_tolerance():
+    assert check_probe([-1.0, -2.0], [-1.0, -2.001], 1e-2) == pytest.approx(5e-4)
+    with pytest.raises(WeightSyncError, match="did not take"):
+        check_probe([-1.0, -2.0], [-1.5, -2.0], 1e-2)
+    with pytest.raises(WeightSyncError, match="did not take"):
+        check_probe([float("nan")], [-1.0], 1e-2)
+
+
+@pytest.fixture
+def tiny_checkpoints(tmp_path):
+    """Two tiny models of one architecture, saved as folders with their tokenizer."""
+    tokenizer = char_tokenizer("def():\n rtun0123456789+", pad_is_eos=True)
+    paths = []
+    for seed in (0, 1):
+        path = tmp_path / f"tiny-{seed}"
+        tiny_causal_lm(len(tokenizer), seed=seed).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        paths.append(path)
+    return paths
+
+
+def test_hf_sampler_rows_and_refresh(tiny_checkpoints):
+    first, second = tiny_checkpoints
+    sampler = HFSampler(
+        str(first), ModelConfig(name_or_path=str(first)), EngineConfig(backend="hf")
+    )
+    prompts = [Prompt("a", "def f():", "continuation"), Prompt("b", "return ", "continuation")]
+    rows = sampler.sample(prompts, SamplingConfig(num_generations=3, max_tokens=8, temperature=0.7))
+    assert len(rows) == 6 and set(rows[0]) == ROLLOUT_KEYS
+    assert [(r["prompt_id"], r["group_index"]) for r in rows][:3] == [("a", 0), ("a", 1), ("a", 2)]
+    assert {r["temperature"] for r in rows} == {0.7} and rows[0]["sampler"] == "hf-generate"
+    for row in rows:
+        expected = recomputed_logprobs(sampler.model, row, 0.7)
+        torch.testing.assert_close(
+            torch.tensor(row["sampling_logprobs"]), expected, atol=1e-4, rtol=0
+        )
+
+    target = load_causal_lm(ModelConfig(name_or_path=str(second)))
+    other_probe = trainer_probe_logprobs(target, target.config.vocab_size)
+    with pytest.raises(WeightSyncError):  # the engine still serves `first`
+        check_probe(sampler.probe_logprobs(), other_probe, 1e-4)
+    assert sampler.refresh(second, other_probe) < 1e-5
+    assert sampler.weights == str(second)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return ModelConfig(), load_tokenizer(ModelConfig())
+
+
+@pytest.fixture(scope="module")
+def chat_prompts(smollm2):
+    _, tokenizer = smollm2
+    problems = load_problem_set(ProblemSet(limit=2))
+    return [build_prompt(problem, tokenizer) for problem in problems.values()]
+
+
+@pytest.mark.slow
+def test_vllm_rows_follow_the_contract_with_the_trainers_logprobs(smollm2, chat_prompts):
+    model_config, tokenizer = smollm2
+    sampler = get_sampler(model_config, TEST_ENGINE, checkpoint=model_config.resolve())
+    config = SamplingConfig(num_generations=3, max_tokens=24, temperature=0.7, seed=1)
+    rows = sampler.sample(chat_prompts, config, policy_version=4)
+    assert len(rows) == 6 and set(rows[0]) == ROLLOUT_KEYS
+    assert rows[0]["sampler"].startswith("vllm-") and rows[0]["policy_version"] == 4
+    assert [r["group_index"] for r in rows] == [0, 1, 2, 0, 1, 2]
+    assert rows[0]["prompt_ids"] == tokenizer.encode(chat_prompts[0].text, add_special_tokens=False)
+    model = load_causal_lm(model_config)
+    diffs = torch.cat(
+        [
+            (torch.tensor(r["sampling_logprobs"]) - recomputed_logprobs(model, r, 0.7)).abs()
+            for r in rows
+        ]
+    )
+    assert len(diffs) == sum(len(r["completion_ids"]) for r in rows)
+    assert diffs.mean() < 1e-3 and diffs.max() < 2e-2  # logprobs after temperature, as trained
+    batch = collate_rollouts([{**r, "reward": 0.0} for r in rows], pad_token_id=0)
+    assert batch.temperatures.tolist() == pytest.approx([0.7] * 6)
+    assert get_sampler(model_config, TEST_ENGINE) is sampler  # one engine per process
+
+
+@pytest.mark.slow
+def test_vllm_serves_new_weights_in_place_and_a_refresh_that_did_not_take_fails(
+    smollm2, chat_prompts, tmp_path
+):
+    model_config, _ = smollm2
+    base = model_config.resolve()
+    sampler = get_sampler(model_config, TEST_ENGINE, checkpoint=base)
+    new = perturbed_copy(model_config, tmp_path / "new", scale=0.02)
+    new_model = load_causal_lm(ModelConfig(name_or_path=str(new)))
+    new_probe = trainer_probe_logprobs(new_model, new_model.config.vocab_size)
+    old_probe = sampler.probe_logprobs()
+    with pytest.raises(WeightSyncError, match="did not take"):  # different weights
+        check_probe(old_probe, new_probe, TEST_ENGINE.probe_tolerance)
+
+    assert sampler.refresh(new, new_probe) < TEST_ENGINE.probe_tolerance
+    assert get_sampler(model_config, TEST_ENGINE, checkpoint=str(new)) is sampler  # no restart
+    rows = sampler.sample(chat_prompts[:1], SamplingConfig(num_generations=2, max_tokens=16))
+    for row in rows:
+        expected = recomputed_logprobs(new_model, row, 1.0)
+        assert (torch.tensor(row["sampling_logprobs"]) - expected).abs().mean() < 1e-3
+
+    with pytest.raises(WeightSyncError, match="did not take"):
+        sampler.refresh(new, old_probe)  # the trainer says one thing, the engine serves another
+    sampler.refresh(base, old_probe)  # and back

@@ -1,0 +1,98 @@
+"""The scoring stage: rollouts -> scored rollouts through the verifier; sandbox errors retried,
+then counted and scored as the reward config says."""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import Future
+
+import pytest
+from fake_executors import InProcessExecutor
+
+from codepost.pipeline.data import ProblemSet, load_problem_set
+from codepost.pipeline.prompts import reference_answer
+from codepost.pipeline.scoring import ScoreConfig, run_score, score_rollouts, summarize
+from codepost.sandbox import ExecStatus, ExecutionResult, Job
+from codepost.verifiers import RewardConfig
+
+PROBLEMS = load_problem_set(ProblemSet(limit=2))
+
+
+def rows_for(answers: list[tuple[str, str, str]]) -> list[dict]:
+    return [
+        {"prompt_id": task_id, "group_index": i, "completion": text, "completion_style": style,
+         "completion_ids": [1] * 5}
+        for i, (task_id, text, style) in enumerate(answers)
+    ]  # fmt: skip
+
+
+def reference(task_id: str, style: str = "chat") -> tuple[str, str, str]:
+    return task_id, reference_answer(PROBLEMS[task_id], style), style
+
+
+class FlakyExecutor(InProcessExecutor):
+    """Fails the first ``failures`` jobs as the infrastructure would, then runs them."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def submit(self, job: Job) -> Future[ExecutionResult]:
+        if self.failures > 0:
+            self.failures -= 1
+            self.jobs.append(job)
+            future: Future[ExecutionResult] = Future()
+            future.set_result(ExecutionResult(ExecStatus.SANDBOX_ERROR, error="container died"))
+            return future
+        return super().submit(job)
+
+
+def test_rows_keep_their_fields_and_gain_scores_in_order():
+    rows = rows_for([reference("HumanEval/1"), ("HumanEval/0", "```python\nx = (\n```", "chat"),
+                     reference("HumanEval/0", "continuation")])  # fmt: skip
+    config = ScoreConfig(reward=RewardConfig(format_weight=0.5, syntax_weight=0.25))
+    scored = score_rollouts(rows, PROBLEMS, config, executor=InProcessExecutor())
+    assert [r["group_index"] for r in scored] == [0, 1, 2]
+    assert [r["status"] for r in scored] == ["passed", "syntax_error", "passed"]
+    assert scored[0]["reward"] == pytest.approx(1 + 0.5 + 0.25)
+    assert scored[1]["reward_test"] == 0.0 and scored[1]["reward_syntax"] == 0.0
+    assert not any(r["excluded"] for r in scored) and scored[0]["completion_ids"] == [1] * 5
+
+
+def test_a_sandbox_error_is_retried_before_it_counts():
+    executor = FlakyExecutor(failures=2)
+    rows = rows_for([reference("HumanEval/0"), reference("HumanEval/1")])
+    scored = score_rollouts(rows, PROBLEMS, ScoreConfig(sandbox_retries=1), executor=executor)
+    assert [r["status"] for r in scored] == ["passed", "passed"]
+    assert len(executor.jobs) == 4
+
+
+@pytest.mark.parametrize(
+    ("mode", "reward", "excluded"), [("fail", 0.0, False), ("exclude", None, True)]
+)
+def test_a_persistent_sandbox_error_is_counted_and_scored_as_configured(mode, reward, excluded):
+    config = ScoreConfig(sandbox_retries=2, reward=RewardConfig(sandbox_errors=mode))
+    executor = FlakyExecutor(failures=100)
+    (row,) = score_rollouts(
+        rows_for([reference("HumanEval/0")]), PROBLEMS, config, executor=executor
+    )
+    assert len(executor.jobs) == 3 and row["status"] == "sandbox_error"
+    assert row["excluded"] is excluded
+    assert math.isnan(row["reward"]) if reward is None else row["reward"] == reward
+    summary = summarize([row])
+    assert summary["sandbox_errors"] == 1 and summary["pass_rate"] == 0.0
+
+
+@pytest.mark.docker
+def test_run_score_in_the_real_sandbox_writes_scored_parquet(tmp_path):
+    from datasets import Dataset
+
+    rows = rows_for([reference("HumanEval/0"), ("HumanEval/1", "```python\ndef separate_paren_groups(s):\n    return []\n```", "chat"),
+                     ("HumanEval/0", "```python\nwhile True:\n    pass\n```", "chat")])  # fmt: skip
+    Dataset.from_list(rows).to_parquet(str(tmp_path / "rollouts.parquet"))
+    config = ScoreConfig(timeout_s=2.0, workers=2)
+    path = run_score(config, tmp_path / "rollouts.parquet", ProblemSet(limit=2), tmp_path / "out")
+    scored = Dataset.from_parquet(str(path)).to_list()
+    assert [r["status"] for r in scored] == ["passed", "failed", "timeout"]
+    assert [r["reward"] for r in scored] == [1.0, 0.0, 0.0]
+    assert summarize(scored)["pass_rate"] == pytest.approx(1 / 3)
