@@ -19,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "codepost.verifiers.cli",
         "run candidate code against problem tests in the sandbox",
     ),
+    "evaluate": (
+        "codepost.pipeline.cli",
+        "pass@k of a checkpoint (greedy pass@1, sampled pass@k) in the sandbox",
+    ),
 }
 
 
