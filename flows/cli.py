@@ -1,8 +1,8 @@
 """The `codepost` command.
 
 It stays fast as it grows: `codepost --help` imports no subcommand, and a subcommand imports
-only its own module (`codepost verify` loads neither torch, vllm nor prefect). Each module
-named in :data:`COMMANDS` has ``register(subparsers)``, which adds its parser and sets
+only its own module (`codepost verify` loads neither torch, vllm nor prefect). Each
+``module:function`` named in :data:`COMMANDS` adds its parser to the subparsers and sets
 ``func``.
 """
 
@@ -13,15 +13,19 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# name -> (module with `register`, one-line help shown by `codepost --help`)
+# name -> ("module:register function", one-line help shown by `codepost --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
     "verify": (
-        "codepost.verifiers.cli",
+        "codepost.verifiers.cli:register",
         "run candidate code against problem tests in the sandbox",
     ),
     "evaluate": (
-        "codepost.pipeline.cli",
+        "codepost.pipeline.cli:register_evaluate",
         "pass@k of a checkpoint (greedy pass@1, sampled pass@k) in the sandbox",
+    ),
+    "checkpoints": (
+        "codepost.pipeline.cli:register_checkpoints",
+        "list, show, verify, tag and prune the checkpoints of a run folder",
     ),
 }
 
@@ -32,9 +36,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="codepost", description="Code post-training with a sandboxed verifier."
     )
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
+    for name, (target, help_text) in COMMANDS.items():
         if name == command:
-            importlib.import_module(module).register(subcommands)
+            module, _, function = target.partition(":")
+            getattr(importlib.import_module(module), function)(subcommands)
         else:
             subcommands.add_parser(name, help=help_text)
     return parser

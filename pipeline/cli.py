@@ -1,6 +1,7 @@
-"""``codepost evaluate``: pass@k of a checkpoint, through the sampler and the sandboxed verifier.
+"""Pipeline commands: ``codepost evaluate`` (pass@k of a checkpoint, through the sampler and
+the sandboxed verifier) and ``codepost checkpoints`` (the registry of a run folder).
 
-Settings come from the stage's pydantic config: a YAML file (``--config``) and the flags below,
+Settings come from the stage's pydantic config: a YAML file (``--config``) and the flags,
 flags winning; unknown YAML keys are refused with their name.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ EXIT_SANDBOX_UNAVAILABLE = 3
 EXIT_SANDBOX_ERRORS = 4
 
 
-def register(subparsers: Any) -> argparse.ArgumentParser:
+def register_evaluate(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "evaluate",
         help="pass@k of a checkpoint (greedy pass@1, sampled pass@k) in the sandbox",
@@ -45,7 +45,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, help="sandbox containers")
     parser.add_argument("--exclude-sandbox-errors", action="store_true")
     parser.add_argument("--output", type=Path, default=Path("runs/evaluate"), help="folder")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=evaluate)
     return parser
 
 
@@ -86,7 +86,7 @@ def build_config(args: argparse.Namespace) -> Any:
     return EvalConfig.model_validate(data)
 
 
-def run(args: argparse.Namespace) -> int:
+def evaluate(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
     from rich.console import Console
     from rich.logging import RichHandler
@@ -142,13 +142,78 @@ def print_table(results: dict[str, Any], console: Any) -> None:
     console.print(table)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m codepost.pipeline.cli evaluate ...``"""
-    parser = argparse.ArgumentParser(prog="python -m codepost.pipeline.cli")
-    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+def register_checkpoints(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "checkpoints",
+        help="list, show, verify, tag and prune the checkpoints of a run folder",
+        description="The checkpoint registry of a run folder: every published checkpoint "
+        "(model folder + manifest.json) under it is a version.",
+    )
+    parser.add_argument("--root", type=Path, default=Path("runs"), help="the run folder")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("list", help="every version, oldest first, with stage, tags, metrics")
+    for action, help_text in (("show", "a version's manifest"), ("verify", "check file hashes")):
+        actions.add_parser(action, help=help_text).add_argument(
+            "ref", help="tag, folder or stage/version"
+        )
+    tag = actions.add_parser("tag", help="point a tag (best, production, ...) at a version")
+    tag.add_argument("ref")
+    tag.add_argument("name")
+    prune = actions.add_parser("prune", help="delete all but the newest K and the tagged ones")
+    prune.add_argument("--keep-last", type=int, required=True)
+    prune.add_argument("--dry-run", action="store_true")
+    parser.set_defaults(func=checkpoints)
+    return parser
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def checkpoints(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from codepost.pipeline import registry
+    from codepost.pipeline.checkpoints import verify
+
+    console, err = Console(), Console(stderr=True)
+    try:
+        if args.action == "list":
+            table = Table(title=f"checkpoints under {args.root}")
+            for column in ("version", "tags", "parent", "created", "key metrics"):
+                table.add_column(column)
+            for entry in registry.list_checkpoints(args.root):
+                table.add_row(
+                    entry.name,
+                    ", ".join(entry.tags),
+                    Path(entry.manifest.parent or "").name,
+                    entry.manifest.created_at,
+                    _key_metrics(entry.manifest.metrics),
+                )
+            console.print(table)
+        elif args.action == "show":
+            entry = registry.resolve(args.root, args.ref)
+            console.print_json(entry.manifest.model_dump_json())
+        elif args.action == "verify":
+            entry = registry.resolve(args.root, args.ref)
+            problems = verify(entry.path)
+            for problem in problems:
+                err.print(f"[red]{entry.name}[/red]: {problem}")
+            if problems:
+                return 1
+            console.print(f"{entry.name}: {len(entry.manifest.files)} files match the manifest")
+        elif args.action == "tag":
+            entry = registry.tag(args.root, args.ref, args.name)
+            console.print(f"{args.name} -> {entry.name} ({entry.path})")
+        elif args.action == "prune":
+            doomed = registry.prune(args.root, args.keep_last, dry_run=args.dry_run)
+            verb = "would delete" if args.dry_run else "deleted"
+            console.print(f"{verb} {len(doomed)}: {', '.join(e.name for e in doomed) or '-'}")
+    except (LookupError, ValueError, FileNotFoundError) as exc:
+        err.print(f"[red]codepost checkpoints[/red]: {exc}")
+        return EXIT_BAD_INPUT
+    return 0
+
+
+def _key_metrics(metrics: dict[str, Any]) -> str:
+    shown = ("reward_mean", "pass_rate", "train_loss", "pass@1")
+    return ", ".join(
+        f"{name} {metrics[name]:.3f}" for name in shown if isinstance(metrics.get(name), float)
+    )

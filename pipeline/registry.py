@@ -1,0 +1,95 @@
+"""The checkpoint registry of a run folder: list, show, tag (``best``, ``production``), prune.
+
+Every published checkpoint under the folder (a model folder with ``manifest.json``) is a
+version; tags live in ``tags.json`` at the folder's root, written atomically. Pruning keeps the
+newest K versions and every tagged one, and never touches an unpublished folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from codepost.pipeline.checkpoints import MANIFEST, CheckpointManifest, read_manifest
+
+TAGS_FILE = "tags.json"
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: Path
+    manifest: CheckpointManifest
+    tags: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.manifest.stage}/{self.manifest.version}"
+
+
+def read_tags(root: Path) -> dict[str, str]:
+    path = Path(root) / TAGS_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _write_tags(root: Path, tags: dict[str, str]) -> None:
+    handle, staging = tempfile.mkstemp(prefix=".tags-", dir=root)
+    with os.fdopen(handle, "w") as stream:
+        json.dump(tags, stream, indent=2, sort_keys=True)
+    os.replace(staging, Path(root) / TAGS_FILE)
+
+
+def list_checkpoints(root: Path) -> list[Entry]:
+    """Every published checkpoint under ``root``, oldest first."""
+    root = Path(root)
+    tags = read_tags(root)
+    entries = []
+    for manifest_path in root.rglob(MANIFEST):
+        folder = manifest_path.parent
+        if any(part.startswith(".") for part in folder.relative_to(root).parts):
+            continue  # a staging folder
+        relative = str(folder.relative_to(root))
+        names = tuple(sorted(tag for tag, target in tags.items() if target == relative))
+        entries.append(Entry(folder, read_manifest(folder), names))
+    return sorted(entries, key=lambda e: (e.manifest.created_at, str(e.path)))
+
+
+def resolve(root: Path, ref: str) -> Entry:
+    """A checkpoint by tag, folder (relative to ``root``) or ``stage/version``."""
+    entries = list_checkpoints(root)
+    target = read_tags(root).get(ref, ref)
+    for entry in entries:
+        if target in (str(entry.path.relative_to(root)), entry.name, str(entry.path)):
+            return entry
+    known = ", ".join(e.name for e in entries) or "none"
+    raise LookupError(f"no checkpoint {ref!r} under {root} (checkpoints: {known})")
+
+
+def tag(root: Path, ref: str, name: str) -> Entry:
+    """Point tag ``name`` at checkpoint ``ref`` (moving it if it pointed elsewhere)."""
+    if not name or "/" in name:
+        raise ValueError(f"a tag is a plain name, got {name!r}")
+    entry = resolve(root, ref)
+    tags = read_tags(root)
+    tags[name] = str(entry.path.relative_to(root))
+    _write_tags(Path(root), tags)
+    return resolve(root, name)
+
+
+def prune(root: Path, keep_last: int, *, dry_run: bool = False) -> list[Entry]:
+    """Delete every checkpoint but the newest ``keep_last`` and the tagged ones; returns the
+    deleted (or, with ``dry_run``, the deletable) entries."""
+    if keep_last < 0:
+        raise ValueError(f"keep_last must be >= 0, got {keep_last}")
+    entries = list_checkpoints(root)
+    kept = entries[len(entries) - keep_last :] if keep_last else []
+    doomed = [e for e in entries if e not in kept and not e.tags]
+    if not dry_run:
+        for entry in doomed:
+            # Unpublish first (the manifest goes), so a crash mid-delete leaves no "checkpoint".
+            (entry.path / MANIFEST).unlink()
+            shutil.rmtree(entry.path)
+    return doomed

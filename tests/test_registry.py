@@ -1,0 +1,65 @@
+"""The checkpoint registry and ``codepost checkpoints``: list, show, verify, tag, prune."""
+
+from __future__ import annotations
+
+import pytest
+
+from codepost.flows.cli import main
+from codepost.pipeline import registry
+from codepost.pipeline.checkpoints import CheckpointManifest, publish
+
+
+def publish_fake(root, name: str, stage: str, created: str) -> None:
+    def write(folder):
+        (folder / "model.safetensors").write_bytes(name.encode())
+
+    manifest = CheckpointManifest(stage=stage, version=name, created_at=created)
+    publish(root / stage / name, write, manifest)
+
+
+@pytest.fixture
+def run(tmp_path):
+    for i in range(4):
+        publish_fake(tmp_path, f"iteration-{i}", "rl-grpo", f"2026-01-0{i + 1}")
+    publish_fake(tmp_path, "final", "sft", "2025-12-31")
+    (tmp_path / "rl-grpo" / ".iteration-9.tmp-x").mkdir()  # an unpublished staging folder
+    return tmp_path
+
+
+def test_list_is_every_published_version_oldest_first(run):
+    names = [e.name for e in registry.list_checkpoints(run)]
+    assert names == ["sft/final"] + [f"rl-grpo/iteration-{i}" for i in range(4)]
+
+
+def test_tags_resolve_move_and_survive_pruning(run):
+    registry.tag(run, "rl-grpo/iteration-0", "best")
+    registry.tag(run, "sft/final", "production")
+    assert registry.resolve(run, "best").name == "rl-grpo/iteration-0"
+    registry.tag(run, "rl-grpo/iteration-1", "best")  # moves
+    assert registry.resolve(run, "best").tags == ("best",)
+    deleted = registry.prune(run, keep_last=2)
+    assert [e.name for e in deleted] == ["rl-grpo/iteration-0"]
+    remaining = [e.name for e in registry.list_checkpoints(run)]
+    assert remaining == [
+        "sft/final",
+        "rl-grpo/iteration-1",
+        "rl-grpo/iteration-2",
+        "rl-grpo/iteration-3",
+    ]
+    assert (run / "rl-grpo" / ".iteration-9.tmp-x").is_dir()  # not a checkpoint: untouched
+
+
+def test_an_unknown_reference_lists_what_exists(run):
+    with pytest.raises(LookupError, match="sft/final"):
+        registry.resolve(run, "nope")
+
+
+def test_the_command_verifies_and_reports_tampering(run, capsys):
+    assert main(["checkpoints", "--root", str(run), "verify", "sft/final"]) == 0
+    (run / "sft" / "final" / "model.safetensors").write_bytes(b"changed")
+    assert main(["checkpoints", "--root", str(run), "verify", "sft/final"]) == 1
+    assert "sha256 differs" in capsys.readouterr().err
+    assert main(["checkpoints", "--root", str(run), "tag", "sft/final", "prod"]) == 0
+    assert main(["checkpoints", "--root", str(run), "prune", "--keep-last", "0", "--dry-run"]) == 0
+    assert "would delete 4" in capsys.readouterr().out
+    assert main(["checkpoints", "--root", str(run), "show", "missing"]) == 2
