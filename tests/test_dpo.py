@@ -148,10 +148,10 @@ def pairs_manifest() -> CheckpointManifest:
 
 @pytest.mark.slow
 def test_dpo_on_smollm2(tmp_path: Path) -> None:
-    """Two IPO steps on the real model with chat prompts: trains, publishes, reloads."""
+    """Two DPO steps on the real model with chat prompts: trains, publishes, reloads."""
     model = ModelConfig()
     tokenizer = load_tokenizer(model)
-    problems = load_problem_set(ProblemSet(source=str(LOCAL_MBPP), split="train", limit=4))
+    problems = load_problem_set(ProblemSet(source=str(LOCAL_MBPP), split="train", limit=3))
     rows = []
     for problem in problems.values():
         prompt = build_prompt(problem, tokenizer).text
@@ -159,11 +159,13 @@ def test_dpo_on_smollm2(tmp_path: Path) -> None:
         rows.append({"prompt": prompt, "chosen": chosen, "rejected": "```python\npass\n```"})
     train = Dataset.from_list(rows)
     pairs = tmp_path / "pairs"
-    dataset = DatasetDict({"train": train.select(range(3)), "test": train.select([3])})
+    dataset = DatasetDict({"train": train.select(range(2)), "test": train.select([2])})
     publish(pairs, lambda folder: dataset.save_to_disk(str(folder)), pairs_manifest())
     config = DPOStageConfig(
         loss_type="sigmoid",
-        training=TrainingSettings(max_steps=2, learning_rate=1e-5, per_device_train_batch_size=2),
+        training=TrainingSettings(
+            max_steps=2, learning_rate=1e-5, per_device_train_batch_size=1, max_length=384
+        ),
     )
     result = run_dpo(config, pairs, tmp_path / "dpo")
     after = result.metrics["held_out_after"]

@@ -85,10 +85,10 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sft_on_smollm2(tmp_path: Path) -> None:
     """Two steps on the real model and MBPP train: publishes a checkpoint transformers loads."""
-    problems = ProblemSet(source=str(LOCAL_MBPP), split="train", limit=4)
+    problems = ProblemSet(source=str(LOCAL_MBPP), split="train", limit=2)
     config = SFTStageConfig(
         problems=problems,
-        training=TrainingSettings(max_steps=2, per_device_train_batch_size=2, learning_rate=1e-5),
+        training=TrainingSettings(max_steps=2, per_device_train_batch_size=1, learning_rate=1e-5),
     )
     checkpoint = run_sft(config, tmp_path / "sft")
     assert read_manifest(checkpoint).metrics["steps"] == 2
