@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "codepost.pipeline.cli:register_evaluate",
         "pass@k of a checkpoint (greedy pass@1, sampled pass@k) in the sandbox",
     ),
+    "run": (
+        "codepost.flows.commands:register_run",
+        "run the whole pipeline (SFT, RL, DPO, evaluation after each) as a Prefect flow",
+    ),
     "checkpoints": (
         "codepost.pipeline.cli:register_checkpoints",
         "list, show, verify, tag and prune the checkpoints of a run folder",

@@ -78,8 +78,16 @@ def pass_at_k_of_rows(
 
 def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> dict[str, Any]:
     """Evaluate ``checkpoint`` (a model folder, hub id or ``embedded:...``); returns and writes
-    the results."""
+    the results. Results already in ``out_dir`` for the same checkpoint and settings are
+    returned as they are (the stage is resumable)."""
     out_dir = Path(out_dir)
+    done = out_dir / RESULTS_FILE
+    if done.is_file():
+        previous = json.loads(done.read_text())
+        if previous.get("checkpoint") == checkpoint and previous.get("config") == json.loads(
+            config.model_dump_json()
+        ):
+            return previous
     out_dir.mkdir(parents=True, exist_ok=True)
     model = ModelConfig(name_or_path=checkpoint)
     problems = load_problem_set(config.problems)
@@ -127,10 +135,10 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> dict[str
             "temperature": sampling.temperature,
         }
         all_rows += [{"run": name, **row} for row in scored]
-    (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2) + "\n")
     with (out_dir / SAMPLES_FILE).open("w") as stream:
         for row in all_rows:
             stream.write(json.dumps(row) + "\n")
+    done.write_text(json.dumps(results, indent=2) + "\n")  # last: marks the stage finished
     log.info("evaluation of %s: %s", checkpoint, _headline(results))
     return results
 

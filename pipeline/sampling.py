@@ -24,8 +24,9 @@ from typing import Any, Literal, Protocol
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from codepost.pipeline.data import LOCAL_MBPP, ProblemSet, load_problem_set
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
-from codepost.pipeline.prompts import Prompt
+from codepost.pipeline.prompts import Prompt, PromptStyle, build_prompt
 from codepost.pipeline.rollouts import generate_rollouts
 
 # A fixed, tokenizer-independent probe: token ids spread over the vocabulary.
@@ -232,7 +233,10 @@ class VLLMSampler:
             SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0),
             use_tqdm=False,
         )
-        return [step[token].logprob for token, step in zip(ids[1:], output.prompt_logprobs[1:], strict=True)]
+        return [
+            step[token].logprob
+            for token, step in zip(ids[1:], output.prompt_logprobs[1:], strict=True)
+        ]
 
     def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float:
         """Serve the weights of ``checkpoint`` in place; with ``expected_probe`` (the trainer's
@@ -355,3 +359,36 @@ def close_samplers() -> None:
         llm = getattr(sampler, "llm", None)
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
+
+
+class SampleStageConfig(BaseModel):
+    """The sampling stage on its own: G completions per problem from one checkpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    problems: ProblemSet = Field(
+        default_factory=lambda: ProblemSet(source=str(LOCAL_MBPP), split="train", limit=16)
+    )
+    prompt_style: PromptStyle = "chat"
+    sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(max_tokens=256))
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+
+
+def run_sample(config: SampleStageConfig, out_dir: Path) -> Path:
+    """Sample ``config.problems`` with the model; writes and returns ``rollouts.parquet``
+    (reused when it is already there: the stage is resumable)."""
+    from datasets import Dataset
+
+    target = Path(out_dir) / "rollouts.parquet"
+    if target.is_file():
+        return target
+    problems = load_problem_set(config.problems)
+    tokenizer = load_tokenizer(config.model)
+    prompts = [build_prompt(p, tokenizer, config.prompt_style) for p in problems.values()]
+    rows = get_sampler(config.model, config.engine).sample(prompts, config.sampling)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_suffix(".parquet.tmp")
+    Dataset.from_list(rows).to_parquet(str(staging))
+    staging.rename(target)
+    return target

@@ -161,15 +161,20 @@ def progress_bar(description: str) -> Progress:
 
 
 def run_score(config: ScoreConfig, rollouts: Path, problem_set: ProblemSet, out_dir: Path) -> Path:
-    """Score a rollouts Parquet file; writes ``scored.parquet`` and returns its path."""
+    """Score a rollouts Parquet file; writes ``scored.parquet`` (reused when already there)
+    and returns its path."""
     from datasets import Dataset
 
+    target = Path(out_dir) / "scored.parquet"
+    if target.is_file():
+        return target
     rows = Dataset.from_parquet(str(rollouts)).to_list()
     problems = load_problem_set(problem_set)
     with progress_bar("scoring") as bar:
         task = bar.add_task("scoring", total=len(rows))
         scored = score_rollouts(rows, problems, config, progress=lambda n: bar.advance(task, n))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / "scored.parquet"
-    Dataset.from_list(scored).to_parquet(str(target))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = target.with_suffix(".parquet.tmp")
+    Dataset.from_list(scored).to_parquet(str(staging))
+    staging.rename(target)
     return target

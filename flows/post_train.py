@@ -1,0 +1,236 @@
+"""Prefect flows: one per stage, and ``post-train``, which chains them with an evaluation after
+each stage.
+
+The stages are plain functions of ``codepost.pipeline``; here they become tasks with retries for
+transient failures (the sandbox or the engine), the ``accelerator`` tag (a concurrency limit of
+one keeps accelerator-bound work one at a time), and artifacts (a markdown summary, a metrics
+table, links to checkpoints and plots). Each stage finds its own finished output and returns it,
+so a flow run started again after a crash or a kill resumes after the last finished stage
+without recomputing it. Parameters are the stages' pydantic configs: the UI renders them as
+forms; they are validated again when the flow starts (the UI cannot run validators).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from codepost.pipeline.data import ProblemSet
+from codepost.pipeline.dpo import DPOResult, DPOStageConfig, run_dpo
+from codepost.pipeline.evaluation import EvalConfig, run_evaluate
+from codepost.pipeline.model_config import ModelNotFoundError
+from codepost.pipeline.pairs import MinedPairs, PairMiningConfig, run_pair_mining
+from codepost.pipeline.post_train import (
+    PostTrainConfig,
+    pass_at_1_rows,
+    with_checkpoint,
+    write_report,
+)
+from codepost.pipeline.rl import RLConfig, run_rl
+from codepost.pipeline.sampling import SampleStageConfig, WeightSyncError, run_sample
+from codepost.pipeline.scoring import ScoreConfig, run_score
+from codepost.pipeline.sft import SFTStageConfig, run_sft
+from codepost.sandbox import SandboxUnavailable
+
+ACCELERATOR = "accelerator"
+TRANSIENT = (SandboxUnavailable, WeightSyncError, ConnectionError, TimeoutError)
+
+
+def _transient(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry only what a retry can fix: the sandbox or the engine, not bad input."""
+    try:
+        state.result()
+    except TRANSIENT:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+def _key(text: str) -> str:
+    """An artifact key: lowercase letters, digits and dashes (the Artifacts page needs them)."""
+    return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-")
+
+
+stage_task = task(retries=2, retry_delay_seconds=10, retry_condition_fn=_transient)
+
+
+@stage_task(name="sft", tags=[ACCELERATOR])
+def sft_task(config: SFTStageConfig, out_dir: str) -> str:
+    checkpoint = str(run_sft(config, Path(out_dir)))
+    create_link_artifact_for("sft", checkpoint)
+    return checkpoint
+
+
+@stage_task(name="rl", tags=[ACCELERATOR])
+def rl_task(config: RLConfig, out_dir: str) -> str:
+    checkpoint = str(run_rl(config, Path(out_dir)))
+    curve = Path(out_dir) / "reward_curve.png"
+    create_markdown_artifact(
+        f"# RL ({config.update.algorithm})\n\nLast checkpoint: `{checkpoint}`\n\n"
+        f"Reward curve: `{curve}`\n\nMetrics per iteration: `{Path(out_dir) / 'metrics.jsonl'}`",
+        key="rl-summary",
+        description="the RL stage",
+    )
+    return checkpoint
+
+
+@stage_task(name="sample", tags=[ACCELERATOR])
+def sample_task(config: SampleStageConfig, out_dir: str) -> str:
+    return str(run_sample(config, Path(out_dir)))
+
+
+@stage_task(name="score")
+def score_task(config: ScoreConfig, rollouts: str, problems: Any, out_dir: str) -> str:
+    return str(run_score(config, Path(rollouts), problems, Path(out_dir)))
+
+
+@stage_task(name="mine-pairs")
+def mine_task(config: PairMiningConfig, scored: str, out_dir: str) -> MinedPairs:
+    mined = run_pair_mining(config, Path(scored), Path(out_dir))
+    get_run_logger().info("pairs: %s (%s)", mined.counts, mined.message)
+    return mined
+
+
+@stage_task(name="dpo", tags=[ACCELERATOR])
+def dpo_task(config: DPOStageConfig, pairs: str | None, out_dir: str) -> DPOResult:
+    result = run_dpo(config, Path(pairs) if pairs else None, Path(out_dir))
+    if result.checkpoint is not None:
+        create_link_artifact_for("dpo", str(result.checkpoint))
+    return result
+
+
+@stage_task(name="evaluate", tags=[ACCELERATOR])
+def evaluate_task(config: EvalConfig, checkpoint: str, out_dir: str, stage: str) -> dict:
+    results = run_evaluate(config, checkpoint, Path(out_dir))
+    create_table_artifact(
+        pass_at_1_rows({stage: results}), key=_key(f"eval-{stage}"), description=checkpoint
+    )
+    return results
+
+
+def create_link_artifact_for(stage: str, checkpoint: str) -> None:
+    create_markdown_artifact(
+        f"# {stage}\n\nCheckpoint: `{checkpoint}` (manifest: `{checkpoint}/manifest.json`)",
+        key=_key(f"{stage}-checkpoint"),
+        description=f"the {stage} stage's checkpoint",
+    )
+
+
+def _validated(config: Any, kind: type) -> Any:
+    """The UI sends plain data and cannot run validators: validate here, naming the problem."""
+    return kind.model_validate(config if isinstance(config, dict) else config.model_dump())
+
+
+@flow(name="post-train", log_prints=True)
+def post_train(config: PostTrainConfig = PostTrainConfig()) -> dict[str, Any]:  # noqa: B008
+    """SFT -> RL iterations -> DPO on mined pairs, with pass@1 after every stage."""
+    config = _validated(config, PostTrainConfig)
+    log = get_run_logger()
+    run_dir = Path(config.run_dir)
+    checkpoint = config.model.name_or_path
+    try:
+        config.model.resolve()
+    except ModelNotFoundError as exc:
+        raise ValueError(f"post-train: {exc}") from None
+
+    def evaluate(stage: str, checkpoint: str) -> None:
+        evaluations[stage] = evaluate_task(
+            config.evaluation, checkpoint, str(run_dir / stage / "eval"), stage
+        )
+
+    evaluations: dict[str, dict[str, Any]] = {}
+    evaluate("base", checkpoint)
+    for stage in config.stages:
+        log.info("stage %s from %s", stage, checkpoint)
+        if stage == "sft":
+            sft = with_checkpoint(config.sft, config.model, checkpoint)
+            checkpoint = sft_task(sft, str(run_dir / "sft"))
+        elif stage == "rl":
+            rl = with_checkpoint(config.rl, config.model, checkpoint)
+            checkpoint = rl_task(rl, str(run_dir / "rl"))
+        elif stage == "dpo":
+            sample = with_checkpoint(config.dpo_rollouts, config.model, checkpoint)
+            rollouts = sample_task(sample, str(run_dir / "rollouts"))
+            scored = score_task(
+                config.rl.scoring, rollouts, sample.problems, str(run_dir / "rollouts")
+            )
+            mined = mine_task(config.pairs, scored, str(run_dir / "pairs"))
+            dpo = with_checkpoint(config.dpo, config.model, checkpoint)
+            result = dpo_task(dpo, str(mined.path) if mined.path else None, str(run_dir / "dpo"))
+            if result.checkpoint is None:
+                log.warning("dpo skipped: %s", mined.message)
+                continue
+            checkpoint = str(result.checkpoint)
+        evaluate(stage, checkpoint)
+    report = write_report(run_dir, evaluations)
+    create_markdown_artifact(
+        report.read_text(), key="post-train-report", description=f"{run_dir}: pass@1 per stage"
+    )
+    create_table_artifact(pass_at_1_rows(evaluations), key="pass-at-1-per-stage")
+    return {"checkpoint": checkpoint, "report": str(report), "evaluations": evaluations}
+
+
+@flow(name="sft")
+def sft_flow(config: SFTStageConfig = SFTStageConfig(), out_dir: str = "runs/sft") -> str:  # noqa: B008
+    return sft_task(_validated(config, SFTStageConfig), out_dir)
+
+
+@flow(name="rl")
+def rl_flow(config: RLConfig = RLConfig(), out_dir: str = "runs/rl") -> str:  # noqa: B008
+    return rl_task(_validated(config, RLConfig), out_dir)
+
+
+@flow(name="sample")
+def sample_flow(
+    config: SampleStageConfig = SampleStageConfig(),  # noqa: B008
+    out_dir: str = "runs/sample",
+) -> str:
+    return sample_task(_validated(config, SampleStageConfig), out_dir)
+
+
+@flow(name="evaluate")
+def evaluate_flow(
+    checkpoint: str = "embedded:smollm2-135m-instruct",
+    config: EvalConfig = EvalConfig(),  # noqa: B008
+    out_dir: str = "runs/evaluate",
+) -> dict:
+    return evaluate_task(_validated(config, EvalConfig), checkpoint, out_dir, "checkpoint")
+
+
+@flow(name="score")
+def score_flow(
+    rollouts: str,
+    problems: ProblemSet = ProblemSet(),  # noqa: B008
+    config: ScoreConfig = ScoreConfig(),  # noqa: B008
+    out_dir: str = "runs/score",
+) -> str:
+    return score_task(_validated(config, ScoreConfig), rollouts, problems, out_dir)
+
+
+@flow(name="mine-and-dpo")
+def mine_and_dpo_flow(
+    scored: str,
+    pairs: PairMiningConfig = PairMiningConfig(),  # noqa: B008
+    config: DPOStageConfig = DPOStageConfig(),  # noqa: B008
+    out_dir: str = "runs/dpo",
+) -> dict:
+    mined = mine_task(_validated(pairs, PairMiningConfig), scored, f"{out_dir}/pairs")
+    result = dpo_task(
+        _validated(config, DPOStageConfig), str(mined.path) if mined.path else None, out_dir
+    )
+    return {"pairs": mined.model_dump(mode="json"), "dpo": result.model_dump(mode="json")}
+
+
+STAGE_FLOWS = (
+    post_train,
+    sft_flow,
+    sample_flow,
+    score_flow,
+    rl_flow,
+    mine_and_dpo_flow,
+    evaluate_flow,
+)

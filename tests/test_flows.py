@@ -1,0 +1,97 @@
+"""The Prefect flows on a real (ephemeral) Prefect API: post-train chains the stages, leaves
+its report and artifacts, refuses bad parameters, and a second run resumes instead of
+recomputing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from codepost.pipeline.data import ProblemSet
+from codepost.pipeline.evaluation import EvalConfig
+from codepost.pipeline.model_config import ModelConfig
+from codepost.pipeline.models import char_tokenizer, tiny_causal_lm
+from codepost.pipeline.policy_update import UpdateConfig
+from codepost.pipeline.post_train import PostTrainConfig
+from codepost.pipeline.rl import RLConfig
+from codepost.pipeline.sampling import EngineConfig, SamplingConfig
+from codepost.pipeline.scoring import ScoreConfig
+from codepost.verifiers import RewardConfig
+
+HF = EngineConfig(backend="hf")
+
+
+@pytest.fixture(scope="module")
+def prefect_api():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@pytest.fixture
+def tiny_config(tmp_path):
+    tokenizer = char_tokenizer("abcdefghijklmnopqrstuvwxyz_():,\n =+-0123456789", pad_is_eos=True)
+    path = tmp_path / "tiny"
+    tiny_causal_lm(len(tokenizer), hidden_size=32).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    problems = ProblemSet(limit=3)
+    return PostTrainConfig(
+        run_dir=str(tmp_path / "run"),
+        model=ModelConfig(name_or_path=str(path)),
+        stages=["rl"],
+        rl=RLConfig(
+            problems=problems,
+            prompt_style="continuation",
+            iterations=2,
+            prompts_per_iteration=2,
+            sampling=SamplingConfig(num_generations=2, max_tokens=8),
+            engine=HF,
+            scoring=ScoreConfig(workers=2, reward=RewardConfig(length_weight=1.0, length_budget=1)),
+            update=UpdateConfig(lr=1e-2),
+        ),
+        evaluation=EvalConfig(
+            problems=problems, prompt_style="continuation", max_tokens=8, engine=HF
+        ),
+    )
+
+
+@pytest.mark.docker
+def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_config):
+    from prefect.artifacts import Artifact
+
+    from codepost.flows.post_train import post_train
+
+    result = post_train(tiny_config)
+    run_dir = tiny_config.run_dir
+    assert result["checkpoint"].endswith("rl/checkpoints/iteration-0002")
+    assert set(result["evaluations"]) == {"base", "rl"}
+    report = Path(f"{run_dir}/report.md").read_text()
+    assert "| base |" in report and "| rl |" in report
+    assert Artifact.get("post-train-report") is not None
+    assert Artifact.get("eval-rl") is not None
+
+    metrics_before = Path(f"{run_dir}/rl/metrics.jsonl").read_text()
+    eval_before = json.loads(Path(f"{run_dir}/rl/eval/evaluation.json").read_text())
+    longer = tiny_config.model_copy(
+        update={"rl": tiny_config.rl.model_copy(update={"iterations": 3})}
+    )
+    result = post_train(longer)
+    metrics_after = Path(f"{run_dir}/rl/metrics.jsonl").read_text()
+    assert metrics_after.startswith(metrics_before)  # iterations 1-2 were not recomputed
+    assert len(metrics_after.splitlines()) == 3
+    assert result["checkpoint"].endswith("iteration-0003")
+    base_eval = json.loads(Path(f"{run_dir}/base/eval/evaluation.json").read_text())
+    assert base_eval == result["evaluations"]["base"]  # the base evaluation was reused
+    assert json.loads(Path(f"{run_dir}/rl/eval/evaluation.json").read_text()) != eval_before
+
+
+def test_invalid_parameters_are_refused_naming_the_field(prefect_api):
+    from codepost.flows.post_train import post_train
+
+    with pytest.raises(Exception, match="iterations"):
+        post_train({"rl": {"iterations": 0}})
+    with pytest.raises(Exception, match="no such folder"):
+        post_train({"model": {"name_or_path": "/nonexistent/model"}, "stages": []})
