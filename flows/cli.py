@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "codepost.flows.commands:register_run",
         "run the whole pipeline (SFT, RL, DPO, evaluation after each) as a Prefect flow",
     ),
+    "serve": (
+        "codepost.flows.commands:register_serve",
+        "serve the deployments (nightly post-train, every stage on demand) to a Prefect server",
+    ),
     "checkpoints": (
         "codepost.pipeline.cli:register_checkpoints",
         "list, show, verify, tag and prune the checkpoints of a run folder",

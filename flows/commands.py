@@ -1,5 +1,6 @@
 """``codepost run``: the whole post-training pipeline as a Prefect flow, with no server to start
-(Prefect's ephemeral mode), from the embedded default or a YAML config."""
+(Prefect's ephemeral mode), from the embedded default or a YAML config. ``codepost serve``:
+the deployments (nightly ``post-train``, every stage on demand) served against a server."""
 
 from __future__ import annotations
 
@@ -74,4 +75,38 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     console.print(table)
     console.print(f"report: {result['report']}")
+    return 0
+
+
+def register_serve(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve the deployments (nightly post-train, every stage on demand) to a Prefect server",
+        description="Register and serve the deployments against the Prefect server in "
+        "PREFECT_API_URL (start one with `prefect server start`). Runs triggered from the UI "
+        "or the API, and the nightly schedule's, execute in this process.",
+    )
+    parser.add_argument("--cron", default="0 2 * * *", help="post-train's schedule (cron)")
+    parser.add_argument("--timezone", default="UTC")
+    parser.add_argument(
+        "--accelerator-slots", type=int, default=1, help="accelerator-bound tasks at once"
+    )
+    parser.set_defaults(func=serve)
+    return parser
+
+
+def serve(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    if not os.environ.get("PREFECT_API_URL"):
+        Console(stderr=True).print(
+            "[red]codepost serve[/red]: PREFECT_API_URL is not set; start a server "
+            "(`prefect server start --host 127.0.0.1`) and export "
+            "PREFECT_API_URL=http://127.0.0.1:4200/api"
+        )
+        return EXIT_BAD_INPUT
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "codepost")
+    from codepost.flows.serve import serve_forever
+
+    serve_forever(args.cron, args.timezone, args.accelerator_slots)
     return 0

@@ -1,0 +1,151 @@
+"""Deployments against a real Prefect server started by this test module: `codepost serve`
+registers them, a run triggered through the API with parameters completes, the nightly cron
+schedules future runs, and invalid parameters are refused."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from codepost.pipeline.prompts import reference_answer
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(command: list[str], env: dict, log: Path) -> subprocess.Popen:
+    """A child in its own process group, so stopping it stops everything it started."""
+    return subprocess.Popen(
+        command, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    home = tmp_path_factory.mktemp("prefect")
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_URL": api,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home}/prefect.db",
+    }
+    prefect = str(Path(sys.executable).parent / "prefect")
+    server = _start(
+        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env,
+        home / "server.log",
+    )
+    codepost = str(Path(sys.executable).parent / "codepost")
+    serving = None
+    try:
+        _wait(
+            lambda: httpx.get(f"{api}/health", timeout=2).status_code == 200,
+            120,
+            home / "server.log",
+        )
+        serving = _start([codepost, "serve", "--cron", "*/5 * * * *"], env, home / "serve.log")
+        _wait(lambda: _deployment_count(api) >= 7, 240, home / "serve.log")
+        yield api, env, home
+    finally:
+        if serving is not None:
+            _stop(serving)
+        _stop(server)
+
+
+def _wait(ready, timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if ready():
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"not ready after {timeout} s; log:\n{log.read_text()[-3000:]}")
+
+
+def _deployment_count(api: str) -> int:
+    return len(httpx.post(f"{api}/deployments/filter", json={}, timeout=5).json())
+
+
+def _run_in(api: str, env: dict, code: str) -> subprocess.CompletedProcess:
+    """Prefect client calls in a child with this server's settings (not the test process's)."""
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_a_run_triggered_through_the_api_with_parameters_completes(served, tmp_path):
+    from datasets import Dataset
+
+    from codepost.pipeline.data import ProblemSet, load_problem_set
+
+    api, env, _ = served
+    (problem,) = load_problem_set(ProblemSet(limit=1)).values()
+    rows = [{"prompt_id": problem.task_id, "group_index": 0, "completion_style": "chat",
+             "completion": reference_answer(problem)}]  # fmt: skip
+    Dataset.from_list(rows).to_parquet(str(tmp_path / "rollouts.parquet"))
+    code = f"""
+from prefect.deployments import run_deployment
+run = run_deployment("score/on-demand", timeout=500, parameters={{
+    "rollouts": "{tmp_path / "rollouts.parquet"}", "problems": {{"limit": 1}},
+    "config": {{"workers": 1}}, "out_dir": "{tmp_path / "out"}"}})
+print(run.state.type.value)
+"""
+    done = _run_in(api, env, code)
+    assert done.stdout.strip().endswith("COMPLETED"), done.stderr[-2000:]
+    scored = Dataset.from_parquet(str(tmp_path / "out" / "scored.parquet")).to_list()
+    assert scored[0]["status"] == "passed"
+
+
+def test_the_nightly_schedule_creates_future_runs(served):
+    api, _, _ = served
+    deployments = httpx.post(f"{api}/deployments/filter", json={}, timeout=5).json()
+    (nightly,) = [d for d in deployments if d["name"] == "nightly"]
+    assert [s["schedule"]["cron"] for s in nightly["schedules"]] == ["*/5 * * * *"]
+    body = {"deployments": {"id": {"any_": [nightly["id"]]}},
+            "flow_runs": {"state": {"type": {"any_": ["SCHEDULED"]}}}}  # fmt: skip
+    _wait(
+        lambda: len(httpx.post(f"{api}/flow_runs/filter", json=body, timeout=5).json()) >= 1,
+        120,
+        Path("/dev/null"),
+    )
+
+
+def test_invalid_parameters_are_refused(served):
+    api, env, _ = served
+    code = """
+from prefect.deployments import run_deployment
+try:
+    run_deployment("score/on-demand", timeout=0, parameters={"rollouts": "x", "config": {"workers": 0}})
+except Exception as exc:
+    print("REFUSED", exc)
+"""
+    done = _run_in(api, env, code)
+    assert "REFUSED" in done.stdout and "workers" in done.stdout, done.stdout + done.stderr[-2000:]
