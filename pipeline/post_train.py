@@ -64,8 +64,8 @@ def with_checkpoint(config: StageConfig, model: ModelConfig, checkpoint: str) ->
 
 def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
     """The README's main job: SmolLM2-135M on the CPU, small settings (about 20 minutes here):
-    SFT on MBPP training references, 3 GRPO iterations on MBPP training problems, DPO on the
-    pairs mined from them, greedy pass@1 on HumanEval after every stage."""
+    SFT on 32 MBPP training references, 3 GRPO iterations on MBPP training problems, DPO on
+    pairs mined from fresh rollouts, greedy pass@1 on 32 HumanEval problems after each stage."""
     from codepost.pipeline.policy_update import UpdateConfig
     from codepost.pipeline.sampling import SamplingConfig
     from codepost.pipeline.training import TrainingSettings
@@ -74,17 +74,26 @@ def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
     return PostTrainConfig(
         run_dir=run_dir,
         sft=SFTStageConfig(
-            problems=mbpp_train.model_copy(update={"limit": 48}),
-            training=TrainingSettings(per_device_train_batch_size=4, max_length=512),
+            problems=mbpp_train.model_copy(update={"limit": 32}),
+            training=TrainingSettings(per_device_train_batch_size=4, max_length=384),
         ),
         rl=RLConfig(
             problems=mbpp_train,
             iterations=3,
             prompts_per_iteration=4,
-            sampling=SamplingConfig(num_generations=4, max_tokens=160),
+            sampling=SamplingConfig(num_generations=4, max_tokens=128),
             update=UpdateConfig(lr=2e-6, micro_batch_size=4, sampler_is_cap=2.0),
         ),
-        evaluation=EvalConfig(problems=ProblemSet(limit=40), max_tokens=256),
+        dpo_rollouts=SampleStageConfig(
+            problems=mbpp_train.model_copy(update={"limit": 12}),
+            sampling=SamplingConfig(num_generations=4, max_tokens=192),
+        ),
+        dpo=DPOStageConfig(
+            training=TrainingSettings(
+                learning_rate=5e-7, per_device_train_batch_size=2, max_length=384
+            )
+        ),
+        evaluation=EvalConfig(problems=ProblemSet(limit=32), max_tokens=256),
     )
 
 
