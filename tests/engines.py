@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
+from codepost.pipeline.models import char_tokenizer, tiny_causal_lm
 from codepost.pipeline.sampling import EngineConfig
 
 TEST_ENGINE = EngineConfig(max_model_len=1024, cpu_kv_cache_gib=1.0)
@@ -20,6 +21,15 @@ ROLLOUT_KEYS = {
     "sampling_logprobs", "finish_reason", "completion_style", "temperature", "top_p",
     "max_tokens", "sampler", "sampler_weights", "policy_version",
 }  # fmt: skip
+
+
+def saved_tiny_model(folder: Path) -> ModelConfig:
+    """A tiny random Llama with a character tokenizer, saved as a model folder: the stages load
+    it like any checkpoint (continuation prompts: it has no chat template)."""
+    tokenizer = char_tokenizer("abcdefghijklmnopqrstuvwxyz_():,\n =+-0123456789", pad_is_eos=True)
+    tiny_causal_lm(len(tokenizer), hidden_size=32).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return ModelConfig(name_or_path=str(folder))
 
 
 def perturbed_copy(model: ModelConfig, target: Path, scale: float, seed: int = 0) -> Path:

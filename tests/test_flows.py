@@ -8,11 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from engines import saved_tiny_model
 
 from codepost.pipeline.data import ProblemSet
 from codepost.pipeline.evaluation import EvalConfig
-from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.models import char_tokenizer, tiny_causal_lm
 from codepost.pipeline.policy_update import UpdateConfig
 from codepost.pipeline.post_train import PostTrainConfig
 from codepost.pipeline.rl import RLConfig
@@ -33,14 +32,10 @@ def prefect_api():
 
 @pytest.fixture
 def tiny_config(tmp_path):
-    tokenizer = char_tokenizer("abcdefghijklmnopqrstuvwxyz_():,\n =+-0123456789", pad_is_eos=True)
-    path = tmp_path / "tiny"
-    tiny_causal_lm(len(tokenizer), hidden_size=32).save_pretrained(path)
-    tokenizer.save_pretrained(path)
     problems = ProblemSet(limit=3)
     return PostTrainConfig(
         run_dir=str(tmp_path / "run"),
-        model=ModelConfig(name_or_path=str(path)),
+        model=saved_tiny_model(tmp_path / "tiny"),
         stages=["rl"],
         rl=RLConfig(
             problems=problems,

@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from engines import TEST_ENGINE
+from engines import TEST_ENGINE, saved_tiny_model
 
 from codepost.pipeline import checkpoints
 from codepost.pipeline.data import ProblemSet
-from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.models import char_tokenizer, tiny_causal_lm
 from codepost.pipeline.policy_update import UpdateConfig
 from codepost.pipeline.rl import METRICS_FILE, RLConfig, iteration_dir, run_rl
 from codepost.pipeline.sampling import EngineConfig, SamplingConfig
@@ -33,11 +31,7 @@ def metrics(out_dir) -> list[dict]:
 
 @pytest.fixture
 def tiny_model(tmp_path):
-    tokenizer = char_tokenizer("abcdefghijklmnopqrstuvwxyz_():,\n =+-0123456789", pad_is_eos=True)
-    path = tmp_path / "tiny"
-    tiny_causal_lm(len(tokenizer), hidden_size=32).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return ModelConfig(name_or_path=str(path))
+    return saved_tiny_model(tmp_path / "tiny")
 
 
 @pytest.mark.docker
