@@ -19,12 +19,13 @@ from datasets import Dataset, DatasetDict, load_from_disk
 from pydantic import BaseModel, ConfigDict, Field
 from trl import DPOConfig, DPOTrainer
 
-from codepost.pipeline.checkpoints import publish_model, read_manifest
+from codepost.pipeline.checkpoints import read_manifest
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
 from codepost.pipeline.training import (
     TrainingSettings,
     already_published,
     console,
+    publish_trained,
     stage_manifest,
     trainer_arguments,
 )
@@ -151,5 +152,5 @@ def run_dpo(config: DPOStageConfig, pairs: Path | None, out_dir: Path) -> DPORes
     console.print(f"dpo: done {metrics}")
     data = {"pairs": read_manifest(pairs).version}
     manifest = stage_manifest("dpo", config, config.model.name_or_path, data, metrics)
-    publish_model(out_dir, trainer.model, trainer.processing_class, manifest)
+    publish_trained(out_dir, trainer.model, trainer.processing_class, manifest)
     return DPOResult(checkpoint=out_dir, metrics=metrics)

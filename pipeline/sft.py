@@ -16,7 +16,6 @@ from datasets import Dataset
 from pydantic import BaseModel, ConfigDict, Field
 from trl import SFTConfig, SFTTrainer
 
-from codepost.pipeline.checkpoints import publish_model
 from codepost.pipeline.data import LOCAL_MBPP, ProblemSet, fingerprint, load_problem_set
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
 from codepost.pipeline.prompts import PromptStyle, build_prompt, reference_answer
@@ -24,6 +23,7 @@ from codepost.pipeline.training import (
     TrainingSettings,
     already_published,
     console,
+    publish_trained,
     stage_manifest,
     trainer_arguments,
 )
@@ -107,5 +107,5 @@ def run_sft(config: SFTStageConfig, out_dir: Path) -> Path:
     }
     console.print(f"sft: done {metrics}")
     manifest = stage_manifest("sft", config, config.model.name_or_path, data, metrics)
-    publish_model(out_dir, trainer.model, tokenizer, manifest)
+    publish_trained(out_dir, trainer.model, tokenizer, manifest)
     return out_dir

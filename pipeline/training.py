@@ -11,7 +11,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
-from codepost.pipeline.checkpoints import CheckpointManifest, is_published, read_manifest
+from codepost.pipeline.checkpoints import (
+    CheckpointManifest,
+    is_published,
+    publish_model,
+    read_manifest,
+)
 from codepost.pipeline.model_config import ModelConfig
 
 console = Console(stderr=True)
@@ -82,3 +87,12 @@ def stage_manifest(
         data=data,
         metrics=metrics,
     )
+
+
+def publish_trained(
+    out_dir: Path, model: Any, tokenizer: Any, manifest: CheckpointManifest
+) -> None:
+    """Publish a trained model for serving: the trainers turn the KV cache off for training,
+    and a checkpoint saved that way generates without it (many times slower)."""
+    model.config.use_cache = True
+    publish_model(out_dir, model, tokenizer, manifest)

@@ -63,6 +63,7 @@ def test_run_sft_fits_the_references_and_publishes_a_checkpoint(tmp_path: Path) 
     assert manifest.data == {"problems": fingerprint(load_problem_set(problems))}
     assert manifest.metrics["examples"] == len(TINY_PROBLEMS) and manifest.metrics["steps"] == 8
     assert verify(checkpoint) == []
+    assert AutoModelForCausalLM.from_pretrained(checkpoint).config.use_cache  # serves fast
     before = reference_nll(Path(model.name_or_path), problems)
     after = reference_nll(checkpoint, problems)
     assert after < before - 0.5, (before, after)
