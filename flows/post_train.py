@@ -12,6 +12,7 @@ forms; they are validated again when the flow starts (the UI cannot run validato
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,9 @@ from codepost.pipeline.sft import SFTStageConfig, run_sft
 from codepost.sandbox import SandboxUnavailable
 
 ACCELERATOR = "accelerator"
+# The stages log progress on `codepost.*` loggers; PREFECT_LOGGING_EXTRA_LOGGERS=codepost
+# (set by `codepost run` and `codepost serve`) sends them to the flow run's logs.
+logging.getLogger("codepost").setLevel(logging.INFO)
 TRANSIENT = (SandboxUnavailable, WeightSyncError, ConnectionError, TimeoutError)
 
 
@@ -167,8 +171,10 @@ def post_train(config: PostTrainConfig = PostTrainConfig()) -> dict[str, Any]:  
             checkpoint = str(result.checkpoint)
         evaluate(stage, checkpoint)
     report = write_report(run_dir, evaluations)
+    # The UI cannot show local files: the plots become links to where they are.
+    markdown = report.read_text().replace("![", "[").replace("](", f"]({run_dir.resolve()}/")
     create_markdown_artifact(
-        report.read_text(), key="post-train-report", description=f"{run_dir}: pass@1 per stage"
+        markdown, key="post-train-report", description=f"{run_dir}: pass@1 per stage"
     )
     create_table_artifact(pass_at_1_rows(evaluations), key="pass-at-1-per-stage")
     return {"checkpoint": checkpoint, "report": str(report), "evaluations": evaluations}
