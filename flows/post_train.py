@@ -129,7 +129,7 @@ def _validated(config: Any, kind: type) -> Any:
     return kind.model_validate(config if isinstance(config, dict) else config.model_dump())
 
 
-@flow(name="post-train", log_prints=True)
+@flow(name="post-train")
 def post_train(config: PostTrainConfig = PostTrainConfig()) -> dict[str, Any]:  # noqa: B008
     """SFT -> RL iterations -> DPO on mined pairs, with pass@1 after every stage."""
     config = _validated(config, PostTrainConfig)
