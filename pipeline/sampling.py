@@ -61,6 +61,9 @@ class EngineConfig(BaseModel):
     enforce_eager: bool = Field(True, description="skip graph compilation (faster start)")
     cpu_kv_cache_gib: float = Field(2.0, gt=0, description="CPU: KV cache space (GiB)")
     gpu_memory_utilization: float = Field(0.4, gt=0, le=0.95, description="GPU: share for vLLM")
+    hf_max_sequences: int = Field(
+        64, ge=1, description="hf backend: sequences per generate call (memory bound)"
+    )
     probe_tolerance: float = Field(
         2e-3, gt=0, description="refresh check: max mean |logprob diff| engine vs trainer"
     )
@@ -269,18 +272,24 @@ class HFSampler:
     def sample(
         self, prompts: Sequence[Prompt], config: SamplingConfig, *, policy_version: int = 0
     ) -> list[dict[str, Any]]:
-        rows = generate_rollouts(
-            self.model,
-            self.tokenizer,
-            [p.text for p in prompts],
-            num_generations=config.num_generations,
-            max_new_tokens=config.max_tokens,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            stop_strings=config.stop,
-            seed=config.seed,
-            prompt_ids=[p.task_id for p in prompts],
-        )
+        # generate keeps every step's full-vocabulary scores: bound the sequences per call.
+        per_call = max(1, self.engine_config.hf_max_sequences // config.num_generations)
+        rows = [
+            row
+            for start in range(0, len(prompts), per_call)
+            for row in generate_rollouts(
+                self.model,
+                self.tokenizer,
+                [p.text for p in prompts[start : start + per_call]],
+                num_generations=config.num_generations,
+                max_new_tokens=config.max_tokens,
+                temperature=config.temperature,
+                top_p=config.top_p,
+                stop_strings=config.stop,
+                seed=config.seed + start,
+                prompt_ids=[p.task_id for p in prompts[start : start + per_call]],
+            )
+        ]
         by_task = {p.task_id: p for p in prompts}
         out = []
         for row in rows:
