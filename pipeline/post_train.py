@@ -88,6 +88,9 @@ def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
             problems=mbpp_train.model_copy(update={"limit": 12}),
             sampling=SamplingConfig(num_generations=4, max_tokens=192),
         ),
+        # A 135M model rarely passes: prefer by reward (format, syntax) as well as pass/fail,
+        # or there is nothing to prefer and DPO is skipped.
+        pairs=PairMiningConfig(reward_margin=0.1),
         dpo=DPOStageConfig(
             training=TrainingSettings(
                 learning_rate=5e-7, per_device_train_batch_size=2, max_length=384
