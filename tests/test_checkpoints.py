@@ -71,7 +71,9 @@ def test_lora_is_merged_into_the_published_weights_and_training_goes_on(tiny, tm
     from peft import LoraConfig, get_peft_model
 
     model, tokenizer = tiny
-    peft = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear", init_lora_weights=False))
+    peft = get_peft_model(
+        model, LoraConfig(r=2, target_modules="all-linear", init_lora_weights=False)
+    )
     checkpoints.publish_model(tmp_path / "c", peft, tokenizer, manifest())
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "c")
     assert not any("lora" in name for name in merged.state_dict())
