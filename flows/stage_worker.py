@@ -1,0 +1,201 @@
+"""Accelerator-bound stages run in a worker process of the flow run, kept across its stages so
+the sampling engine stays warm between them, in a session of its own.
+
+Everything the worker and its children (the vLLM engine's processes) write goes to a log file
+that is forwarded line by line to the task run's logs. Stopping the worker (the run ends, is
+cancelled, times out or is interrupted) kills its whole process group; the worker also dies with
+the flow run's process, even one killed with SIGKILL. Docker sandboxes stop with the worker:
+their supervisors end when its sockets close.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+
+
+class StageWorkerDied(RuntimeError):
+    """The worker process ended while running a stage (killed, out of memory, crashed)."""
+
+
+def _kill_own_group(signum: int, frame: Any) -> None:
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+def _serve(connection: Connection, parent_pid: int) -> None:
+    """The worker's loop: run ``(function, args)`` requests until the connection closes."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # die with the flow run
+    if os.getppid() != parent_pid:  # the flow run died before prctl took effect
+        return
+    signal.signal(signal.SIGTERM, _kill_own_group)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        while True:
+            try:
+                function, args = connection.recv()
+            except EOFError:
+                return
+            try:
+                reply = ("ok", function(*args))
+            except Exception as exc:
+                logging.getLogger("codepost").exception("%s failed", function.__name__)
+                reply = ("error", _picklable(exc))
+            connection.send(reply)
+    finally:  # close what the stages opened: the engines and the sandbox containers
+        for module, close in (("sampling", "close_samplers"), ("scoring", "close_pools")):
+            loaded = sys.modules.get(f"codepost.pipeline.{module}")
+            if loaded is not None:
+                getattr(loaded, close)()
+
+
+class StageWorker:
+    """One worker process: :meth:`call` runs a function there, :meth:`stop` ends it."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = Path(log_path)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._connection, child = multiprocessing.Pipe()
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(child.fileno()), str(os.getpid())],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=[child.fileno()],
+                start_new_session=True,  # its own process group: the engine's processes join it
+                # this process's import path, as multiprocessing gives its children
+                env={
+                    **os.environ,
+                    "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
+                    "PYTHONUNBUFFERED": "1",
+                },
+            )
+        child.close()
+        self._lock = threading.Lock()
+        atexit.register(self.stop)
+
+    def call(self, function: Callable[..., Any], *args: Any, forward: Callable[[str], None]):
+        """``function(*args)`` in the worker, its output passed to ``forward`` line by line.
+        Interrupted (cancelled, timed out), it stops the worker before re-raising."""
+        with self._lock:
+            try:
+                try:
+                    self._connection.send((function, args))
+                    while not self._connection.poll(0.5):
+                        self._forward(forward)
+                        if not self.alive:
+                            raise EOFError
+                    status, value = self._connection.recv()
+                except (EOFError, OSError) as exc:
+                    raise StageWorkerDied(
+                        f"the stage worker ended (exit code {self._wait(5)}) while running "
+                        f"{function.__name__}; its output: {self.log_path}"
+                    ) from exc
+            except BaseException:
+                self.stop(graceful=False)
+                raise
+            finally:
+                self._forward(forward)
+        if status == "error":
+            raise value
+        return value
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def _wait(self, timeout: float) -> int | None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self.process.wait(timeout)
+        return None
+
+    def _forward(self, forward: Callable[[str], None]) -> None:
+        with contextlib.suppress(FileNotFoundError), self.log_path.open("rb") as log:
+            log.seek(self._offset)
+            data = log.read()
+            complete = data.rfind(b"\n") + 1  # a partial last line waits for its end
+            self._offset += complete
+            for line in data[:complete].decode(errors="replace").splitlines():
+                text = line.rsplit("\r", 1)[-1].rstrip()  # a progress bar: its last state
+                if text:
+                    forward(text)
+
+    def stop(self, graceful: bool = True) -> None:
+        """End the worker and everything it started: let it close its engine and sandboxes
+        when ``graceful``, then kill whatever of its process group is left."""
+        atexit.unregister(self.stop)
+        if graceful and self.alive:
+            self._connection.close()
+            self._wait(60)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self._wait(10)
+        self._connection.close()
+
+
+class _Scope:
+    """The stage worker of the current flow run, started on first use and again after a stop."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self.worker: StageWorker | None = None
+
+    def get(self) -> StageWorker:
+        if self.worker is None or not self.worker.alive:
+            self.worker = StageWorker(self.log_path)
+        return self.worker
+
+
+_scope: _Scope | None = None
+
+
+@contextlib.contextmanager
+def stage_worker(log_path: Path) -> Iterator[None]:
+    """Stages run by :func:`in_stage_worker` inside this block share one worker process, which
+    is stopped on the way out, however the block ends."""
+    global _scope
+    outer, _scope = _scope, _Scope(Path(log_path))
+    try:
+        yield
+    finally:
+        scope, _scope = _scope, outer
+        if scope.worker is not None:
+            scope.worker.stop()
+
+
+def in_stage_worker(
+    function: Callable[..., Any], *args: Any, forward: Callable[[str], None]
+) -> Any:
+    """``function(*args)`` in the current flow run's stage worker."""
+    if _scope is None:
+        raise RuntimeError(f"{function.__name__}: no stage worker; run it inside stage_worker()")
+    return _scope.get().call(function, *args, forward=forward)
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])), int(sys.argv[2]))

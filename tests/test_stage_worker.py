@@ -1,0 +1,94 @@
+"""The stage worker: stages run in a process of their own whose output (and its children's)
+reaches the caller line by line, whose errors come back as raised, and which takes everything
+it started with it when a call is interrupted or the flow run's process is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from worker_functions import fail, spawn_and_wait, speak
+
+from codepost.flows.stage_worker import StageWorker, in_stage_worker, stage_worker
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_for(condition, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_output_of_the_worker_and_its_children_is_forwarded(tmp_path):
+    lines: list[str] = []
+    with stage_worker(tmp_path / "worker.log"):
+        assert in_stage_worker(speak, "hello", forward=lines.append) == "HELLO"
+        assert in_stage_worker(speak, "again", forward=lines.append) == "AGAIN"
+    assert "worker says hello" in lines and "child says hello" in lines
+    assert lines.count("worker says hello") == 1  # each line once, across calls
+    assert "child says again" in lines
+    assert "child says again" in (tmp_path / "worker.log").read_text()
+
+
+def test_a_stage_error_is_raised_as_it_was_and_the_worker_goes_on(tmp_path):
+    worker = StageWorker(tmp_path / "worker.log")
+    try:
+        with pytest.raises(ValueError, match="no such split"):
+            worker.call(fail, "no such split", forward=lambda line: None)
+        assert worker.call(speak, "still here", forward=lambda line: None) == "STILL HERE"
+    finally:
+        worker.stop()
+    assert not worker.alive
+
+
+def test_an_interrupted_call_kills_the_worker_and_its_children(tmp_path):
+    pid_file = tmp_path / "pids"
+
+    def cancel_once_started(line: str) -> None:  # as Prefect's cancellation arrives mid-stage
+        if line == "child started":
+            raise KeyboardInterrupt
+
+    worker = StageWorker(tmp_path / "worker.log")
+    with pytest.raises(KeyboardInterrupt):
+        worker.call(spawn_and_wait, str(pid_file), forward=cancel_once_started)
+    child, worker_pid = map(int, pid_file.read_text().split())
+    assert _wait_for(lambda: _gone(child) and _gone(worker_pid), 10)
+
+
+def test_the_worker_dies_with_the_flow_run_process_even_on_sigkill(tmp_path):
+    pid_file = tmp_path / "pids"
+    tests = Path(__file__).parent
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            str(tests / "worker_functions.py"),
+            str(tmp_path / "w.log"),
+            str(pid_file),
+        ],
+        env={**os.environ, "PYTHONPATH": f"{tests}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+    )
+    try:
+        assert _wait_for(lambda: pid_file.exists() and len(pid_file.read_text().split()) == 2, 60)
+        child, worker_pid = map(int, pid_file.read_text().split())
+        assert not _gone(child) and not _gone(worker_pid)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        assert _wait_for(lambda: _gone(child) and _gone(worker_pid), 10)
+    finally:
+        if parent.poll() is None:
+            parent.kill()

@@ -1,0 +1,36 @@
+"""Functions the stage-worker tests run in a worker process (importable there by name)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def speak(word: str) -> str:
+    """Output from the worker (Python and file-descriptor level) and from a child of it."""
+    print(f"worker says {word}")
+    subprocess.run(["sh", "-c", f"echo child says {word} >&2"], check=True)
+    return word.upper()
+
+
+def fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def spawn_and_wait(pid_file: str) -> None:
+    """A long-lived child (as the vLLM engine is), its pid and the worker's written down."""
+    child = subprocess.Popen(["sleep", "300"])
+    Path(pid_file).write_text(f"{child.pid} {os.getpid()}")
+    print("child started", flush=True)
+    time.sleep(300)
+
+
+if __name__ == "__main__":  # a flow run's process that gets SIGKILLed: see test_stage_worker
+    from worker_functions import spawn_and_wait as by_module_name  # not __main__.spawn_and_wait
+
+    from codepost.flows.stage_worker import StageWorker
+
+    StageWorker(Path(sys.argv[1])).call(by_module_name, sys.argv[2], forward=print)
