@@ -160,21 +160,73 @@ def progress_bar(description: str) -> Progress:
     )
 
 
-def run_score(config: ScoreConfig, rollouts: Path, problem_set: ProblemSet, out_dir: Path) -> Path:
-    """Score a rollouts Parquet file; writes ``scored.parquet`` (reused when already there)
-    and returns its path."""
+def scored_path(out_dir: Path) -> Path:
+    return Path(out_dir) / "scored.parquet"
+
+
+def shard_count(rollouts: Path, wanted: int) -> int:
+    """How many shards ``rollouts`` is cut into: ``wanted``, but none of them empty."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_metadata(str(rollouts)).num_rows
+    if rows == 0:
+        raise ValueError(f"{rollouts}: no rollouts to score")
+    return max(1, min(wanted, rows))
+
+
+def score_shard(
+    config: ScoreConfig,
+    rollouts: Path,
+    problem_set: ProblemSet,
+    out_dir: Path,
+    shard: int = 0,
+    num_shards: int = 1,
+) -> Path:
+    """Score the ``shard``-th of ``num_shards`` contiguous slices of a rollouts Parquet file
+    (reused when already scored): the unit a task runner fans out."""
     from datasets import Dataset
 
-    target = Path(out_dir) / "scored.parquet"
+    if not 0 <= shard < num_shards:
+        raise ValueError(f"shard {shard} is not one of {num_shards} shards")
+    target = Path(out_dir) / "shards" / f"scored-{shard:04d}-of-{num_shards:04d}.parquet"
     if target.is_file():
         return target
     rows = Dataset.from_parquet(str(rollouts)).to_list()
+    start, stop = (len(rows) * shard) // num_shards, (len(rows) * (shard + 1)) // num_shards
+    rows = rows[start:stop]
     problems = load_problem_set(problem_set)
-    with progress_bar("scoring") as bar:
-        task = bar.add_task("scoring", total=len(rows))
+    label = "scoring" if num_shards == 1 else f"scoring shard {shard + 1}/{num_shards}"
+    with progress_bar(label) as bar:
+        task = bar.add_task(label, total=len(rows))
         scored = score_rollouts(rows, problems, config, progress=lambda n: bar.advance(task, n))
+    _write_parquet(scored, target)
+    return target
+
+
+def merge_shards(shards: Sequence[Path], out_dir: Path) -> Path:
+    """``scored.parquet``: the scored shards, in order, as one file."""
+    from datasets import Dataset
+
+    rows = [row for shard in shards for row in Dataset.from_parquet(str(shard)).to_list()]
+    target = scored_path(out_dir)
+    _write_parquet(rows, target)
+    return target
+
+
+def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
+    """All or nothing: a reader never sees half a file, a killed run leaves no partial one."""
+    from datasets import Dataset
+
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.with_suffix(".parquet.tmp")
-    Dataset.from_list(scored).to_parquet(str(staging))
+    Dataset.from_list(rows).to_parquet(str(staging))
     staging.rename(target)
-    return target
+
+
+def run_score(config: ScoreConfig, rollouts: Path, problem_set: ProblemSet, out_dir: Path) -> Path:
+    """Score a rollouts Parquet file in this process; writes ``scored.parquet`` (reused when
+    already there) and returns its path."""
+    target = scored_path(out_dir)
+    if target.is_file():
+        return target
+    return merge_shards([score_shard(config, rollouts, problem_set, out_dir)], out_dir)
