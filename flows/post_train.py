@@ -16,9 +16,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from codepost.flows.stage_worker import StageWorkerDied, in_stage_worker, stage_worker
+from codepost.flows.task_runners import FanOut
 from codepost.pipeline.data import ProblemSet
 from codepost.pipeline.dpo import DPOResult, DPOStageConfig, run_dpo
 from codepost.pipeline.evaluation import EvalConfig, run_evaluate
@@ -32,7 +34,13 @@ from codepost.pipeline.post_train import (
 )
 from codepost.pipeline.rl import RLConfig, run_rl
 from codepost.pipeline.sampling import SampleStageConfig, WeightSyncError, run_sample
-from codepost.pipeline.scoring import ScoreConfig, run_score
+from codepost.pipeline.scoring import (
+    ScoreConfig,
+    merge_shards,
+    score_shard,
+    scored_path,
+    shard_count,
+)
 from codepost.pipeline.sft import SFTStageConfig, run_sft
 from codepost.sandbox import SandboxUnavailable
 
@@ -40,7 +48,7 @@ ACCELERATOR = "accelerator"
 # The stages log progress on `codepost.*` loggers; PREFECT_LOGGING_EXTRA_LOGGERS=codepost
 # (set by `codepost run` and `codepost serve`) sends them to the flow run's logs.
 logging.getLogger("codepost").setLevel(logging.INFO)
-TRANSIENT = (SandboxUnavailable, WeightSyncError, ConnectionError, TimeoutError)
+TRANSIENT = (SandboxUnavailable, WeightSyncError, StageWorkerDied, ConnectionError, TimeoutError)
 
 
 def _transient(task: Any, task_run: Any, state: Any) -> bool:
@@ -59,19 +67,33 @@ def _key(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-")
 
 
-stage_task = task(retries=2, retry_delay_seconds=10, retry_condition_fn=_transient)
+# Stages take minutes on this CPU and hours on a GPU cluster; a stage past its timeout is
+# stopped (its worker's processes killed) and fails. `task.with_options` changes it. Scoring
+# needs none: every program has its own time limit in the sandbox.
+STAGE_TIMEOUT_S = 24 * 3600
+stage_task = task(
+    retries=2,
+    retry_delay_seconds=10,
+    retry_condition_fn=_transient,
+    timeout_seconds=STAGE_TIMEOUT_S,
+)
+
+
+def _in_worker(function: Any, *args: Any) -> Any:
+    """``function(*args)`` in the flow run's stage worker, its output in this task run's logs."""
+    return in_stage_worker(function, *args, forward=get_run_logger().info)
 
 
 @stage_task(name="sft", tags=[ACCELERATOR])
 def sft_task(config: SFTStageConfig, out_dir: str) -> str:
-    checkpoint = str(run_sft(config, Path(out_dir)))
+    checkpoint = str(_in_worker(run_sft, config, Path(out_dir)))
     create_link_artifact_for("sft", checkpoint)
     return checkpoint
 
 
 @stage_task(name="rl", tags=[ACCELERATOR])
 def rl_task(config: RLConfig, out_dir: str) -> str:
-    checkpoint = str(run_rl(config, Path(out_dir)))
+    checkpoint = str(_in_worker(run_rl, config, Path(out_dir)))
     curve = Path(out_dir) / "reward_curve.png"
     create_markdown_artifact(
         f"# RL ({config.update.algorithm})\n\nLast checkpoint: `{checkpoint}`\n\n"
@@ -84,12 +106,42 @@ def rl_task(config: RLConfig, out_dir: str) -> str:
 
 @stage_task(name="sample", tags=[ACCELERATOR])
 def sample_task(config: SampleStageConfig, out_dir: str) -> str:
-    return str(run_sample(config, Path(out_dir)))
+    return str(_in_worker(run_sample, config, Path(out_dir)))
 
 
-@stage_task(name="score")
-def score_task(config: ScoreConfig, rollouts: str, problems: Any, out_dir: str) -> str:
-    return str(run_score(config, Path(rollouts), problems, Path(out_dir)))
+@stage_task(name="score-shard")
+def score_shard_task(
+    config: ScoreConfig, rollouts: str, problems: ProblemSet, out_dir: str, shard: int, shards: int
+) -> str:
+    return str(score_shard(config, Path(rollouts), problems, Path(out_dir), shard, shards))
+
+
+@flow(name="score-shards")
+def score_shards_flow(
+    config: ScoreConfig, rollouts: str, problems: ProblemSet, out_dir: str, shards: int
+) -> str:
+    """One task per shard on the flow's task runner, then the shards merged in order."""
+    futures = score_shard_task.map(
+        unmapped(config),
+        unmapped(rollouts),
+        unmapped(problems),
+        unmapped(out_dir),
+        range(shards),
+        unmapped(shards),
+    )
+    return str(merge_shards([Path(path) for path in futures.result()], Path(out_dir)))
+
+
+def score_fanned_out(
+    config: ScoreConfig, rollouts: str, problems: ProblemSet, out_dir: str, fan_out: FanOut
+) -> str:
+    """Score rollouts across ``fan_out``'s task runner (reused when already scored)."""
+    scored = scored_path(Path(out_dir))
+    if scored.is_file():
+        return str(scored)
+    shards = shard_count(Path(rollouts), fan_out.shards)
+    on_runner = score_shards_flow.with_options(task_runner=fan_out.build())
+    return on_runner(config, rollouts, problems, out_dir, shards)
 
 
 @stage_task(name="mine-pairs")
@@ -101,7 +153,7 @@ def mine_task(config: PairMiningConfig, scored: str, out_dir: str) -> MinedPairs
 
 @stage_task(name="dpo", tags=[ACCELERATOR])
 def dpo_task(config: DPOStageConfig, pairs: str | None, out_dir: str) -> DPOResult:
-    result = run_dpo(config, Path(pairs) if pairs else None, Path(out_dir))
+    result = _in_worker(run_dpo, config, Path(pairs) if pairs else None, Path(out_dir))
     if result.checkpoint is not None:
         create_link_artifact_for("dpo", str(result.checkpoint))
     return result
@@ -109,7 +161,7 @@ def dpo_task(config: DPOStageConfig, pairs: str | None, out_dir: str) -> DPOResu
 
 @stage_task(name="evaluate", tags=[ACCELERATOR])
 def evaluate_task(config: EvalConfig, checkpoint: str, out_dir: str, stage: str) -> dict:
-    results = run_evaluate(config, checkpoint, Path(out_dir))
+    results = _in_worker(run_evaluate, config, checkpoint, Path(out_dir))
     create_table_artifact(
         pass_at_1_rows({stage: results}), key=_key(f"eval-{stage}"), description=checkpoint
     )
@@ -129,17 +181,30 @@ def _validated(config: Any, kind: type) -> Any:
     return kind.model_validate(config if isinstance(config, dict) else config.model_dump())
 
 
+def _worker_log(folder: str | Path) -> Path:
+    return Path(folder) / "logs" / "stage-worker.log"
+
+
 @flow(name="post-train")
-def post_train(config: PostTrainConfig = PostTrainConfig()) -> dict[str, Any]:  # noqa: B008
+def post_train(
+    config: PostTrainConfig = PostTrainConfig(),  # noqa: B008
+    fan_out: FanOut = FanOut(),  # noqa: B008
+) -> dict[str, Any]:
     """SFT -> RL iterations -> DPO on mined pairs, with pass@1 after every stage."""
     config = _validated(config, PostTrainConfig)
-    log = get_run_logger()
-    run_dir = Path(config.run_dir)
-    checkpoint = config.model.name_or_path
+    fan_out = _validated(fan_out, FanOut)
     try:
         config.model.resolve()
     except ModelNotFoundError as exc:
         raise ValueError(f"post-train: {exc}") from None
+    with stage_worker(_worker_log(config.run_dir)):
+        return _post_train(config, fan_out)
+
+
+def _post_train(config: PostTrainConfig, fan_out: FanOut) -> dict[str, Any]:
+    log = get_run_logger()
+    run_dir = Path(config.run_dir)
+    checkpoint = config.model.name_or_path
 
     def evaluate(stage: str, checkpoint: str) -> None:
         evaluations[stage] = evaluate_task(
@@ -159,8 +224,8 @@ def post_train(config: PostTrainConfig = PostTrainConfig()) -> dict[str, Any]:  
         elif stage == "dpo":
             sample = with_checkpoint(config.dpo_rollouts, config.model, checkpoint)
             rollouts = sample_task(sample, str(run_dir / "rollouts"))
-            scored = score_task(
-                config.rl.scoring, rollouts, sample.problems, str(run_dir / "rollouts")
+            scored = score_fanned_out(
+                config.rl.scoring, rollouts, sample.problems, str(run_dir / "rollouts"), fan_out
             )
             mined = mine_task(config.pairs, scored, str(run_dir / "pairs"))
             dpo = with_checkpoint(config.dpo, config.model, checkpoint)
@@ -182,12 +247,14 @@ def post_train(config: PostTrainConfig = PostTrainConfig()) -> dict[str, Any]:  
 
 @flow(name="sft")
 def sft_flow(config: SFTStageConfig = SFTStageConfig(), out_dir: str = "runs/sft") -> str:  # noqa: B008
-    return sft_task(_validated(config, SFTStageConfig), out_dir)
+    with stage_worker(_worker_log(out_dir)):
+        return sft_task(_validated(config, SFTStageConfig), out_dir)
 
 
 @flow(name="rl")
 def rl_flow(config: RLConfig = RLConfig(), out_dir: str = "runs/rl") -> str:  # noqa: B008
-    return rl_task(_validated(config, RLConfig), out_dir)
+    with stage_worker(_worker_log(out_dir)):
+        return rl_task(_validated(config, RLConfig), out_dir)
 
 
 @flow(name="sample")
@@ -195,7 +262,8 @@ def sample_flow(
     config: SampleStageConfig = SampleStageConfig(),  # noqa: B008
     out_dir: str = "runs/sample",
 ) -> str:
-    return sample_task(_validated(config, SampleStageConfig), out_dir)
+    with stage_worker(_worker_log(out_dir)):
+        return sample_task(_validated(config, SampleStageConfig), out_dir)
 
 
 @flow(name="evaluate")
@@ -204,7 +272,8 @@ def evaluate_flow(
     config: EvalConfig = EvalConfig(),  # noqa: B008
     out_dir: str = "runs/evaluate",
 ) -> dict:
-    return evaluate_task(_validated(config, EvalConfig), checkpoint, out_dir, "checkpoint")
+    with stage_worker(_worker_log(out_dir)):
+        return evaluate_task(_validated(config, EvalConfig), checkpoint, out_dir, "checkpoint")
 
 
 @flow(name="score")
@@ -213,8 +282,10 @@ def score_flow(
     problems: ProblemSet = ProblemSet(),  # noqa: B008
     config: ScoreConfig = ScoreConfig(),  # noqa: B008
     out_dir: str = "runs/score",
+    fan_out: FanOut = FanOut(),  # noqa: B008
 ) -> str:
-    return score_task(_validated(config, ScoreConfig), rollouts, problems, out_dir)
+    config, fan_out = _validated(config, ScoreConfig), _validated(fan_out, FanOut)
+    return score_fanned_out(config, rollouts, problems, out_dir, fan_out)
 
 
 @flow(name="mine-and-dpo")
@@ -225,9 +296,10 @@ def mine_and_dpo_flow(
     out_dir: str = "runs/dpo",
 ) -> dict:
     mined = mine_task(_validated(pairs, PairMiningConfig), scored, f"{out_dir}/pairs")
-    result = dpo_task(
-        _validated(config, DPOStageConfig), str(mined.path) if mined.path else None, out_dir
-    )
+    with stage_worker(_worker_log(out_dir)):
+        result = dpo_task(
+            _validated(config, DPOStageConfig), str(mined.path) if mined.path else None, out_dir
+        )
     return {"pairs": mined.model_dump(mode="json"), "dpo": result.model_dump(mode="json")}
 
 

@@ -151,7 +151,7 @@ def tiny_causal_lm(
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=256,
+        max_position_embeddings=2048,
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
         bos_token_id=None,

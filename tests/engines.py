@@ -23,11 +23,12 @@ ROLLOUT_KEYS = {
 }  # fmt: skip
 
 
-def saved_tiny_model(folder: Path) -> ModelConfig:
+def saved_tiny_model(folder: Path, hidden_size: int = 32) -> ModelConfig:
     """A tiny random Llama with a character tokenizer, saved as a model folder: the stages load
-    it like any checkpoint (continuation prompts: it has no chat template)."""
+    it like any checkpoint (continuation prompts: it has no chat template). vLLM's CPU attention
+    needs ``hidden_size`` >= 128 (a head size of 32)."""
     tokenizer = char_tokenizer("abcdefghijklmnopqrstuvwxyz_():,\n =+-0123456789", pad_is_eos=True)
-    tiny_causal_lm(len(tokenizer), hidden_size=32).save_pretrained(folder)
+    tiny_causal_lm(len(tokenizer), hidden_size=hidden_size).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return ModelConfig(name_or_path=str(folder))
 

@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
+from engines import TEST_ENGINE, saved_tiny_model
 
 from codepost.pipeline.prompts import reference_answer
 
@@ -71,7 +73,7 @@ def served(tmp_path_factory):
         )
         serving = _start([codepost, "serve", "--cron", "*/5 * * * *"], env, home / "serve.log")
         _wait(lambda: _deployment_count(api) >= 7, 240, home / "serve.log")
-        yield api, env, home
+        yield api, env, home, serving.pid
     finally:
         if serving is not None:
             _stop(serving)
@@ -106,7 +108,7 @@ def test_a_run_triggered_through_the_api_with_parameters_completes(served, tmp_p
 
     from codepost.pipeline.data import ProblemSet, load_problem_set
 
-    api, env, _ = served
+    api, env, *_ = served
     (problem,) = load_problem_set(ProblemSet(limit=1)).values()
     rows = [{"prompt_id": problem.task_id, "group_index": 0, "completion_style": "chat",
              "completion": reference_answer(problem)}]  # fmt: skip
@@ -125,7 +127,7 @@ print(run.state.type.value)
 
 
 def test_the_nightly_schedule_creates_future_runs(served):
-    api, _, _ = served
+    api, *_ = served
     deployments = httpx.post(f"{api}/deployments/filter", json={}, timeout=5).json()
     (nightly,) = [d for d in deployments if d["name"] == "nightly"]
     assert [s["schedule"]["cron"] for s in nightly["schedules"]] == ["*/5 * * * *"]
@@ -139,7 +141,7 @@ def test_the_nightly_schedule_creates_future_runs(served):
 
 
 def test_invalid_parameters_are_refused(served):
-    api, env, _ = served
+    api, env, *_ = served
     code = """
 from prefect.deployments import run_deployment
 try:
@@ -149,3 +151,53 @@ except Exception as exc:
 """
     done = _run_in(api, env, code)
     assert "REFUSED" in done.stdout and "workers" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+def _logs(api: str, run_id: str) -> list[str]:
+    body = {"logs": {"flow_run_id": {"any_": [run_id]}}, "sort": "TIMESTAMP_ASC", "limit": 200}
+    return [log["message"] for log in httpx.post(f"{api}/logs/filter", json=body, timeout=5).json()]
+
+
+def _state(api: str, run_id: str) -> str:
+    return httpx.get(f"{api}/flow_runs/{run_id}", timeout=5).json()["state"]["type"]
+
+
+def _running(api: str, run_id: str) -> bool:
+    state = _state(api, run_id)
+    assert state in ("SCHEDULED", "PENDING", "RUNNING"), f"the run ended {state}"
+    return True
+
+
+def test_a_cancelled_run_stops_its_processes_and_their_logs_reach_the_run(served, tmp_path):
+    from codepost.pipeline.data import ProblemSet
+    from codepost.pipeline.evaluation import EvalConfig
+
+    api, env, _, serve_pid = served
+    model = saved_tiny_model(tmp_path / "tiny", hidden_size=128)
+    engine = TEST_ENGINE.model_copy(update={"max_model_len": 2048})
+    config = EvalConfig(problems=ProblemSet(limit=32), prompt_style="continuation",
+                        num_samples=16, max_tokens=512, engine=engine)  # fmt: skip
+    code = f"""
+from prefect.deployments import run_deployment
+run = run_deployment("evaluate/on-demand", timeout=0, parameters={{
+    "checkpoint": "{model.name_or_path}", "config": {config.model_dump(mode="json")!r},
+    "out_dir": "{tmp_path / "out"}"}})
+print(run.id)
+"""
+    run_id = _run_in(api, env, code).stdout.split()[-1]
+    # The vLLM engine's process, a child of the run's stage worker, writes into the run's logs.
+    engine_output = "Loading safetensors checkpoint shards"
+    _wait(
+        lambda: _running(api, run_id) and any(engine_output in m for m in _logs(api, run_id)),
+        300,
+        Path("/dev/null"),
+    )
+    started = psutil.Process(serve_pid).children(recursive=True)
+    assert any("EngineCore" in " ".join(p.cmdline()) for p in started)
+    assert _state(api, run_id) == "RUNNING"
+
+    httpx.post(f"{api}/flow_runs/{run_id}/set_state", timeout=5,
+               json={"state": {"type": "CANCELLING"}, "force": True})  # fmt: skip
+    _wait(lambda: _state(api, run_id) == "CANCELLED", 120, Path("/dev/null"))
+    _wait(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in started),
+          30, Path("/dev/null"))  # fmt: skip

@@ -90,3 +90,41 @@ def test_invalid_parameters_are_refused_naming_the_field(prefect_api):
         post_train({"rl": {"iterations": 0}})
     with pytest.raises(Exception, match="no such folder"):
         post_train({"model": {"name_or_path": "/nonexistent/model"}, "stages": []})
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("task_runner", ["threads", "dask"])
+def test_scoring_fans_out_in_shards_and_merges_them_in_order(prefect_api, tmp_path, task_runner):
+    from datasets import Dataset
+
+    from codepost.flows.post_train import score_flow
+    from codepost.flows.task_runners import FanOut
+    from codepost.pipeline.data import load_problem_set
+    from codepost.pipeline.prompts import reference_answer
+
+    first, second = load_problem_set(ProblemSet(limit=2)).values()
+    failing = "```python\ndef nothing():\n    return None\n```"
+    answers = [(first, reference_answer(first)), (second, failing),
+               (second, reference_answer(second)), (first, failing), (first, reference_answer(first))]  # fmt: skip
+    rows = [
+        {
+            "prompt_id": problem.task_id,
+            "group_index": i,
+            "completion": text,
+            "completion_style": "chat",
+        }
+        for i, (problem, text) in enumerate(answers)
+    ]
+    Dataset.from_list(rows).to_parquet(str(tmp_path / "rollouts.parquet"))
+    fan_out = FanOut(task_runner=task_runner, workers=2, shards=3)
+    scored_file = score_flow(
+        str(tmp_path / "rollouts.parquet"),
+        ProblemSet(limit=2),
+        ScoreConfig(workers=1),
+        str(tmp_path / "out"),
+        fan_out,
+    )
+    scored = Dataset.from_parquet(scored_file).to_list()
+    assert [row["group_index"] for row in scored] == [0, 1, 2, 3, 4]
+    assert [row["passed"] for row in scored] == [True, False, True, False, True]
+    assert len(list((tmp_path / "out" / "shards").glob("scored-*-of-0003.parquet"))) == 3
