@@ -152,10 +152,12 @@ def register_checkpoints(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--root", type=Path, default=Path("runs"), help="the run folder")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("list", help="every version, oldest first, with stage, tags, metrics")
-    for action, help_text in (("show", "a version's manifest"), ("verify", "check file hashes")):
-        actions.add_parser(action, help=help_text).add_argument(
-            "ref", help="tag, folder or stage/version"
-        )
+    actions.add_parser("show", help="a version's manifest").add_argument(
+        "ref", help="tag, folder or stage/version"
+    )
+    actions.add_parser("verify", help="check file hashes against the manifest").add_argument(
+        "ref", nargs="?", help="tag, folder or stage/version (default: every version)"
+    )
     tag = actions.add_parser("tag", help="point a tag (best, production, ...) at a version")
     tag.add_argument("ref")
     tag.add_argument("name")
@@ -192,13 +194,21 @@ def checkpoints(args: argparse.Namespace) -> int:
             entry = registry.resolve(args.root, args.ref)
             console.print_json(entry.manifest.model_dump_json())
         elif args.action == "verify":
-            entry = registry.resolve(args.root, args.ref)
-            problems = verify(entry.path)
-            for problem in problems:
-                err.print(f"[red]{entry.name}[/red]: {problem}")
-            if problems:
+            entries = (
+                [registry.resolve(args.root, args.ref)]
+                if args.ref
+                else registry.list_checkpoints(args.root)
+            )
+            failed = 0
+            for entry in entries:
+                problems = verify(entry.path)
+                for problem in problems:
+                    err.print(f"[red]{entry.name}[/red]: {problem}")
+                failed += bool(problems)
+                if not problems:
+                    console.print(f"{entry.name}: {len(entry.manifest.files)} files match")
+            if failed:
                 return 1
-            console.print(f"{entry.name}: {len(entry.manifest.files)} files match the manifest")
         elif args.action == "tag":
             entry = registry.tag(args.root, args.ref, args.name)
             console.print(f"{args.name} -> {entry.name} ({entry.path})")

@@ -56,9 +56,14 @@ def test_an_unknown_reference_lists_what_exists(run):
 
 def test_the_command_verifies_and_reports_tampering(run, capsys):
     assert main(["checkpoints", "--root", str(run), "verify", "sft/final"]) == 0
+    capsys.readouterr()
+    assert main(["checkpoints", "--root", str(run), "verify"]) == 0  # every version
+    assert capsys.readouterr().out.count("files match") == 5
     (run / "sft" / "final" / "model.safetensors").write_bytes(b"changed")
     assert main(["checkpoints", "--root", str(run), "verify", "sft/final"]) == 1
     assert "sha256 differs" in capsys.readouterr().err
+    assert main(["checkpoints", "--root", str(run), "verify"]) == 1
+    assert capsys.readouterr().out.count("files match") == 4
     assert main(["checkpoints", "--root", str(run), "tag", "sft/final", "prod"]) == 0
     assert main(["checkpoints", "--root", str(run), "prune", "--keep-last", "0", "--dry-run"]) == 0
     assert "would delete 4" in capsys.readouterr().out
