@@ -21,12 +21,14 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+PROGRESS_EVERY_S = 15.0
 
 
 class StageWorkerDied(RuntimeError):
@@ -97,6 +99,7 @@ class StageWorker:
             )
         child.close()
         self._lock = threading.Lock()
+        self._progress_shown = time.monotonic()
         atexit.register(self.stop)
 
     def call(self, function: Callable[..., Any], *args: Any, forward: Callable[[str], None]):
@@ -144,6 +147,12 @@ class StageWorker:
                 text = line.rsplit("\r", 1)[-1].rstrip()  # a progress bar: its last state
                 if text:
                     forward(text)
+            # A progress bar redraws one line with \r: show its state now and then.
+            redraws = data[complete:].decode(errors="replace").split("\r")
+            now = time.monotonic()
+            if len(redraws) > 2 and now - self._progress_shown > PROGRESS_EVERY_S:
+                self._progress_shown = now
+                forward(redraws[-2].strip())
 
     def stop(self, graceful: bool = True) -> None:
         """End the worker and everything it started: let it close its engine and sandboxes

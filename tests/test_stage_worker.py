@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from worker_functions import fail, spawn_and_wait, speak
+from worker_functions import draw_progress, fail, spawn_and_wait, speak
 
 from codepost.flows.stage_worker import StageWorker, in_stage_worker, stage_worker
 
@@ -43,6 +43,15 @@ def test_output_of_the_worker_and_its_children_is_forwarded(tmp_path):
     assert lines.count("worker says hello") == 1  # each line once, across calls
     assert "child says again" in lines
     assert "child says again" in (tmp_path / "worker.log").read_text()
+
+
+def test_a_progress_bar_shows_while_it_is_drawn_and_its_last_state_once_done(tmp_path, monkeypatch):
+    monkeypatch.setattr("codepost.flows.stage_worker.PROGRESS_EVERY_S", 0.0)
+    lines: list[str] = []
+    with stage_worker(tmp_path / "worker.log"):
+        in_stage_worker(draw_progress, 8, forward=lines.append)
+    assert lines[-1] == "step 8/8"
+    assert any(line.startswith("step ") and line != "step 8/8" for line in lines[:-1])
 
 
 def test_a_stage_error_is_raised_as_it_was_and_the_worker_goes_on(tmp_path):

@@ -16,6 +16,14 @@ def speak(word: str) -> str:
     return word.upper()
 
 
+def draw_progress(steps: int) -> None:
+    """A progress bar as tqdm draws one: a line redrawn with carriage returns, ended last."""
+    for step in range(1, steps + 1):
+        print(f"\rstep {step}/{steps}", end="", flush=True)
+        time.sleep(0.3)
+    print()
+
+
 def fail(message: str) -> None:
     raise ValueError(message)
 
