@@ -23,6 +23,15 @@ def register_run(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", type=Path, help="YAML file of PostTrainConfig settings")
     parser.add_argument("--run-dir", help="the run folder (default runs/post-train)")
+    parser.add_argument(
+        "--task-runner",
+        choices=["threads", "dask"],
+        default="threads",
+        help="where scoring shards run: threads here, or a local Dask cluster (prefect-dask)",
+    )
+    parser.add_argument(
+        "--fan-out-workers", type=int, default=2, help="threads or Dask workers for scoring"
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -46,17 +55,20 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
     from rich.console import Console
 
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "codepost")  # before prefect loads
+    from codepost.flows.task_runners import FanOut
+
     err = Console(stderr=True)
     try:
         config = load_config(args.config, args.run_dir)
+        fan_out = FanOut(task_runner=args.task_runner, workers=args.fan_out_workers)
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost run: invalid settings[/red]: {exc}")
         return EXIT_BAD_INPUT
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "codepost")
     from codepost.flows.post_train import post_train
 
-    result = post_train(config)
+    result = post_train(config, fan_out)
     from rich.table import Table
 
     from codepost.pipeline.post_train import pass_at_1_rows
