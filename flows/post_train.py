@@ -32,7 +32,7 @@ from codepost.pipeline.post_train import (
     with_checkpoint,
     write_report,
 )
-from codepost.pipeline.rl import RLConfig, run_rl
+from codepost.pipeline.rl import RLConfig, UpdateStageConfig, run_rl, run_update
 from codepost.pipeline.sampling import SampleStageConfig, WeightSyncError, run_sample
 from codepost.pipeline.scoring import (
     ScoreConfig,
@@ -109,6 +109,13 @@ def sample_task(config: SampleStageConfig, out_dir: str) -> str:
     return str(_in_worker(run_sample, config, Path(out_dir)))
 
 
+@stage_task(name="update", tags=[ACCELERATOR])
+def update_task(config: UpdateStageConfig, scored: str, out_dir: str) -> str:
+    checkpoint = str(_in_worker(run_update, config, Path(scored), Path(out_dir)))
+    create_link_artifact_for("update", checkpoint)
+    return checkpoint
+
+
 @stage_task(name="score-shard")
 def score_shard_task(
     config: ScoreConfig, rollouts: str, problems: ProblemSet, out_dir: str, shard: int, shards: int
@@ -181,8 +188,10 @@ def _validated(config: Any, kind: type) -> Any:
     return kind.model_validate(config if isinstance(config, dict) else config.model_dump())
 
 
-def _worker_log(folder: str | Path) -> Path:
-    return Path(folder) / "logs" / "stage-worker.log"
+def _worker_log(out_dir: str | Path) -> Path:
+    """Next to a stage's output, not in it: a published checkpoint replaces its folder."""
+    out_dir = Path(out_dir)
+    return out_dir.parent / "logs" / f"{out_dir.name}-stage-worker.log"
 
 
 @flow(name="post-train")
@@ -197,7 +206,7 @@ def post_train(
         config.model.resolve()
     except ModelNotFoundError as exc:
         raise ValueError(f"post-train: {exc}") from None
-    with stage_worker(_worker_log(config.run_dir)):
+    with stage_worker(Path(config.run_dir) / "logs" / "stage-worker.log"):
         return _post_train(config, fan_out)
 
 
@@ -288,6 +297,18 @@ def score_flow(
     return score_fanned_out(config, rollouts, problems, out_dir, fan_out)
 
 
+@flow(name="update")
+def update_flow(
+    scored: str,
+    config: UpdateStageConfig = UpdateStageConfig(),  # noqa: B008
+    out_dir: str = "runs/update",
+) -> str:
+    """One policy update on scored rollouts (the ``rl`` flow runs sample, score and update in
+    a loop; this is its update alone)."""
+    with stage_worker(_worker_log(out_dir)):
+        return update_task(_validated(config, UpdateStageConfig), scored, out_dir)
+
+
 @flow(name="mine-and-dpo")
 def mine_and_dpo_flow(
     scored: str,
@@ -309,6 +330,7 @@ STAGE_FLOWS = (
     sample_flow,
     score_flow,
     rl_flow,
+    update_flow,
     mine_and_dpo_flow,
     evaluate_flow,
 )

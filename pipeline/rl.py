@@ -173,8 +173,16 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             )
         metrics = {"iteration": iteration, **summarize(scored), **update_metrics}
         target = iteration_dir(out_dir, iteration)
+        manifest = checkpoints.CheckpointManifest(
+            stage=f"rl-{config.update.algorithm}",
+            version=f"iteration-{iteration:04d}",
+            parent=parent,
+            config=config.model_dump(mode="json"),
+            data=data,
+            metrics=metrics,
+        )
         with phases("save"):
-            _publish(updater, tokenizer, target, config, parent, data, metrics, iteration)
+            _publish(updater, tokenizer, target, manifest, iteration)
         with phases("refresh"):
             expected = trainer_probe_logprobs(updater.policy, vocab_size)
             metrics["refresh_probe_diff"] = sampler.refresh(target, expected)
@@ -193,6 +201,72 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
     return iteration_dir(out_dir, config.iterations)
 
 
+class UpdateStageConfig(BaseModel):
+    """One policy update on scored rollouts: the RL loop's update as a stage of its own (when
+    sampling and scoring run elsewhere, or to replay a rollouts file)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: ModelConfig = Field(
+        default_factory=ModelConfig,
+        description="the policy that sampled the rollouts; an RL checkpoint continues its "
+        "optimizer, KL controller and RNG state",
+    )
+    update: UpdateConfig = Field(default_factory=UpdateConfig)
+    seed: int = 0
+
+
+def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
+    """One update of ``config.model`` on a scored rollouts Parquet file; the new checkpoint is
+    published in ``out_dir`` (reused when it is already there for this config)."""
+    from datasets import Dataset
+
+    from codepost.pipeline.training import already_published
+
+    stage = f"update-{config.update.algorithm}"
+    out_dir = Path(out_dir)
+    if already_published(out_dir, stage, config):
+        return out_dir
+    rows = Dataset.from_parquet(str(scored)).to_list()
+    if "reward" not in (rows[0] if rows else {}):
+        raise ValueError(f"{scored}: no scored rollouts (score them first: the score stage)")
+    kept = [row for row in rows if not row["excluded"]]
+    if not kept:
+        raise ValueError(f"{scored}: every row is excluded (sandbox errors): nothing to learn")
+    torch.manual_seed(config.seed)
+    parent = config.model.resolve()
+    tokenizer = load_tokenizer(config.model)
+    policy = load_causal_lm(config.model)
+    critic = ValueModel.from_policy(policy) if config.update.algorithm == "ppo" else None
+    needs_reference = config.update.kl_in != "none" and not config.model.lora_r
+    updater = PolicyUpdater(
+        config.update,
+        policy,
+        model_config=config.model,
+        ref_model=load_causal_lm(config.model) if needs_reference else None,
+        critic=critic,
+    )
+    state = Path(parent) / TRAINER_STATE
+    if state.is_file():
+        _load_trainer_state(updater, state)
+    version = max(int(row.get("policy_version") or 0) for row in kept) + 1
+    metrics = {
+        **summarize(rows),
+        **updater.update(collate_rollouts(kept, pad_token_id=tokenizer.pad_token_id)),
+    }
+    manifest = checkpoints.CheckpointManifest(
+        stage=stage,
+        version=f"policy-{version:04d}",
+        parent=parent,
+        config=config.model_dump(mode="json"),
+        data={"rollouts": checkpoints.sha256_file(Path(scored))},
+        metrics=metrics,
+    )
+    _publish(updater, tokenizer, out_dir, manifest, version)
+    log.info("update %s on %d rollouts: %s", stage, len(kept), out_dir)
+    return out_dir
+
+
 def _save_rollouts(rows: list[dict[str, Any]], path: Path) -> None:
     from datasets import Dataset
 
@@ -204,27 +278,16 @@ def _publish(
     updater: PolicyUpdater,
     tokenizer: Any,
     target: Path,
-    config: RLConfig,
-    parent: str,
-    data: dict[str, str],
-    metrics: dict[str, Any],
-    iteration: int,
+    manifest: checkpoints.CheckpointManifest,
+    policy_version: int,
 ) -> None:
-    """The iteration's checkpoint: the policy (LoRA merged) and the state to continue from."""
-    manifest = checkpoints.CheckpointManifest(
-        stage=f"rl-{config.update.algorithm}",
-        version=f"iteration-{iteration:04d}",
-        parent=parent,
-        config=config.model_dump(mode="json"),
-        data=data,
-        metrics=metrics,
-    )
+    """A checkpoint of the policy (LoRA merged) and the state to continue from."""
 
     def write(folder: Path) -> None:
         checkpoints.write_model(folder, updater.policy, tokenizer)
         torch.save(
             {
-                "policy_version": iteration,
+                "policy_version": policy_version,
                 "optimizer": updater.optimizer.state_dict(),
                 "kl_coef": updater.kl_controller.value,
                 "generator": updater.generator.get_state(),

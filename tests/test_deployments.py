@@ -72,7 +72,7 @@ def served(tmp_path_factory):
             home / "server.log",
         )
         serving = _start([codepost, "serve", "--cron", "*/5 * * * *"], env, home / "serve.log")
-        _wait(lambda: _deployment_count(api) >= 7, 240, home / "serve.log")
+        _wait(lambda: _deployment_count(api) >= 8, 240, home / "serve.log")
         yield api, env, home, serving.pid
     finally:
         if serving is not None:

@@ -82,6 +82,14 @@ def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_c
     assert base_eval == result["evaluations"]["base"]  # the base evaluation was reused
     assert json.loads(Path(f"{run_dir}/rl/eval/evaluation.json").read_text()) != eval_before
 
+    from codepost.flows.post_train import update_flow
+    from codepost.pipeline.checkpoints import read_manifest
+
+    update = {"model": {"name_or_path": result["checkpoint"]}, "update": {"lr": 1e-2}}
+    updated = update_flow(f"{run_dir}/rl/rollouts/iteration-0003.parquet", update, f"{run_dir}/u")
+    assert read_manifest(Path(updated)).version == "policy-0003"
+    assert "update" in Path(f"{run_dir}/logs/u-stage-worker.log").read_text()  # its output
+
 
 def test_invalid_parameters_are_refused_naming_the_field(prefect_api):
     from codepost.flows.post_train import post_train

@@ -7,12 +7,21 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from engines import TEST_ENGINE, saved_tiny_model
+from safetensors.torch import load_file
 
 from codepost.pipeline import checkpoints
 from codepost.pipeline.data import ProblemSet
 from codepost.pipeline.policy_update import UpdateConfig
-from codepost.pipeline.rl import METRICS_FILE, RLConfig, iteration_dir, run_rl
+from codepost.pipeline.rl import (
+    METRICS_FILE,
+    RLConfig,
+    UpdateStageConfig,
+    iteration_dir,
+    run_rl,
+    run_update,
+)
 from codepost.pipeline.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.scoring import ScoreConfig
 from codepost.verifiers import RewardConfig
@@ -70,6 +79,23 @@ def test_iterations_publish_checkpoints_and_a_rerun_resumes_after_the_last_one(
     assert checkpoints.read_manifest(iteration_dir(out, 3)).parent == str(iteration_dir(out, 2))
     for i in (1, 2, 3):
         assert checkpoints.verify(iteration_dir(out, i)) == []
+
+    # The update stage alone, on iteration 2's rollouts from iteration 1, is iteration 2.
+    from_first = tiny_model.model_copy(update={"name_or_path": str(iteration_dir(out, 1))})
+    replayed = run_update(
+        UpdateStageConfig(model=from_first, update=config.update),
+        out / "rollouts" / "iteration-0002.parquet",
+        tmp_path / "update",
+    )
+    manifest = checkpoints.read_manifest(replayed)
+    assert (manifest.stage, manifest.version) == ("update-grpo", "policy-0002")
+    assert checkpoints.verify(replayed) == []
+    weights = [
+        load_file(folder / "model.safetensors") for folder in (replayed, iteration_dir(out, 2))
+    ]
+    assert weights[0].keys() == weights[1].keys()
+    for name, tensor in weights[0].items():
+        assert torch.allclose(tensor, weights[1][name], atol=1e-6), name
 
 
 @pytest.mark.slow
