@@ -4,8 +4,8 @@ the sampling engine stays warm between them, in a session of its own.
 Everything the worker and its children (the vLLM engine's processes) write goes to a log file
 that is forwarded line by line to the task run's logs. Stopping the worker (the run ends, is
 cancelled, times out or is interrupted) kills its whole process group; the worker also dies with
-the flow run's process, even one killed with SIGKILL. Docker sandboxes stop with the worker:
-their supervisors end when its sockets close.
+the flow run's process, even one killed with SIGKILL. The worker closes its sandbox pool
+when it ends; the containers of a killed one are removed by the next pool that starts.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ update.
 
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 from collections import Counter
@@ -56,6 +57,8 @@ def get_pool(workers: int) -> SandboxPool:
         if pool is None:
             pool = SandboxPool(PoolConfig(size=workers))
             pool.start()  # SandboxUnavailable names the Docker host now, not per sample
+            if not _POOLS:
+                atexit.register(close_pools)  # containers outlive a process that forgets them
             _POOLS[workers] = pool
         return pool
 

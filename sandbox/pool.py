@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import queue
 import secrets
 import socket
@@ -90,6 +91,31 @@ def _connect(host: str | None) -> docker.DockerClient:
     return client
 
 
+OWNER_LABEL = "codepost.owner"
+_OWNER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _remove_orphans(client: docker.DockerClient) -> None:
+    """Remove the containers of pools whose process died on this host (killed, crashed): a
+    container keeps running after its owner is gone. Other hosts' and live pools' are kept."""
+    client.containers.prune(filters={"label": "codepost.sandbox"})  # the stopped ones
+    for container in client.containers.list(filters={"label": OWNER_LABEL}):
+        host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
+        if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(docker.errors.DockerException):
+                container.remove(force=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class _Container:
     """One warm container and the attached stream to its supervisor."""
 
@@ -125,7 +151,7 @@ class _Container:
                     "kernel.sem": "0 0 0 0",
                     "fs.mqueue.queues_max": "0",
                 },
-                labels={"codepost.sandbox": "1"},
+                labels={"codepost.sandbox": "1", OWNER_LABEL: _OWNER},
             )
         except docker.errors.ImageNotFound as exc:
             raise SandboxUnavailable(
@@ -215,8 +241,7 @@ class SandboxPool:
             hosts = self.config.docker_hosts or (None,)
             self._clients = [_connect(host) for host in hosts]
             for client in self._clients:
-                # containers of pools whose process died (an engine restart stops them)
-                client.containers.prune(filters={"label": "codepost.sandbox"})
+                _remove_orphans(client)
                 try:
                     client.images.get(self.config.image)
                 except docker.errors.ImageNotFound as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 
@@ -224,3 +225,29 @@ def test_honest_programs_can_use_threads_under_the_default_limits(sandbox_pool):
         program=program, judge=JudgeSpec(setup="f = __remote__('f')", tests=("assert f(24) == 24",))
     )
     assert passed(sandbox_pool.run(job)) == [True]
+
+
+def test_the_containers_of_a_killed_process_are_removed_by_the_next_pool():
+    import signal
+    import subprocess
+    import sys
+
+    code = (
+        "from codepost.sandbox import PoolConfig, SandboxPool\n"
+        "pool = SandboxPool(PoolConfig(size=1)).start()\n"
+        "print('ready', flush=True)\n"
+        "import time; time.sleep(300)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout.readline().strip() == "ready"
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        client = docker.from_env()
+        label = f"codepost.owner={socket.gethostname()}:{owner.pid}"
+        assert len(client.containers.list(filters={"label": label})) == 1  # left running
+        with SandboxPool(PoolConfig(size=1)):
+            assert client.containers.list(filters={"label": label}) == []
+    finally:
+        if owner.poll() is None:
+            owner.kill()
