@@ -139,12 +139,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
     for _ in range(start):  # the schedule continues where it was
         next(schedule)
     policy = load_causal_lm(config.model.model_copy(update={"name_or_path": parent}))
-    critic = ValueModel.from_policy(policy) if config.update.algorithm == "ppo" else None
-    needs_reference = config.update.kl_in != "none" and not config.model.lora_r
-    reference = load_causal_lm(config.model) if needs_reference else None
-    updater = PolicyUpdater(
-        config.update, policy, model_config=config.model, ref_model=reference, critic=critic
-    )
+    updater = _updater(config.update, config.model, policy)
     if start:
         _load_trainer_state(updater, Path(parent) / TRAINER_STATE)
         log.info("resuming after iteration %d (%s)", start, parent)
@@ -236,16 +231,7 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     torch.manual_seed(config.seed)
     parent = config.model.resolve()
     tokenizer = load_tokenizer(config.model)
-    policy = load_causal_lm(config.model)
-    critic = ValueModel.from_policy(policy) if config.update.algorithm == "ppo" else None
-    needs_reference = config.update.kl_in != "none" and not config.model.lora_r
-    updater = PolicyUpdater(
-        config.update,
-        policy,
-        model_config=config.model,
-        ref_model=load_causal_lm(config.model) if needs_reference else None,
-        critic=critic,
-    )
+    updater = _updater(config.update, config.model, load_causal_lm(config.model))
     state = Path(parent) / TRAINER_STATE
     if state.is_file():
         _load_trainer_state(updater, state)
@@ -265,6 +251,15 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     _publish(updater, tokenizer, out_dir, manifest, version)
     log.info("update %s on %d rollouts: %s", stage, len(kept), out_dir)
     return out_dir
+
+
+def _updater(update: UpdateConfig, model: ModelConfig, policy: torch.nn.Module) -> PolicyUpdater:
+    """The updater of ``policy``: a critic for PPO, and ``model`` as the frozen reference when
+    the KL needs one (with LoRA the reference is the policy without its adapter)."""
+    critic = ValueModel.from_policy(policy) if update.algorithm == "ppo" else None
+    needs_reference = update.kl_in != "none" and not model.lora_r
+    reference = load_causal_lm(model) if needs_reference else None
+    return PolicyUpdater(update, policy, model_config=model, ref_model=reference, critic=critic)
 
 
 def _save_rollouts(rows: list[dict[str, Any]], path: Path) -> None:
