@@ -63,12 +63,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, args.run_dir)
         fan_out = FanOut(task_runner=args.task_runner, workers=args.fan_out_workers)
+        config.model.resolve()  # a missing model is found before Prefect starts
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost run: invalid settings[/red]: {exc}")
         return EXIT_BAD_INPUT
     from codepost.flows.post_train import post_train
 
-    result = post_train(config, fan_out)
+    state = post_train(config, fan_out, return_state=True)
+    if not state.is_completed():  # Prefect has logged the traceback
+        err.print(
+            f"[red]codepost run: {state.message}[/red]\nFinished stages are kept in "
+            f"{config.run_dir}: the same command resumes after the last one."
+        )
+        return 1
+    result = state.result()
     from rich.table import Table
 
     from codepost.pipeline.post_train import pass_at_1_rows

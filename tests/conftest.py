@@ -1,4 +1,5 @@
-"""Shared fixtures: one warm sandbox pool per test session for the Docker tests."""
+"""Shared fixtures: one warm sandbox pool per test session for the Docker tests, a Prefect API
+per module for the flow tests."""
 
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ def sandbox_pool():
         pytest.fail(f"the Docker sandbox is required for this test: {exc}")
     yield pool
     pool.close()
+
+
+@pytest.fixture(scope="module")
+def prefect_api():
+    """A real, temporary Prefect server (its own database) for the module's flow runs."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,14 +22,6 @@ from codepost.verifiers import RewardConfig
 HF = EngineConfig(backend="hf")
 
 
-@pytest.fixture(scope="module")
-def prefect_api():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 @pytest.fixture
 def tiny_config(tmp_path):
     problems = ProblemSet(limit=3)

@@ -1,0 +1,54 @@
+"""`codepost run` on bad input: settings it cannot use are refused before Prefect starts, naming
+what is wrong (exit 2); a stage that fails ends the run with its error and how to resume
+(exit 1) instead of raising out of the command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from engines import saved_tiny_model
+
+from codepost.flows import cli
+from codepost.flows.commands import EXIT_BAD_INPUT
+
+
+def _config(tmp_path: Path, settings: object) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"run_dir": "x", "learning_rate": 1e-5}, "learning_rate"),
+        ({"rl": {"iterations": 0}}, "rl.iterations"),
+        ({"model": {"name_or_path": "/nonexistent/model"}}, "'/nonexistent/model'"),
+        (["sft", "rl"], "expected a mapping"),
+    ],
+)
+def test_settings_it_cannot_use_are_refused_naming_the_problem(tmp_path, capsys, settings, named):
+    argv = ["run", "--config", _config(tmp_path, settings), "--run-dir", str(tmp_path / "run")]
+    assert cli.main(argv) == EXIT_BAD_INPUT
+    assert named in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "run").exists()  # refused before anything started
+
+
+def test_a_failing_stage_ends_the_run_with_its_error_and_how_to_resume(
+    prefect_api, tmp_path, capsys
+):
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text('{"task_id": "broken", "prompt": \n')
+    settings = {
+        "model": {"name_or_path": saved_tiny_model(tmp_path / "tiny").name_or_path},
+        "stages": [],
+        "evaluation": {"problems": {"source": str(problems)}, "engine": {"backend": "hf"}},
+    }
+    run_dir = tmp_path / "run"
+    argv = ["run", "--config", _config(tmp_path, settings), "--run-dir", str(run_dir)]
+    assert cli.main(argv) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert str(problems) in err, err
+    assert err.endswith(f"kept in {run_dir}: the same command resumes after the last one.")
