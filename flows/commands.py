@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-EXIT_BAD_INPUT = 2
+from codepost.pipeline.cli import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE
 
 
 def register_run(subparsers: Any) -> argparse.ArgumentParser:
@@ -67,6 +67,14 @@ def run(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost run: invalid settings[/red]: {exc}")
         return EXIT_BAD_INPUT
+    from codepost.pipeline.scoring import check_sandbox
+    from codepost.sandbox import SandboxUnavailable
+
+    try:
+        check_sandbox()  # every stage is scored or evaluated in the sandbox
+    except SandboxUnavailable as exc:
+        err.print(f"[red]codepost run: the sandbox is unavailable[/red]: {exc}")
+        return EXIT_SANDBOX_UNAVAILABLE
     from codepost.flows.post_train import post_train
 
     state = post_train(config, fan_out, return_state=True)

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from codepost.pipeline.data import ProblemSet, load_problem_set
-from codepost.sandbox import Limits, PoolConfig, SandboxPool
+from codepost.sandbox import Limits, PoolConfig, SandboxPool, connect_hosts
 from codepost.verifiers import Problem, RewardConfig, Verdict, VerdictStatus, Verifier
 
 SCORE_COLUMNS = ("reward", "passed", "status", "pass_fraction", "excluded")
@@ -61,6 +61,13 @@ def get_pool(workers: int) -> SandboxPool:
                 atexit.register(close_pools)  # containers outlive a process that forgets them
             _POOLS[workers] = pool
         return pool
+
+
+def check_sandbox() -> None:
+    """Raise :class:`SandboxUnavailable` now if scoring could not run (no Docker engine, no
+    sandbox image), rather than after the samples it would score were generated."""
+    for client in connect_hosts(PoolConfig()):
+        client.close()
 
 
 def close_pools() -> None:

@@ -6,6 +6,7 @@ from .pool import (
     PoolConfig,
     SandboxPool,
     SandboxUnavailable,
+    connect_hosts,
     run_in_fresh_container,
 )
 
@@ -21,5 +22,6 @@ __all__ = [
     "SandboxPool",
     "SandboxUnavailable",
     "TestOutcome",
+    "connect_hosts",
     "run_in_fresh_container",
 ]

@@ -79,7 +79,7 @@ class PoolConfig:
 
 
 def _connect(host: str | None) -> docker.DockerClient:
-    where = host or "the default Docker host (DOCKER_HOST or /var/run/docker.sock)"
+    where = host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
         client = docker.DockerClient(base_url=host) if host else docker.from_env()
         client.ping()
@@ -89,6 +89,21 @@ def _connect(host: str | None) -> docker.DockerClient:
             "(scripts/setup.sh installs and starts it)"
         ) from exc
     return client
+
+
+def connect_hosts(config: PoolConfig) -> list[docker.DockerClient]:
+    """A client for each Docker host of ``config``, each reachable and holding the sandbox
+    image; :class:`SandboxUnavailable` names the host and what is missing."""
+    clients = [_connect(host) for host in config.docker_hosts or (None,)]
+    for client in clients:
+        try:
+            client.images.get(config.image)
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxUnavailable(
+                f"the sandbox image {config.image!r} is not on the Docker host "
+                f"{client.api.base_url}: build it with scripts/setup.sh"
+            ) from exc
+    return clients
 
 
 OWNER_LABEL = "codepost.owner"
@@ -238,17 +253,9 @@ class SandboxPool:
                 return self
             if self._closed:
                 raise RuntimeError("the pool is closed")
-            hosts = self.config.docker_hosts or (None,)
-            self._clients = [_connect(host) for host in hosts]
+            self._clients = connect_hosts(self.config)
             for client in self._clients:
                 _remove_orphans(client)
-                try:
-                    client.images.get(self.config.image)
-                except docker.errors.ImageNotFound as exc:
-                    raise SandboxUnavailable(
-                        f"the sandbox image {self.config.image!r} is not on the Docker host "
-                        f"{client.api.base_url}: build it with scripts/setup.sh"
-                    ) from exc
             ready: queue.Queue = queue.Queue()
             for index in range(self.config.size):
                 client = self._clients[index % len(self._clients)]

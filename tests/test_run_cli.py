@@ -11,7 +11,7 @@ import yaml
 from engines import saved_tiny_model
 
 from codepost.flows import cli
-from codepost.flows.commands import EXIT_BAD_INPUT
+from codepost.flows.commands import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE
 
 
 def _config(tmp_path: Path, settings: object) -> str:
@@ -52,3 +52,12 @@ def test_a_failing_stage_ends_the_run_with_its_error_and_how_to_resume(
     err = " ".join(capsys.readouterr().err.split())
     assert str(problems) in err, err
     assert err.endswith(f"kept in {run_dir}: the same command resumes after the last one.")
+
+
+def test_a_dead_docker_engine_is_named_before_anything_starts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")  # nothing listens there
+    argv = ["run", "--config", _config(tmp_path, {"stages": []}), "--run-dir", str(tmp_path / "r")]
+    assert cli.main(argv) == EXIT_SANDBOX_UNAVAILABLE
+    err = " ".join(capsys.readouterr().err.split())
+    assert "cannot reach the Docker engine" in err and "127.0.0.1:9" in err, err
+    assert not (tmp_path / "r").exists()
