@@ -51,12 +51,20 @@ def load_config(path: Path | None, run_dir: str | None) -> Any:
     return config.model_copy(update={"run_dir": run_dir}) if run_dir else config
 
 
+def _route_logs() -> None:
+    """Before prefect and trl load: codepost's loggers reach the flow run's logs, and vLLM keeps
+    its INFO lines (engine settings, KV cache size), which importing TRL turns to ERROR in this
+    process and in the stage workers it starts. Settings the user made win."""
+    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "codepost")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")
+
+
 def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
     from rich.console import Console
 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "codepost")  # before prefect loads
+    _route_logs()
     from codepost.flows.task_runners import FanOut
 
     err = Console(stderr=True)
@@ -133,7 +141,7 @@ def serve(args: argparse.Namespace) -> int:
             "PREFECT_API_URL=http://127.0.0.1:4200/api"
         )
         return EXIT_BAD_INPUT
-    os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "codepost")
+    _route_logs()
     from codepost.flows.serve import serve_forever
 
     serve_forever(args.cron, args.timezone, args.accelerator_slots)

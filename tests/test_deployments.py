@@ -197,6 +197,8 @@ print(run.id)
         300,
         Path("/dev/null"),
     )
+    # and its INFO log lines too (importing TRL would silence them; `codepost serve` keeps them)
+    assert any("Initializing a V1 LLM engine" in m for m in _logs(api, run_id))
     started = _processes_of(run_id, serve_pid)
     assert any("EngineCore" in " ".join(p.cmdline()) for p in started), started
     assert _state(api, run_id) == "RUNNING"
