@@ -12,14 +12,21 @@ forms; they are validated again when the flow starts (the UI cannot run validato
 
 from __future__ import annotations
 
+import base64
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from codepost.flows.stage_worker import StageWorkerDied, in_stage_worker, stage_worker
+from codepost.flows.stage_worker import (
+    StageWorkerDied,
+    in_stage_worker,
+    line_level,
+    stage_worker,
+)
 from codepost.flows.task_runners import FanOut
 from codepost.pipeline.data import ProblemSet
 from codepost.pipeline.dpo import DPOResult, DPOStageConfig, run_dpo
@@ -32,7 +39,7 @@ from codepost.pipeline.post_train import (
     with_checkpoint,
     write_report,
 )
-from codepost.pipeline.rl import RLConfig, UpdateStageConfig, run_rl, run_update
+from codepost.pipeline.rl import CURVES_FILE, RLConfig, UpdateStageConfig, run_rl, run_update
 from codepost.pipeline.sampling import SampleStageConfig, WeightSyncError, run_sample
 from codepost.pipeline.scoring import (
     ScoreConfig,
@@ -81,7 +88,8 @@ stage_task = task(
 
 def _in_worker(function: Any, *args: Any) -> Any:
     """``function(*args)`` in the flow run's stage worker, its output in this task run's logs."""
-    return in_stage_worker(function, *args, forward=get_run_logger().info)
+    log = get_run_logger()
+    return in_stage_worker(function, *args, forward=lambda line: log.log(line_level(line), line))
 
 
 @stage_task(name="sft", tags=[ACCELERATOR])
@@ -94,12 +102,13 @@ def sft_task(config: SFTStageConfig, out_dir: str) -> str:
 @stage_task(name="rl", tags=[ACCELERATOR])
 def rl_task(config: RLConfig, out_dir: str) -> str:
     checkpoint = str(_in_worker(run_rl, config, Path(out_dir)))
-    curve = Path(out_dir) / "reward_curve.png"
-    create_markdown_artifact(
+    summary = (
         f"# RL ({config.update.algorithm})\n\nLast checkpoint: `{checkpoint}`\n\n"
-        f"Reward curve: `{curve}`\n\nMetrics per iteration: `{Path(out_dir) / 'metrics.jsonl'}`",
-        key="rl-summary",
-        description="the RL stage",
+        f"Metrics per iteration: `{Path(out_dir) / 'metrics.jsonl'}`\n\n"
+        f"![reward curve]({CURVES_FILE})"
+    )
+    create_markdown_artifact(
+        _with_plots_inlined(summary, Path(out_dir)), key="rl-summary", description="the RL stage"
     )
     return checkpoint
 
@@ -183,6 +192,20 @@ def create_link_artifact_for(stage: str, checkpoint: str) -> None:
     )
 
 
+def _with_plots_inlined(markdown: str, folder: Path) -> str:
+    """The UI cannot read this machine's files: each PNG that ``markdown`` shows (relative to
+    ``folder``) is embedded as a data URI, with the file's path under it."""
+
+    def inline(match: re.Match[str]) -> str:
+        alt, path = match[1], (folder / match[2]).resolve()
+        if not path.is_file():
+            return f"{alt}: `{path}` (not written)"
+        data = base64.b64encode(path.read_bytes()).decode()
+        return f"![{alt}](data:image/png;base64,{data})\n\n`{path}`"
+
+    return re.sub(r"!\[([^\]]*)\]\(([^)]+\.png)\)", inline, markdown)
+
+
 def _validated(config: Any, kind: type) -> Any:
     """The UI sends plain data and cannot run validators: validate here, naming the problem."""
     return kind.model_validate(config if isinstance(config, dict) else config.model_dump())
@@ -245,10 +268,10 @@ def _post_train(config: PostTrainConfig, fan_out: FanOut) -> dict[str, Any]:
             checkpoint = str(result.checkpoint)
         evaluate(stage, checkpoint)
     report = write_report(run_dir, evaluations)
-    # The UI cannot show local files: the plots become links to where they are.
-    markdown = report.read_text().replace("![", "[").replace("](", f"]({run_dir.resolve()}/")
     create_markdown_artifact(
-        markdown, key="post-train-report", description=f"{run_dir}: pass@1 per stage"
+        _with_plots_inlined(report.read_text(), run_dir),
+        key="post-train-report",
+        description=f"{run_dir}: pass@1 per stage",
     )
     create_table_artifact(pass_at_1_rows(evaluations), key="pass-at-1-per-stage")
     return {"checkpoint": checkpoint, "report": str(report), "evaluations": evaluations}

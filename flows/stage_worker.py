@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -195,6 +196,16 @@ def stage_worker(log_path: Path) -> Iterator[None]:
         scope, _scope = _scope, outer
         if scope.worker is not None:
             scope.worker.stop()
+
+
+# The worker logs "LEVEL name: message"; vLLM's processes "(EngineCore pid=7) LEVEL 11-23 ...".
+_LEVEL_AT_START = re.compile(r"(?:\(\w+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+
+
+def line_level(line: str) -> int:
+    """The logging level a forwarded line was logged at; INFO for raw output (progress bars)."""
+    match = _LEVEL_AT_START.match(line)
+    return logging.getLevelName(match[1]) if match else logging.INFO
 
 
 def in_stage_worker(

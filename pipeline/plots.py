@@ -17,11 +17,13 @@ def plot_curves(
     title: str,
 ) -> Path:
     """One panel per entry of ``panels`` (panel title -> metric names), each metric of ``rows``
-    against ``x``; missing or NaN values are gaps, not zeros."""
+    against ``x`` (numbers, or names such as stages, shown in order); missing or NaN values are
+    gaps, not zeros."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display here, none needed on servers
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
     for ax, (panel, names) in zip(axes[0], panels.items(), strict=True):
@@ -36,6 +38,8 @@ def plot_curves(
                 ax.plot(xs, ys, marker="o", label=name)
         ax.set_title(panel)
         ax.set_xlabel(x)
+        if all(isinstance(row.get(x), int) for row in rows):  # iterations, steps: no 1.5
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)

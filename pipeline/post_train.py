@@ -122,15 +122,11 @@ def write_report(run_dir: Path, evaluations: dict[str, dict[str, Any]]) -> Path:
     """``report.md`` (the pass@1 table, links to checkpoints and plots) and ``pass_at_1.png``."""
     rows = pass_at_1_rows(evaluations)
     plot_curves(
-        [{**row, "index": i} for i, row in enumerate(rows)],
+        rows,
         run_dir / PASS_PLOT_FILE,
-        x="index",
-        panels={
-            "greedy pass@1 per stage (" + ", ".join(r["stage"] for r in rows) + ")": [
-                "greedy pass@1"
-            ]
-        },
-        title="pass@1 after each stage",
+        x="stage",
+        panels={"greedy pass@1": ["greedy pass@1"]},
+        title=f"pass@1 after each stage ({rows[0]['problems']} problems)",
     )
     lines = [
         "# Post-training run",

@@ -4,6 +4,7 @@ it started with it when a call is interrupted or the flow run's process is kille
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from worker_functions import draw_progress, fail, spawn_and_wait, speak
+from worker_functions import draw_progress, fail, log_at_levels, spawn_and_wait, speak
 
-from codepost.flows.stage_worker import StageWorker, in_stage_worker, stage_worker
+from codepost.flows.stage_worker import StageWorker, in_stage_worker, line_level, stage_worker
 
 
 def _gone(pid: int) -> bool:
@@ -43,6 +44,18 @@ def test_output_of_the_worker_and_its_children_is_forwarded(tmp_path):
     assert lines.count("worker says hello") == 1  # each line once, across calls
     assert "child says again" in lines
     assert "child says again" in (tmp_path / "worker.log").read_text()
+
+
+def test_forwarded_lines_keep_the_level_they_were_logged_at(tmp_path):
+    lines: list[str] = []
+    with stage_worker(tmp_path / "worker.log"):
+        in_stage_worker(log_at_levels, forward=lines.append)
+    levels = {line: logging.getLevelName(line_level(line)) for line in lines}
+    assert levels == {
+        "WARNING codepost.test: careful": "WARNING",
+        "(EngineCore pid=7) ERROR 11-23 22:01:14 [core.py:1] engine failed": "ERROR",
+        "Processed prompts: 100%": "INFO",
+    }
 
 
 def test_a_progress_bar_shows_while_it_is_drawn_and_its_last_state_once_done(tmp_path, monkeypatch):

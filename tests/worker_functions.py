@@ -24,6 +24,16 @@ def draw_progress(steps: int) -> None:
     print()
 
 
+def log_at_levels() -> None:
+    """A warning through logging (as the stages log), an error as vLLM's processes print them,
+    and raw output."""
+    import logging
+
+    logging.getLogger("codepost.test").warning("careful")
+    print("(EngineCore pid=7) ERROR 11-23 22:01:14 [core.py:1] engine failed", flush=True)
+    print("Processed prompts: 100%", flush=True)
+
+
 def fail(message: str) -> None:
     raise ValueError(message)
 
