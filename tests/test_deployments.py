@@ -55,8 +55,10 @@ def served(tmp_path_factory):
     home = tmp_path_factory.mktemp("prefect")
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
+    # A shell's environment: importing TRL in this test process set VLLM_LOGGING_LEVEL=ERROR.
+    shell = {k: v for k, v in os.environ.items() if k != "VLLM_LOGGING_LEVEL"}
     env = {
-        **os.environ,
+        **shell,
         "PREFECT_HOME": str(home),
         "PREFECT_API_URL": api,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
