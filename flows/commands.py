@@ -83,8 +83,10 @@ def run(args: argparse.Namespace) -> int:
     except SandboxUnavailable as exc:
         err.print(f"[red]codepost run: the sandbox is unavailable[/red]: {exc}")
         return EXIT_SANDBOX_UNAVAILABLE
+    from codepost.flows.ephemeral import start_ephemeral_server
     from codepost.flows.post_train import post_train
 
+    start_ephemeral_server()  # stopped with this process, even a SIGKILLed one
     state = post_train(config, fan_out, return_state=True)
     if not state.is_completed():  # Prefect has logged the traceback
         err.print(

@@ -1,11 +1,18 @@
-"""`codepost run` on bad input: settings it cannot use are refused before Prefect starts, naming
+"""`codepost run` when things go wrong: settings it cannot use are refused before Prefect starts, naming
 what is wrong (exit 2); a stage that fails ends the run with its error and how to resume
-(exit 1) instead of raising out of the command."""
+(exit 1) instead of raising out of the command; a killed run leaves no Prefect server behind."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from engines import saved_tiny_model
@@ -61,3 +68,52 @@ def test_a_dead_docker_engine_is_named_before_anything_starts(tmp_path, capsys, 
     err = " ".join(capsys.readouterr().err.split())
     assert "cannot reach the Docker engine" in err and "127.0.0.1:9" in err, err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.docker
+def test_a_killed_run_takes_its_ephemeral_prefect_server_with_it(tmp_path):
+    """Prefect stops its ephemeral server at a normal exit only; SIGKILL the run instead."""
+    settings = {
+        "model": {"name_or_path": saved_tiny_model(tmp_path / "tiny").name_or_path},
+        "stages": [],
+        "evaluation": {"problems": {"limit": 2}, "prompt_style": "continuation",
+                       "max_tokens": 8, "engine": {"backend": "hf"}},
+    }  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # ephemeral mode
+    env["PREFECT_HOME"] = str(tmp_path / "prefect")
+    codepost = str(Path(sys.executable).parent / "codepost")
+    argv = [
+        codepost,
+        "run",
+        "--config",
+        _config(tmp_path, settings),
+        "--run-dir",
+        str(tmp_path / "run"),
+    ]
+    with (tmp_path / "run.log").open("w") as log:
+        run = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)  # fmt: skip
+    try:
+        _wait_for_child(run, "codepost.flows.stage_worker", timeout=120)  # the run is under way
+        server = _wait_for_child(run, "uvicorn", timeout=1)
+        os.kill(run.pid, signal.SIGKILL)
+        run.wait()
+        deadline = time.monotonic() + 20
+        while server.is_running() and server.status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the ephemeral server outlived the killed run"
+            time.sleep(0.2)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+
+
+def _wait_for_child(process: subprocess.Popen, name: str, timeout: float) -> psutil.Process:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"the run ended (exit {process.returncode}) first"
+        for child in psutil.Process(process.pid).children():
+            with contextlib.suppress(psutil.Error):
+                if name in " ".join(child.cmdline()):
+                    return child
+        time.sleep(0.2)
+    raise AssertionError(f"no {name} child after {timeout} s")
