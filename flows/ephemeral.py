@@ -9,7 +9,6 @@ took over a reused pid.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ from typing import Any
 
 import psutil
 
-_PR_SET_PDEATHSIG = 1
+from codepost.flows.stage_worker import signal_on_parent_death
 
 
 def start_ephemeral_server() -> Any | None:
@@ -46,7 +45,7 @@ def start_ephemeral_server() -> Any | None:
 def _guard(server_pid: int, server_started: float, run_pid: int) -> None:
     """Wait for the run's process to die, then stop the server if it is still the same one."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    signal_on_parent_death(signal.SIGTERM)
     if os.getppid() == run_pid:  # else the run died before prctl took effect
         signal.sigwait({signal.SIGTERM})
     try:

@@ -40,6 +40,13 @@ def _kill_own_group(signum: int, frame: Any) -> None:
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
+def signal_on_parent_death(signum: int) -> None:
+    """Have the kernel send ``signum`` to this process when its parent dies, even by SIGKILL
+    (Linux; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signum)
+
+
 def _picklable(exc: BaseException) -> BaseException:
     try:
         pickle.loads(pickle.dumps(exc))
@@ -50,8 +57,7 @@ def _picklable(exc: BaseException) -> BaseException:
 
 def _serve(connection: Connection, parent_pid: int) -> None:
     """The worker's loop: run ``(function, args)`` requests until the connection closes."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)  # die with the flow run
+    signal_on_parent_death(signal.SIGTERM)  # die with the flow run
     if os.getppid() != parent_pid:  # the flow run died before prctl took effect
         return
     signal.signal(signal.SIGTERM, _kill_own_group)
