@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from codepost.pipeline.cli import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE
+from codepost.pipeline.cli import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE, stdout_console
 
 
 def register_run(subparsers: Any) -> argparse.ArgumentParser:
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             str(row["problems"]),
             row["checkpoint"],
         )
-    console = Console()
+    console = stdout_console()
     console.print(table)
     console.print(f"report: {result['report']}")
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -112,8 +113,9 @@ def evaluate(args: argparse.Namespace) -> int:
     except SandboxUnavailable as exc:
         err.print(f"[red]codepost evaluate: the sandbox is unavailable[/red]: {exc}")
         return EXIT_SANDBOX_UNAVAILABLE
-    print_table(results, Console())
-    Console().print(f"results: {args.output / 'evaluation.json'}")
+    console = stdout_console()
+    print_table(results, console)
+    console.print(f"results: {args.output / 'evaluation.json'}")
     errors = sum(results.get(run, {}).get("sandbox_errors", 0) for run in ("greedy", "sampled"))
     return EXIT_SANDBOX_ERRORS if errors else 0
 
@@ -168,6 +170,14 @@ def register_checkpoints(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def stdout_console() -> Any:
+    """Rich's console for tables on stdout: the terminal's width, or room for whole rows when
+    the output is piped or logged (rich would fold them into 80 columns)."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
 def checkpoints(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -175,11 +185,12 @@ def checkpoints(args: argparse.Namespace) -> int:
     from codepost.pipeline import registry
     from codepost.pipeline.checkpoints import verify
 
-    console, err = Console(), Console(stderr=True)
+    console, err = stdout_console(), Console(stderr=True)
     try:
         if args.action == "list":
             table = Table(title=f"checkpoints under {args.root}")
-            for column in ("version", "tags", "parent", "created", "key metrics"):
+            table.add_column("version", no_wrap=True)  # what `tag` and `verify` take
+            for column in ("tags", "parent", "created", "key metrics"):
                 table.add_column(column)
             for entry in registry.list_checkpoints(args.root):
                 table.add_row(

@@ -68,3 +68,9 @@ def test_the_command_verifies_and_reports_tampering(run, capsys):
     assert main(["checkpoints", "--root", str(run), "prune", "--keep-last", "0", "--dry-run"]) == 0
     assert "would delete 4" in capsys.readouterr().out
     assert main(["checkpoints", "--root", str(run), "show", "missing"]) == 2
+
+
+def test_the_command_lists_whole_version_names_when_piped(tmp_path, capsys):
+    publish_fake(tmp_path, "iteration-0001", "rl-grpo-with-a-long-stage-name", "2026-01-01")
+    assert main(["checkpoints", "--root", str(tmp_path), "list"]) == 0
+    assert "rl-grpo-with-a-long-stage-name/iteration-0001" in capsys.readouterr().out
