@@ -63,9 +63,10 @@ def with_checkpoint(config: StageConfig, model: ModelConfig, checkpoint: str) ->
 
 
 def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
-    """The README's main job: SmolLM2-135M on the CPU, small settings (about 20 minutes here):
-    SFT on 32 MBPP training references, 3 GRPO iterations on MBPP training problems, DPO on
-    pairs mined from fresh rollouts, greedy pass@1 on 32 HumanEval problems after each stage."""
+    """The README's main job: SmolLM2-135M on the CPU, small settings (about 10 minutes on 2
+    cores): SFT on 32 MBPP training references, 3 GRPO iterations on MBPP training problems,
+    DPO on pairs mined from fresh rollouts, greedy pass@1 on 32 HumanEval problems after each
+    stage."""
     from codepost.pipeline.policy_update import UpdateConfig
     from codepost.pipeline.sampling import SamplingConfig
     from codepost.pipeline.training import TrainingSettings
