@@ -13,14 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Any
 
 import psutil
 
 from codepost.flows.stage_worker import signal_on_parent_death
 
 
-def start_ephemeral_server() -> Any | None:
+def start_ephemeral_server() -> None:
     """Start the ephemeral server Prefect's client would start on first use (the same instance)
     and a guard that stops it when this process dies, however it dies. Nothing to do when
     ``PREFECT_API_URL`` names a server."""
@@ -28,7 +27,7 @@ def start_ephemeral_server() -> Any | None:
     from prefect.settings import PREFECT_API_URL
 
     if PREFECT_API_URL.value():
-        return None
+        return
     server = SubprocessASGIServer()
     server.start()
     pid = server.server_process.pid
@@ -39,7 +38,6 @@ def start_ephemeral_server() -> Any | None:
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # a Ctrl-C of the run reaches the run, not the guard
         )  # fmt: skip
-    return server
 
 
 def _guard(server_pid: int, server_started: float, run_pid: int) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import psutil
 import requests.exceptions
 
 from .api import CaseOutcome, ExecStatus, ExecutionResult, Job, TestOutcome
@@ -116,19 +117,9 @@ def _remove_orphans(client: docker.DockerClient) -> None:
     client.containers.prune(filters={"label": "codepost.sandbox"})  # the stopped ones
     for container in client.containers.list(filters={"label": OWNER_LABEL}):
         host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
-        if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+        if host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid)):
             with contextlib.suppress(docker.errors.DockerException):
                 container.remove(force=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class _Container:

@@ -16,6 +16,7 @@ import httpx
 import psutil
 import pytest
 from engines import TEST_ENGINE, saved_tiny_model
+from processes import gone, wait_until
 
 from codepost.pipeline.prompts import reference_answer
 
@@ -208,9 +209,8 @@ print(run.id)
     httpx.post(f"{api}/flow_runs/{run_id}/set_state", timeout=5,
                json={"state": {"type": "CANCELLING"}, "force": True})  # fmt: skip
     _wait(lambda: _state(api, run_id) == "CANCELLED", 120, Path("/dev/null"))
-    deadline = time.monotonic() + 30
-    while (alive := [p for p in started if _alive(p)]) and time.monotonic() < deadline:
-        time.sleep(1)
+    wait_until(lambda: all(gone(p.pid) for p in started), 30)
+    alive = [p for p in started if not gone(p.pid)]
     assert not alive, [" ".join(p.cmdline())[:200] for p in alive]
 
 
@@ -223,10 +223,3 @@ def _processes_of(run_id: str, serve_pid: int) -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             continue
     raise AssertionError(f"no process runs flow run {run_id}")
-
-
-def _alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False

@@ -16,6 +16,7 @@ import psutil
 import pytest
 import yaml
 from engines import saved_tiny_model
+from processes import gone, wait_until
 
 from codepost.flows import cli
 from codepost.flows.commands import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE
@@ -98,10 +99,7 @@ def test_a_killed_run_takes_its_ephemeral_prefect_server_with_it(tmp_path):
         server = _wait_for_child(run, "uvicorn", timeout=1)
         os.kill(run.pid, signal.SIGKILL)
         run.wait()
-        deadline = time.monotonic() + 20
-        while server.is_running() and server.status() != psutil.STATUS_ZOMBIE:
-            assert time.monotonic() < deadline, "the ephemeral server outlived the killed run"
-            time.sleep(0.2)
+        assert wait_until(lambda: gone(server.pid), 20), "the ephemeral server outlived the run"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)

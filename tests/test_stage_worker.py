@@ -9,30 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
+from processes import gone, wait_until
 from worker_functions import draw_progress, fail, log_at_levels, spawn_and_wait, speak
 
 from codepost.flows.stage_worker import StageWorker, in_stage_worker, line_level, stage_worker
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _wait_for(condition, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def test_output_of_the_worker_and_its_children_is_forwarded(tmp_path):
@@ -89,7 +72,7 @@ def test_an_interrupted_call_kills_the_worker_and_its_children(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         worker.call(spawn_and_wait, str(pid_file), forward=cancel_once_started)
     child, worker_pid = map(int, pid_file.read_text().split())
-    assert _wait_for(lambda: _gone(child) and _gone(worker_pid), 10)
+    assert wait_until(lambda: gone(child) and gone(worker_pid), 10)
 
 
 def test_the_worker_dies_with_the_flow_run_process_even_on_sigkill(tmp_path):
@@ -105,12 +88,12 @@ def test_the_worker_dies_with_the_flow_run_process_even_on_sigkill(tmp_path):
         env={**os.environ, "PYTHONPATH": f"{tests}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
     )
     try:
-        assert _wait_for(lambda: pid_file.exists() and len(pid_file.read_text().split()) == 2, 60)
+        assert wait_until(lambda: pid_file.exists() and len(pid_file.read_text().split()) == 2, 60)
         child, worker_pid = map(int, pid_file.read_text().split())
-        assert not _gone(child) and not _gone(worker_pid)
+        assert not gone(child) and not gone(worker_pid)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-        assert _wait_for(lambda: _gone(child) and _gone(worker_pid), 10)
+        assert wait_until(lambda: gone(child) and gone(worker_pid), 10)
     finally:
         if parent.poll() is None:
             parent.kill()
