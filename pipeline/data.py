@@ -1,7 +1,9 @@
-"""Which problems a stage uses: a source (HumanEval, a local file, a hub id) and a split.
+"""Which problems a stage uses: a source (HumanEval, the packaged MBPP, a local file, a hub id)
+and a split.
 
 MBPP's splits are task-id ranges (its README): prompt 1-10, test 11-510, validation 511-600,
-train 601-974. A local MBPP file is split by those ranges; a hub id is split by the hub.
+train 601-974. The packaged MBPP and any local MBPP file are split by those ranges; a hub id is
+split by the hub.
 """
 
 from __future__ import annotations
@@ -9,13 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from codepost.verifiers import Problem, load_problems
-from codepost.verifiers.problems import HUMANEVAL
+from codepost.verifiers.problems import HUMANEVAL, packaged_path
 
 Split = Literal["train", "validation", "test", "prompt", "all"]
 MBPP_SPLITS: dict[str, range] = {
@@ -24,8 +25,6 @@ MBPP_SPLITS: dict[str, range] = {
     "validation": range(511, 601),
     "train": range(601, 975),
 }
-# The MBPP copy in the shared data folder of this project (a hub id works the same).
-LOCAL_MBPP = Path(__file__).resolve().parents[2] / "shared" / "data" / "mbpp" / "mbpp.jsonl"
 
 
 class ProblemSet(BaseModel):
@@ -34,7 +33,9 @@ class ProblemSet(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     source: str = Field(
-        HUMANEVAL, description="'humaneval', a local .jsonl/.json file, or a hub id[:config]"
+        HUMANEVAL,
+        description="'humaneval', 'mbpp', 'mbpp-sanitized' (shipped), a local .jsonl/.json "
+        "file, or a hub id[:config]",
     )
     split: Split = Field("test", description="MBPP: task-id ranges; hub: the hub's split")
     limit: int | None = Field(None, ge=1, description="keep the first N (after shuffling)")
@@ -46,7 +47,7 @@ class ProblemSet(BaseModel):
 def load_problem_set(problem_set: ProblemSet) -> dict[str, Problem]:
     """The problems of ``problem_set``, by task id."""
     source, split = problem_set.source, problem_set.split
-    is_local = source == HUMANEVAL or Path(source).exists()
+    is_local = packaged_path(source).exists()
     problems = load_problems(source, split="train" if split == "all" else split)
     if is_local and split != "all" and _is_mbpp(problems):
         ids = MBPP_SPLITS[split]

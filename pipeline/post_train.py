@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from codepost.pipeline.data import LOCAL_MBPP, ProblemSet
+from codepost.pipeline.data import ProblemSet
 from codepost.pipeline.dpo import DPOStageConfig
 from codepost.pipeline.evaluation import EvalConfig
 from codepost.pipeline.model_config import ModelConfig
@@ -27,6 +27,7 @@ from codepost.pipeline.plots import plot_curves
 from codepost.pipeline.rl import RLConfig
 from codepost.pipeline.sampling import SampleStageConfig
 from codepost.pipeline.sft import SFTStageConfig
+from codepost.verifiers.problems import MBPP
 
 Stage = Literal["sft", "rl", "dpo"]
 StageConfig = TypeVar("StageConfig", bound=BaseModel)
@@ -71,7 +72,7 @@ def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
     from codepost.pipeline.sampling import SamplingConfig
     from codepost.pipeline.training import TrainingSettings
 
-    mbpp_train = ProblemSet(source=str(LOCAL_MBPP), split="train", shuffle_seed=0)
+    mbpp_train = ProblemSet(source=MBPP, split="train", shuffle_seed=0)
     return PostTrainConfig(
         run_dir=run_dir,
         sft=SFTStageConfig(

@@ -23,7 +23,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from codepost.pipeline import checkpoints
-from codepost.pipeline.data import LOCAL_MBPP, ProblemSet, fingerprint, load_problem_set
+from codepost.pipeline.data import ProblemSet, fingerprint, load_problem_set
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
 from codepost.pipeline.models import ValueModel
 from codepost.pipeline.plots import plot_curves
@@ -38,6 +38,7 @@ from codepost.pipeline.sampling import (
 )
 from codepost.pipeline.scoring import ScoreConfig, score_rollouts, summarize
 from codepost.verifiers import RewardConfig
+from codepost.verifiers.problems import MBPP
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class RLConfig(BaseModel):
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     problems: ProblemSet = Field(
-        default_factory=lambda: ProblemSet(source=str(LOCAL_MBPP), split="train", shuffle_seed=0)
+        default_factory=lambda: ProblemSet(source=MBPP, split="train", shuffle_seed=0)
     )
     prompt_style: PromptStyle = "chat"
     iterations: int = Field(5, ge=1, le=100_000)

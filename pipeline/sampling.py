@@ -24,10 +24,11 @@ from typing import Any, Literal, Protocol
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from codepost.pipeline.data import LOCAL_MBPP, ProblemSet, load_problem_set
+from codepost.pipeline.data import ProblemSet, load_problem_set
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
 from codepost.pipeline.prompts import Prompt, PromptStyle, build_prompt
 from codepost.pipeline.rollouts import generate_rollouts
+from codepost.verifiers.problems import MBPP
 
 # A fixed, tokenizer-independent probe: token ids spread over the vocabulary.
 PROBE_LENGTH = 48
@@ -380,7 +381,7 @@ class SampleStageConfig(BaseModel):
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     problems: ProblemSet = Field(
-        default_factory=lambda: ProblemSet(source=str(LOCAL_MBPP), split="train", limit=16)
+        default_factory=lambda: ProblemSet(source=MBPP, split="train", limit=16)
     )
     prompt_style: PromptStyle = "chat"
     sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(max_tokens=256))

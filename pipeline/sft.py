@@ -16,7 +16,7 @@ from datasets import Dataset
 from pydantic import BaseModel, ConfigDict, Field
 from trl import SFTConfig, SFTTrainer
 
-from codepost.pipeline.data import LOCAL_MBPP, ProblemSet, fingerprint, load_problem_set
+from codepost.pipeline.data import ProblemSet, fingerprint, load_problem_set
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
 from codepost.pipeline.prompts import PromptStyle, build_prompt, reference_answer
 from codepost.pipeline.training import (
@@ -28,6 +28,7 @@ from codepost.pipeline.training import (
     trainer_arguments,
 )
 from codepost.verifiers import Problem
+from codepost.verifiers.problems import MBPP
 
 
 class SFTStageConfig(BaseModel):
@@ -37,7 +38,7 @@ class SFTStageConfig(BaseModel):
 
     model: ModelConfig = Field(default_factory=ModelConfig, description="the model to fine-tune")
     problems: ProblemSet = Field(
-        ProblemSet(source=str(LOCAL_MBPP), split="train"),
+        ProblemSet(source=MBPP, split="train"),
         description="problems whose reference solutions are the targets (MBPP train by default)",
     )
     prompt_style: PromptStyle = Field(

@@ -93,7 +93,7 @@ def groups_of(group_ids: torch.Tensor) -> dict[int, list[int]]:
 
 
 def test_seed_grpo_group_example():
-    # /work/shared/seeds/001_7ed2394ec5ed1b91.txt, "Group-Relative Advantage" concrete example:
+    # seed 001_7ed2394ec5ed1b91.txt, "Group-Relative Advantage" concrete example:
     # 8 rewards, mu = 0.55, sigma ~ 0.23 (population std, 1/G), advantages +1.52 ... -0.65.
     # The seed divides by the rounded 0.23; the exact sigma is 0.2291, hence atol 0.01.
     rewards = t([0.9, 0.8, 0.7, 0.6, 0.3, 0.2, 0.5, 0.4])
@@ -108,7 +108,7 @@ def test_seed_grpo_group_example():
 
 
 def test_seed_kl_example_k1_and_k3_sums():
-    # /work/shared/seeds/001_7ed2394ec5ed1b91.txt, "KL Estimator Variants": policy and reference
+    # seed 001_7ed2394ec5ed1b91.txt, "KL Estimator Variants": policy and reference
     # log-probs of "The answer is 4"; k1 = [0.1, -0.5, 0.1, 1.2] -> sum 0.9, k3 sum 0.657.
     # The seed's per-token k3 list [0.005, 0.132, 0.005, 0.515] has slips: with
     # k3 = exp(ref - logp) - (ref - logp) - 1 the exact values are below (sum 0.6596, which the
@@ -124,7 +124,7 @@ def test_seed_kl_example_k1_and_k3_sums():
 
 
 def test_seed_ppo_clip_example():
-    # /work/shared/seeds/004_f669fc39ec11cffa.txt, "Step 2: Actor Update": log pi_old = -2.1,
+    # seed 004_f669fc39ec11cffa.txt, "Step 2: Actor Update": log pi_old = -2.1,
     # log pi = -1.8, r = e^0.3 = 1.35, eps = 0.2 -> clipped to 1.2; A = 0.2 -> unclipped 0.27,
     # clipped 0.24, min = 0.24 (an objective, so the loss is -0.24).
     loss, metrics = policy_loss(
@@ -147,8 +147,8 @@ GAE_MASK = t([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
 
 
 def test_seed_gae_lambda_zero_is_one_step_td():
-    # /work/shared/seeds/001_7ed2394ec5ed1b91.txt "Lambda Parameter" table and
-    # /work/shared/seeds/002_0ecc5351ed575acb.txt "Scenario A": lambda = 0 gives
+    # seed 001_7ed2394ec5ed1b91.txt "Lambda Parameter" table and
+    # seed 002_0ecc5351ed575acb.txt "Scenario A": lambda = 0 gives
     # A_t = delta_t = r_t + gamma V(s_{t+1}) - V(s_t), with V = 0 after the last token.
     advantages, returns = get_advantage_estimator("gae")(
         GAE_REWARDS, GAE_MASK, values=GAE_VALUES, gamma=0.9, lam=0.0

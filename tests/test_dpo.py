@@ -13,12 +13,13 @@ from stage_helpers import mixed_group, save_tiny_model, write_rollouts
 from transformers import AutoModelForCausalLM
 
 from codepost.pipeline.checkpoints import CheckpointManifest, publish, read_manifest
-from codepost.pipeline.data import LOCAL_MBPP, ProblemSet, load_problem_set
+from codepost.pipeline.data import ProblemSet, load_problem_set
 from codepost.pipeline.dpo import DPOStageConfig, dpo_trainer, run_dpo
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
 from codepost.pipeline.pairs import PairMiningConfig, run_pair_mining
 from codepost.pipeline.prompts import build_prompt
 from codepost.pipeline.training import TrainingSettings
+from codepost.verifiers.problems import MBPP
 
 PAIRS = [
     ("def f(x):\n", "    return x + 1\n", "    return x\n"),
@@ -151,7 +152,7 @@ def test_dpo_on_smollm2(tmp_path: Path) -> None:
     """Two DPO steps on the real model with chat prompts: trains, publishes, reloads."""
     model = ModelConfig()
     tokenizer = load_tokenizer(model)
-    problems = load_problem_set(ProblemSet(source=str(LOCAL_MBPP), split="train", limit=3))
+    problems = load_problem_set(ProblemSet(source=MBPP, split="train", limit=3))
     rows = []
     for problem in problems.values():
         prompt = build_prompt(problem, tokenizer).text

@@ -13,8 +13,8 @@ import pytest
 from codepost.verifiers import Problem, ProblemFormatError, load_problems
 from codepost.verifiers.problems import problem_from_record
 
-MBPP = "/work/shared/data/mbpp/mbpp.jsonl"
-SANITIZED_MBPP = "/work/shared/data/mbpp/sanitized-mbpp.json"
+MBPP = "mbpp"  # the copy shipped in codepost/verifiers/data
+SANITIZED_MBPP = "mbpp-sanitized"
 HUMANEVAL_ROW = {
     "task_id": "X/0",
     "prompt": "def f(x):\n",

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from codepost.pipeline.data import LOCAL_MBPP, ProblemSet, fingerprint, load_problem_set
+from codepost.pipeline.data import ProblemSet, fingerprint, load_problem_set
 from codepost.pipeline.prompts import build_prompt, reference_answer, user_message
 from codepost.verifiers import Problem, build_program
+from codepost.verifiers.problems import MBPP
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
@@ -27,7 +28,7 @@ class TemplateTokenizer:
 
 @pytest.mark.parametrize(("split", "count"), [("train", 374), ("test", 500), ("validation", 90)])
 def test_mbpp_splits_are_the_task_id_ranges_of_its_readme(split, count):
-    problems = load_problem_set(ProblemSet(source=str(LOCAL_MBPP), split=split))
+    problems = load_problem_set(ProblemSet(source=MBPP, split=split))
     assert len(problems) == count
 
 
@@ -44,7 +45,7 @@ def test_a_split_that_a_file_does_not_have_is_refused():
 
 
 def test_mbpp_chat_prompt_shows_one_assert_and_the_answer_format():
-    problem = load_problem_set(ProblemSet(source=str(LOCAL_MBPP), split="train", limit=1))
+    problem = load_problem_set(ProblemSet(source=MBPP, split="train", limit=1))
     (problem,) = problem.values()
     prompt = build_prompt(problem, TemplateTokenizer())
     assert prompt.completion_style == "chat"
@@ -65,7 +66,7 @@ def test_humaneval_continuation_is_the_raw_code_prompt_and_needs_a_code_prompt()
     (problem,) = problems.values()
     prompt = build_prompt(problem, TemplateTokenizer(), "continuation")
     assert prompt.text == problem.prompt and prompt.completion_style == "continuation"
-    mbpp = next(iter(load_problem_set(ProblemSet(source=str(LOCAL_MBPP), split="test")).values()))
+    mbpp = next(iter(load_problem_set(ProblemSet(source=MBPP, split="test")).values()))
     with pytest.raises(ValueError, match="continuation prompts need a code prompt"):
         build_prompt(mbpp, TemplateTokenizer(), "continuation")
 

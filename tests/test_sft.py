@@ -11,11 +11,12 @@ from stage_helpers import TINY_PROBLEMS, save_tiny_model, tiny_problem_set
 from transformers import AutoModelForCausalLM
 
 from codepost.pipeline.checkpoints import read_manifest, verify
-from codepost.pipeline.data import LOCAL_MBPP, ProblemSet, fingerprint, load_problem_set
+from codepost.pipeline.data import ProblemSet, fingerprint, load_problem_set
 from codepost.pipeline.model_config import ModelConfig, load_tokenizer
 from codepost.pipeline.prompts import build_prompt, reference_answer
 from codepost.pipeline.sft import SFTStageConfig, run_sft, sft_dataset, sft_trainer
 from codepost.pipeline.training import TrainingSettings
+from codepost.verifiers.problems import MBPP
 
 
 def reference_nll(checkpoint: Path, problems: ProblemSet) -> float:
@@ -86,7 +87,7 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sft_on_smollm2(tmp_path: Path) -> None:
     """Two steps on the real model and MBPP train: publishes a checkpoint transformers loads."""
-    problems = ProblemSet(source=str(LOCAL_MBPP), split="train", limit=2)
+    problems = ProblemSet(source=MBPP, split="train", limit=2)
     config = SFTStageConfig(
         problems=problems,
         training=TrainingSettings(max_steps=2, per_device_train_batch_size=1, learning_rate=1e-5),

