@@ -21,7 +21,7 @@ from codepost.pipeline.model_config import ModelConfig, load_tokenizer
 from codepost.pipeline.prompts import PromptStyle, build_prompt
 from codepost.pipeline.sampling import EngineConfig, SamplingConfig, get_sampler
 from codepost.pipeline.scoring import ScoreConfig, progress_bar, score_rollouts
-from codepost.verifiers import estimate_pass_at_k
+from codepost.pipeline.stats import bootstrap_interval, pass_at_k_per_problem, wilson_interval
 
 log = logging.getLogger(__name__)
 
@@ -57,23 +57,40 @@ class EvalConfig(BaseModel):
         return self
 
 
-def pass_at_k_of_rows(
-    rows: list[dict[str, Any]], ks: list[int], *, exclude_sandbox_errors: bool = False
-) -> dict[str, float]:
-    """Per-problem unbiased pass@k averaged over problems, from scored rows."""
-    counts: dict[str, list[int]] = {}
+def problem_counts(
+    rows: list[dict[str, Any]], *, exclude_sandbox_errors: bool = False
+) -> dict[str, tuple[int, int]]:
+    """(samples, passed) per problem of scored rows: what pass@k and its intervals are made of."""
+    counts: dict[str, tuple[int, int]] = {}
     for row in rows:
         if exclude_sandbox_errors and row["status"] == "sandbox_error":
             continue
-        n_c = counts.setdefault(row["prompt_id"], [0, 0])
-        n_c[0] += 1
-        n_c[1] += bool(row["passed"])
-    return {
-        f"pass@{k}": sum(estimate_pass_at_k(n, c, k) for n, c in counts.values()) / len(counts)
-        if counts and all(n >= k for n, _ in counts.values())
-        else math.nan
-        for k in ks
-    }
+        n, c = counts.get(row["prompt_id"], (0, 0))
+        counts[row["prompt_id"]] = (n + 1, c + bool(row["passed"]))
+    return counts
+
+
+def pass_at_k_of_rows(
+    rows: list[dict[str, Any]], ks: list[int], *, exclude_sandbox_errors: bool = False
+) -> dict[str, Any]:
+    """Per-problem unbiased pass@k averaged over problems, from scored rows, each with its 95%
+    interval (``pass@k_ci95``): Wilson for one greedy sample per problem, a bootstrap over
+    problems otherwise."""
+    counts = problem_counts(rows, exclude_sandbox_errors=exclude_sandbox_errors)
+    scores: dict[str, Any] = {}
+    for k in ks:
+        if not counts or any(n < k for n, _ in counts.values()):
+            scores[f"pass@{k}"], scores[f"pass@{k}_ci95"] = math.nan, None
+            continue
+        per_problem = pass_at_k_per_problem(counts, k)
+        scores[f"pass@{k}"] = sum(per_problem.values()) / len(per_problem)
+        if all(n == 1 for n, _ in counts.values()):
+            scores[f"pass@{k}_ci95"] = wilson_interval(
+                sum(c for _, c in counts.values()), len(counts)
+            )
+        else:
+            scores[f"pass@{k}_ci95"] = bootstrap_interval(per_problem)
+    return scores
 
 
 def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> dict[str, Any]:
@@ -147,6 +164,6 @@ def _headline(results: dict[str, Any]) -> str:
     parts = []
     for name in ("greedy", "sampled"):
         for key, value in results.get(name, {}).items():
-            if key.startswith("pass@"):
+            if key.startswith("pass@") and not key.endswith("_ci95"):
                 parts.append(f"{name} {key} {value:.3f}")
     return ", ".join(parts)
