@@ -97,18 +97,22 @@ def run(args: argparse.Namespace) -> int:
     result = state.result()
     from rich.table import Table
 
-    from codepost.pipeline.post_train import pass_at_1_rows
+    from codepost.pipeline.report import format_p_value
 
     table = Table(title=f"greedy pass@1 per stage ({config.run_dir})")
-    for column in ("stage", "greedy pass@1", "passed", "problems", "checkpoint"):
+    for column in ("benchmark", "stage", "pass@1", "95% CI", "passed", "p vs prev", "p vs base"):
         table.add_column(column)
-    for row in pass_at_1_rows(result["evaluations"]):
+    for row in result["rows"]:
         table.add_row(
+            row["benchmark"],
             row["stage"],
             f"{row['greedy pass@1']:.4f}",
-            str(row["passed"]),
-            str(row["problems"]),
-            row["checkpoint"],
+            f"[{row['ci95 low']:.3f}, {row['ci95 high']:.3f}]",
+            f"{row['passed']}/{row['problems']}",
+            *(
+                "" if row[f"p vs {other}"] is None else format_p_value(row[f"p vs {other}"])
+                for other in ("previous", "base")
+            ),
         )
     console = stdout_console()
     console.print(table)

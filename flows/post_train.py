@@ -29,17 +29,25 @@ from codepost.flows.stage_worker import (
 )
 from codepost.flows.task_runners import FanOut
 from codepost.pipeline.data import ProblemSet
+from codepost.pipeline.difficulty import (
+    DifficultyFilterConfig,
+    filtered_problem_set,
+    run_difficulty_filter,
+)
 from codepost.pipeline.dpo import DPOResult, DPOStageConfig, run_dpo
 from codepost.pipeline.evaluation import EvalConfig, run_evaluate
 from codepost.pipeline.model_config import ModelNotFoundError
 from codepost.pipeline.pairs import MinedPairs, PairMiningConfig, run_pair_mining
-from codepost.pipeline.post_train import (
-    PostTrainConfig,
-    pass_at_1_rows,
-    with_checkpoint,
-    write_report,
+from codepost.pipeline.post_train import PostTrainConfig, with_checkpoint, with_problems
+from codepost.pipeline.report import stage_rows, write_report
+from codepost.pipeline.rl import (
+    CURVES_FILE,
+    RLConfig,
+    UpdateStageConfig,
+    merge_rollouts,
+    run_rl,
+    run_update,
 )
-from codepost.pipeline.rl import CURVES_FILE, RLConfig, UpdateStageConfig, run_rl, run_update
 from codepost.pipeline.sampling import SampleStageConfig, WeightSyncError, run_sample
 from codepost.pipeline.scoring import (
     ScoreConfig,
@@ -113,6 +121,18 @@ def rl_task(config: RLConfig, out_dir: str) -> str:
     return checkpoint
 
 
+@stage_task(name="difficulty-filter", tags=[ACCELERATOR])
+def filter_task(config: DifficultyFilterConfig, out_dir: str) -> str:
+    problems = str(_in_worker(run_difficulty_filter, config, Path(out_dir)))
+    create_markdown_artifact(
+        f"# Difficulty filter\n\nKept problems: `{problems}` (pass rates: "
+        f"`{Path(problems).parent / 'pass_rates.json'}`)",
+        key="difficulty-filter",
+        description="the problems the filter kept",
+    )
+    return problems
+
+
 @stage_task(name="sample", tags=[ACCELERATOR])
 def sample_task(config: SampleStageConfig, out_dir: str) -> str:
     return str(_in_worker(run_sample, config, Path(out_dir)))
@@ -176,10 +196,14 @@ def dpo_task(config: DPOStageConfig, pairs: str | None, out_dir: str) -> DPOResu
 
 
 @stage_task(name="evaluate", tags=[ACCELERATOR])
-def evaluate_task(config: EvalConfig, checkpoint: str, out_dir: str, stage: str) -> dict:
+def evaluate_task(
+    config: EvalConfig, checkpoint: str, out_dir: str, benchmark: str, stage: str
+) -> dict:
     results = _in_worker(run_evaluate, config, checkpoint, Path(out_dir))
     create_table_artifact(
-        pass_at_1_rows({stage: results}), key=_key(f"eval-{stage}"), description=checkpoint
+        stage_rows({benchmark: {stage: Path(out_dir)}}),
+        key=_key(f"eval-{stage}-{benchmark}"),
+        description=checkpoint,
     )
     return results
 
@@ -237,28 +261,43 @@ def _post_train(config: PostTrainConfig, fan_out: FanOut) -> dict[str, Any]:
     log = get_run_logger()
     run_dir = Path(config.run_dir)
     checkpoint = config.model.name_or_path
+    filtered: Path | None = None  # the problems a filter stage kept
 
     def evaluate(stage: str, checkpoint: str) -> None:
-        evaluations[stage] = evaluate_task(
-            config.evaluation, checkpoint, str(run_dir / stage / "eval"), stage
-        )
+        for benchmark, evaluation in config.evaluations.items():
+            out_dir = run_dir / stage / "eval" / benchmark
+            evaluate_task(evaluation, checkpoint, str(out_dir), benchmark, stage)
+            evaluations[benchmark][stage] = out_dir
 
-    evaluations: dict[str, dict[str, Any]] = {}
+    def problems(like: ProblemSet) -> ProblemSet | None:
+        return None if filtered is None else filtered_problem_set(filtered, like)
+
+    evaluations: dict[str, dict[str, Path]] = {benchmark: {} for benchmark in config.evaluations}
     evaluate("base", checkpoint)
     for stage in config.stages:
         log.info("stage %s from %s", stage, checkpoint)
         if stage == "sft":
             sft = with_checkpoint(config.sft, config.model, checkpoint)
             checkpoint = sft_task(sft, str(run_dir / "sft"))
+        elif stage == "filter":
+            rate = with_checkpoint(config.difficulty_filter, config.model, checkpoint)
+            filter_task(rate, str(run_dir / "filter"))
+            filtered = run_dir / "filter"
+            continue  # no new weights: nothing to evaluate
         elif stage == "rl":
             rl = with_checkpoint(config.rl, config.model, checkpoint)
+            rl = with_problems(rl, problems(rl.problems))
             checkpoint = rl_task(rl, str(run_dir / "rl"))
         elif stage == "dpo":
-            sample = with_checkpoint(config.dpo_rollouts, config.model, checkpoint)
-            rollouts = sample_task(sample, str(run_dir / "rollouts"))
-            scored = score_fanned_out(
-                config.rl.scoring, rollouts, sample.problems, str(run_dir / "rollouts"), fan_out
-            )
+            if config.dpo_pairs_from == "rl":
+                scored = str(merge_rollouts(run_dir / "rl"))
+            else:
+                sample = with_checkpoint(config.dpo_rollouts, config.model, checkpoint)
+                sample = with_problems(sample, problems(sample.problems))
+                rollouts = sample_task(sample, str(run_dir / "rollouts"))
+                scored = score_fanned_out(
+                    config.rl.scoring, rollouts, sample.problems, str(run_dir / "rollouts"), fan_out
+                )
             mined = mine_task(config.pairs, scored, str(run_dir / "pairs"))
             dpo = with_checkpoint(config.dpo, config.model, checkpoint)
             result = dpo_task(dpo, str(mined.path) if mined.path else None, str(run_dir / "dpo"))
@@ -273,8 +312,9 @@ def _post_train(config: PostTrainConfig, fan_out: FanOut) -> dict[str, Any]:
         key="post-train-report",
         description=f"{run_dir}: pass@1 per stage",
     )
-    create_table_artifact(pass_at_1_rows(evaluations), key="pass-at-1-per-stage")
-    return {"checkpoint": checkpoint, "report": str(report), "evaluations": evaluations}
+    rows = stage_rows(evaluations)
+    create_table_artifact(rows, key="pass-at-1-per-stage")
+    return {"checkpoint": checkpoint, "report": str(report), "rows": rows}
 
 
 @flow(name="sft")
@@ -287,6 +327,17 @@ def sft_flow(config: SFTStageConfig = SFTStageConfig(), out_dir: str = "runs/sft
 def rl_flow(config: RLConfig = RLConfig(), out_dir: str = "runs/rl") -> str:  # noqa: B008
     with stage_worker(_worker_log(out_dir)):
         return rl_task(_validated(config, RLConfig), out_dir)
+
+
+@flow(name="difficulty-filter")
+def difficulty_filter_flow(
+    config: DifficultyFilterConfig = DifficultyFilterConfig(),  # noqa: B008
+    out_dir: str = "runs/difficulty-filter",
+) -> str:
+    """Rate problems by a checkpoint's pass rate and keep those in range (the RL stage's
+    ``problems`` can then name the file it returns)."""
+    with stage_worker(_worker_log(out_dir)):
+        return filter_task(_validated(config, DifficultyFilterConfig), out_dir)
 
 
 @flow(name="sample")
@@ -305,7 +356,8 @@ def evaluate_flow(
     out_dir: str = "runs/evaluate",
 ) -> dict:
     with stage_worker(_worker_log(out_dir)):
-        return evaluate_task(_validated(config, EvalConfig), checkpoint, out_dir, "checkpoint")
+        config = _validated(config, EvalConfig)
+        return evaluate_task(config, checkpoint, out_dir, "evaluation", "checkpoint")
 
 
 @flow(name="score")
@@ -352,6 +404,7 @@ STAGE_FLOWS = (
     sft_flow,
     sample_flow,
     score_flow,
+    difficulty_filter_flow,
     rl_flow,
     update_flow,
     mine_and_dpo_flow,

@@ -71,8 +71,9 @@ def _is_mbpp(problems: dict[str, Problem]) -> bool:
 
 
 def fingerprint(problems: dict[str, Problem]) -> str:
-    """A short content hash of a problem set, for checkpoint lineage."""
+    """A short content hash of a problem set, for checkpoint lineage (order-free: the same
+    problems shuffled are the same set)."""
     digest = hashlib.sha256()
-    for problem in problems.values():
+    for _, problem in sorted(problems.items()):
         digest.update(json.dumps(problem.model_dump(mode="json"), sort_keys=True).encode())
     return digest.hexdigest()[:16]

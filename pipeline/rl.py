@@ -1,6 +1,12 @@
 """The RL stage: ``for each iteration: sample -> score -> update -> refresh``, written once for
 GRPO, RLOO, REINFORCE++ and PPO (CleanRL's ``ppo.py`` shape: read it top to bottom).
 
+Dynamic sampling (DAPO; verl's ``filter_groups``): a group whose rewards are all equal has zero
+advantage under a group baseline, so it is dropped before the update, and more prompts are
+sampled, for a bounded number of extra rounds, until the batch holds ``prompts_per_iteration``
+informative groups. On a weak model most groups are uniform; without this most of the update's
+time goes to rows with no gradient.
+
 The sampler is the process-wide engine (vLLM, or transformers ``generate``), refreshed in
 place with the new weights after every update and checked with a probe. Each iteration
 publishes a checkpoint (safetensors + manifest, with the trainer state that continues
@@ -12,15 +18,16 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from codepost.pipeline import checkpoints
 from codepost.pipeline.data import ProblemSet, fingerprint, load_problem_set
@@ -57,8 +64,30 @@ class RLConfig(BaseModel):
         default_factory=lambda: ProblemSet(source=MBPP, split="train", shuffle_seed=0)
     )
     prompt_style: PromptStyle = "chat"
-    iterations: int = Field(5, ge=1, le=100_000)
-    prompts_per_iteration: int = Field(8, ge=1, le=4096)
+    iterations: int | None = Field(
+        5, ge=1, le=100_000, description="policy updates; null when `epochs` sets the length"
+    )
+    epochs: float | None = Field(
+        None,
+        gt=0,
+        le=10_000,
+        description="the run's length in passes over the problems (set iterations: null): "
+        "iterations = ceil(epochs x problems / prompts_per_iteration); each pass reshuffles, so "
+        "the sampler sees every problem again",
+    )
+    prompts_per_iteration: int = Field(8, ge=1, le=4096, description="groups (prompts) per update")
+    dynamic_sampling: bool = Field(
+        True,
+        description="drop groups whose rewards are all equal (zero advantage) before the update "
+        "and sample more prompts to fill the batch with informative groups (DAPO)",
+    )
+    max_sampling_rounds: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="dynamic sampling: sampling rounds per iteration at most (1 = no extra "
+        "rounds); an iteration that finds no informative group publishes unchanged weights",
+    )
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     scoring: ScoreConfig = Field(
@@ -67,12 +96,30 @@ class RLConfig(BaseModel):
             reward=RewardConfig(test_weight=1.0, format_weight=0.1, syntax_weight=0.1)
         )
     )
-    update: UpdateConfig = Field(default_factory=lambda: UpdateConfig(lr=1e-6))
+    # A completion cut at max_tokens failed because of the budget, not its code: it still sets
+    # its group's baseline but does not train (TRL's mask_truncated_completions). A length
+    # penalty stays off: the test reward already favours finishing, and on weak models a length
+    # term teaches short answers, not correct ones.
+    update: UpdateConfig = Field(default_factory=lambda: UpdateConfig(lr=1e-6, mask_truncated=True))
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _one_length(self) -> RLConfig:
+        if (self.iterations is None) == (self.epochs is None):
+            raise ValueError(
+                "set the run's length once: `iterations` or `epochs` (with iterations: null)"
+            )
+        return self
+
+    def num_iterations(self, num_problems: int) -> int:
+        if self.iterations is not None:
+            return self.iterations
+        assert self.epochs is not None
+        return math.ceil(self.epochs * num_problems / self.prompts_per_iteration)
 
 
 class Phases:
-    """Wall time per phase of one iteration."""
+    """Wall time per phase of one iteration (a phase entered twice adds up)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
@@ -81,7 +128,8 @@ class Phases:
     def __call__(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
         yield
-        self.seconds[f"time_{name}_s"] = time.perf_counter() - start
+        key = f"time_{name}_s"
+        self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
 
 
 def iteration_dir(out_dir: Path, iteration: int) -> Path:
@@ -118,8 +166,24 @@ def _prompt_schedule(task_ids: list[str], per_iteration: int, seed: int) -> Iter
         yield batch
 
 
+def group_rows(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Scored rows grouped by prompt, in order of first appearance; excluded rows (sandbox
+    errors under ``sandbox_errors="exclude"``) left out."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if not row["excluded"]:
+            groups.setdefault(row["prompt_id"], []).append(row)
+    return list(groups.values())
+
+
+def is_informative(group: Sequence[dict[str, Any]]) -> bool:
+    """Whether a group's rewards differ: only then does a group baseline give any advantage."""
+    return len({row["reward"] for row in group}) > 1
+
+
 def run_rl(config: RLConfig, out_dir: Path) -> Path:
-    """Train ``config.iterations`` iterations into ``out_dir``; returns the last checkpoint."""
+    """Train ``config.num_iterations`` iterations into ``out_dir``; returns the last
+    checkpoint."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(config.model_dump_json(indent=2))
@@ -133,11 +197,13 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
         for task_id, problem in problems.items()
     }
     schedule = _prompt_schedule(list(prompts), config.prompts_per_iteration, config.seed)
+    iterations = config.num_iterations(len(problems))
 
     # Resume after the last published iteration, with the trainer state it saved.
     start = last_published_iteration(out_dir)
     parent = str(iteration_dir(out_dir, start)) if start else config.model.resolve()
-    for _ in range(start):  # the schedule continues where it was
+    batches_drawn = _batches_drawn(Path(parent)) if start else 0
+    for _ in range(batches_drawn):  # the schedule continues where it was
         next(schedule)
     policy = load_causal_lm(config.model.model_copy(update={"name_or_path": parent}))
     updater = _updater(config.update, config.model, policy)
@@ -148,26 +214,62 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
     vocab_size = policy.config.vocab_size
     data = {"problems": fingerprint(problems)}
 
-    for iteration in range(start + 1, config.iterations + 1):
+    for iteration in range(start + 1, iterations + 1):
         phases = Phases()
-        task_ids = next(schedule)
-        sampling = config.sampling.model_copy(update={"seed": config.sampling.seed + iteration})
-
-        with phases("sample"):
-            rows = sampler.sample(
-                [prompts[t] for t in task_ids], sampling, policy_version=iteration - 1
+        scored: list[dict[str, Any]] = []
+        groups: list[list[dict[str, Any]]] = []
+        dropped = rounds = 0
+        while rounds < config.max_sampling_rounds and len(groups) < config.prompts_per_iteration:
+            task_ids = next(schedule)
+            batches_drawn += 1
+            rounds += 1
+            sampling = config.sampling.model_copy(
+                update={"seed": config.sampling.seed + batches_drawn}
             )
-        with phases("score"):
-            scored = score_rollouts(rows, problems, config.scoring)
+            with phases("sample"):
+                rows = sampler.sample(
+                    [prompts[t] for t in task_ids], sampling, policy_version=iteration - 1
+                )
+            with phases("score"):
+                new = score_rollouts(rows, problems, config.scoring)
+            scored += new
+            # A prompt drawn again in a later round (the schedule wraps) stays one group.
+            taken = {group[0]["prompt_id"] for group in groups}
+            sampled = [group for group in group_rows(new) if group[0]["prompt_id"] not in taken]
+            kept = [g for g in sampled if is_informative(g)] if config.dynamic_sampling else sampled
+            groups += kept
+            dropped += len(sampled) - len(kept)
+            if not config.dynamic_sampling:
+                break
+        groups = groups[: config.prompts_per_iteration]
+        trained = [row for group in groups for row in group]
+        trained_ids = {id(row) for row in trained}
+        for row in scored:
+            row["trained"] = id(row) in trained_ids
         _save_rollouts(scored, out_dir / "rollouts" / f"iteration-{iteration:04d}.parquet")
         with phases("update"):
-            kept = [row for row in scored if not row["excluded"]]
             update_metrics = (
-                updater.update(collate_rollouts(kept, pad_token_id=tokenizer.pad_token_id))
-                if kept
-                else {}
+                updater.update(collate_rollouts(trained, pad_token_id=tokenizer.pad_token_id))
+                if trained
+                else {"update_skipped": 1.0}
             )
-        metrics = {"iteration": iteration, **summarize(scored), **update_metrics}
+        if not trained:
+            log.warning(
+                "iteration %d: no informative group in %d sampling rounds: weights unchanged",
+                iteration,
+                rounds,
+            )
+        metrics = {
+            "iteration": iteration,
+            **summarize(scored),
+            "sampling_rounds": float(rounds),
+            "groups_sampled": float(len({row["prompt_id"] for row in scored})),
+            "groups_trained": float(len(groups)) if trained else 0.0,
+            "groups_dropped": float(dropped),
+            "schedule_batches": float(batches_drawn),
+            "epoch": batches_drawn * config.prompts_per_iteration / len(problems),
+            **update_metrics,
+        }
         target = iteration_dir(out_dir, iteration)
         manifest = checkpoints.CheckpointManifest(
             stage=f"rl-{config.update.algorithm}",
@@ -185,16 +287,43 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
         metrics.update(phases.seconds)
         _record(out_dir, metrics)
         log.info(
-            "iteration %d/%d: reward %.3f, pass rate %.3f, sampler/trainer |dlogp| %.2g, %s",
+            "iteration %d/%d: reward %.3f, pass rate %.3f, groups trained %d (dropped %d, "
+            "%d rounds), sampler/trainer |dlogp| %.2g, %s",
             iteration,
-            config.iterations,
+            iterations,
             metrics["reward_mean"],
             metrics["pass_rate"],
+            metrics["groups_trained"],
+            dropped,
+            rounds,
             metrics.get("sampler_logprob_diff_mean", float("nan")),
             ", ".join(f"{k[5:-2]} {v:.1f}s" for k, v in phases.seconds.items()),
         )
         parent = str(target)
-    return iteration_dir(out_dir, config.iterations)
+    return iteration_dir(out_dir, iterations)
+
+
+def _batches_drawn(checkpoint: Path) -> int:
+    """Prompt batches the schedule had handed out when ``checkpoint`` was published (one per
+    iteration before dynamic sampling recorded it)."""
+    manifest = checkpoints.read_manifest(checkpoint)
+    drawn = manifest.metrics.get("schedule_batches")
+    return int(drawn) if drawn is not None else int(manifest.version.removeprefix("iteration-"))
+
+
+def merge_rollouts(out_dir: Path) -> Path:
+    """Every iteration's scored rollouts as one Parquet file (``rollouts.parquet``), e.g. to
+    mine DPO pairs from what RL sampled."""
+    from datasets import Dataset, concatenate_datasets
+
+    files = sorted((Path(out_dir) / "rollouts").glob("iteration-*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"{out_dir}/rollouts: no RL rollouts to merge")
+    target = Path(out_dir) / "rollouts.parquet"
+    staging = target.with_suffix(".parquet.tmp")
+    concatenate_datasets([Dataset.from_parquet(str(f)) for f in files]).to_parquet(str(staging))
+    staging.rename(target)
+    return target
 
 
 class UpdateStageConfig(BaseModel):
@@ -226,7 +355,8 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     rows = Dataset.from_parquet(str(scored)).to_list()
     if "reward" not in (rows[0] if rows else {}):
         raise ValueError(f"{scored}: no scored rollouts (score them first: the score stage)")
-    kept = [row for row in rows if not row["excluded"]]
+    # The rows the loop trained on (dynamic sampling drops uniform groups); all, in older files.
+    kept = [row for row in rows if not row["excluded"] and row.get("trained", True)]
     if not kept:
         raise ValueError(f"{scored}: every row is excluded (sandbox errors): nothing to learn")
     torch.manual_seed(config.seed)
@@ -316,6 +446,7 @@ def _record(out_dir: Path, metrics: dict[str, Any]) -> None:
         x="iteration",
         panels={
             "reward and pass rate": ["reward_mean", "pass_rate"],
+            "groups per update": ["groups_sampled", "groups_trained", "groups_dropped"],
             "sampler vs trainer": ["sampler_logprob_diff_mean", "kl_ref", "approx_kl"],
             "seconds per phase": [k for k in rows[-1] if k.startswith("time_")],
         },

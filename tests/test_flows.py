@@ -39,9 +39,11 @@ def tiny_config(tmp_path):
             scoring=ScoreConfig(workers=2, reward=RewardConfig(length_weight=1.0, length_budget=1)),
             update=UpdateConfig(lr=1e-2),
         ),
-        evaluation=EvalConfig(
-            problems=problems, prompt_style="continuation", max_tokens=8, engine=HF
-        ),
+        evaluations={
+            "tiny": EvalConfig(
+                problems=problems, prompt_style="continuation", max_tokens=8, engine=HF
+            )
+        },
     )
 
 
@@ -54,16 +56,20 @@ def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_c
     result = post_train(tiny_config)
     run_dir = tiny_config.run_dir
     assert result["checkpoint"].endswith("rl/checkpoints/iteration-0002")
-    assert set(result["evaluations"]) == {"base", "rl"}
+    assert [(row["benchmark"], row["stage"]) for row in result["rows"]] == [
+        ("tiny", "base"),
+        ("tiny", "rl"),
+    ]
     report = Path(f"{run_dir}/report.md").read_text()
-    assert "| base |" in report and "| rl |" in report
+    assert "## tiny" in report and "| base |" in report and "| rl |" in report
     # the UI shows the plots: embedded, as it cannot read this machine's files
     assert "![pass@1 per stage](data:image/png;base64," in Artifact.get("post-train-report").data
     assert "![reward curve](data:image/png;base64," in Artifact.get("rl-summary").data
-    assert Artifact.get("eval-rl") is not None
+    assert Artifact.get("eval-rl-tiny") is not None
 
     metrics_before = Path(f"{run_dir}/rl/metrics.jsonl").read_text()
-    eval_before = json.loads(Path(f"{run_dir}/rl/eval/evaluation.json").read_text())
+    eval_before = json.loads(Path(f"{run_dir}/rl/eval/tiny/evaluation.json").read_text())
+    base_before = Path(f"{run_dir}/base/eval/tiny/evaluation.json").read_text()
     longer = tiny_config.model_copy(
         update={"rl": tiny_config.rl.model_copy(update={"iterations": 3})}
     )
@@ -72,9 +78,9 @@ def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_c
     assert metrics_after.startswith(metrics_before)  # iterations 1-2 were not recomputed
     assert len(metrics_after.splitlines()) == 3
     assert result["checkpoint"].endswith("iteration-0003")
-    base_eval = json.loads(Path(f"{run_dir}/base/eval/evaluation.json").read_text())
-    assert base_eval == result["evaluations"]["base"]  # the base evaluation was reused
-    assert json.loads(Path(f"{run_dir}/rl/eval/evaluation.json").read_text()) != eval_before
+    base_after = Path(f"{run_dir}/base/eval/tiny/evaluation.json").read_text()
+    assert base_after == base_before  # the base evaluation was reused
+    assert json.loads(Path(f"{run_dir}/rl/eval/tiny/evaluation.json").read_text()) != eval_before
 
     from codepost.flows.post_train import update_flow
     from codepost.pipeline.checkpoints import read_manifest

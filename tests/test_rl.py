@@ -5,6 +5,7 @@ refresh, resumed after its last published iteration; once on a tiny model with t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +19,8 @@ from codepost.pipeline.rl import (
     METRICS_FILE,
     RLConfig,
     UpdateStageConfig,
+    group_rows,
+    is_informative,
     iteration_dir,
     run_rl,
     run_update,
@@ -53,6 +56,9 @@ def test_iterations_publish_checkpoints_and_a_rerun_resumes_after_the_last_one(
         prompt_style="continuation",
         iterations=2,
         prompts_per_iteration=2,
+        # One sampling round per iteration: this test counts samples (dynamic sampling's
+        # extra rounds have their own test).
+        dynamic_sampling=False,
         sampling=SamplingConfig(num_generations=3, max_tokens=12),
         engine=EngineConfig(backend="hf"),
         scoring=SIGNAL,
@@ -128,3 +134,85 @@ def _rollouts(out_dir, iteration: int) -> list[dict]:
 
     path = out_dir / "rollouts" / f"iteration-{iteration:04d}.parquet"
     return Dataset.from_parquet(str(path)).to_list()
+
+
+def _scored(prompt_id: str, rewards: list[float], excluded: tuple[int, ...] = ()) -> list[dict]:
+    return [
+        {"prompt_id": prompt_id, "group_index": i, "reward": r, "excluded": i in excluded}
+        for i, r in enumerate(rewards)
+    ]
+
+
+def test_dynamic_sampling_drops_exactly_the_groups_whose_rewards_are_all_equal():
+    rows = [
+        *_scored("all-fail", [0.0, 0.0, 0.0]),
+        *_scored("mixed", [0.0, 1.0, 0.0]),
+        *_scored("all-pass", [1.0, 1.0, 1.0]),
+        *_scored("format-only", [0.1, 0.0, 0.1]),  # no pass, but the rewards differ
+        *_scored("equal-once-excluded", [0.0, 0.0, 1.0], excluded=(2,)),
+    ]
+    rows.insert(4, _scored("mixed", [1.0])[0] | {"group_index": 3})  # interleaved rows
+    groups = group_rows(rows)
+    assert [g[0]["prompt_id"] for g in groups] == [
+        "all-fail", "mixed", "all-pass", "format-only", "equal-once-excluded"
+    ]  # fmt: skip
+    assert [len(g) for g in groups] == [3, 4, 3, 3, 2]  # the excluded row is left out
+    kept = [g[0]["prompt_id"] for g in groups if is_informative(g)]
+    assert kept == ["mixed", "format-only"]
+
+
+def test_the_run_length_is_iterations_or_epochs_not_both():
+    assert RLConfig(iterations=3).num_iterations(100) == 3
+    by_epochs = RLConfig(iterations=None, epochs=2, prompts_per_iteration=8)
+    assert by_epochs.num_iterations(20) == 5  # ceil(2 * 20 / 8)
+    with pytest.raises(ValueError, match="iterations` or `epochs"):
+        RLConfig(epochs=2)  # iterations keeps its default: ambiguous
+    with pytest.raises(ValueError, match="iterations` or `epochs"):
+        RLConfig(iterations=None)
+
+
+@pytest.mark.docker
+def test_groups_without_signal_are_resampled_then_skipped(tiny_model, tmp_path):
+    """A tiny random model never passes: under a test-only reward every group is uniform, so
+    each iteration samples its extra rounds, drops every group and leaves the weights alone;
+    with a reward that varies, the batch fills with informative groups and the update runs."""
+    base = RLConfig(
+        model=tiny_model,
+        problems=ProblemSet(limit=6),
+        prompt_style="continuation",
+        iterations=2,
+        prompts_per_iteration=2,
+        max_sampling_rounds=3,
+        sampling=SamplingConfig(num_generations=3, max_tokens=8),
+        engine=EngineConfig(backend="hf"),
+        scoring=ScoreConfig(workers=2, timeout_s=3.0, reward=RewardConfig(test_weight=1.0)),
+        update=UpdateConfig(lr=1e-2),
+    )
+    no_signal = tmp_path / "no-signal"
+    run_rl(base, no_signal)
+    rows = metrics(no_signal)
+    assert [r["sampling_rounds"] for r in rows] == [3, 3]
+    assert [r["groups_sampled"] for r in rows] == [6, 6]  # 3 rounds x 2 prompts, all new
+    assert [(r["groups_trained"], r["groups_dropped"]) for r in rows] == [(0, 6), (0, 6)]
+    assert [r["update_skipped"] for r in rows] == [1.0, 1.0]
+    assert [r["schedule_batches"] for r in rows] == [3, 6]
+    assert rows[1]["epoch"] == 2.0  # 6 batches x 2 prompts over 6 problems
+    weights = [
+        load_file(folder / "model.safetensors")
+        for folder in (iteration_dir(no_signal, 2), Path(tiny_model.name_or_path))
+    ]
+    for name, tensor in weights[0].items():
+        assert torch.equal(tensor, weights[1][name]), name
+    assert not any(r["trained"] for r in _rollouts(no_signal, 1))
+
+    signal = tmp_path / "signal"
+    run_rl(base.model_copy(update={"scoring": SIGNAL}), signal)
+    rows = metrics(signal)
+    assert [r["groups_trained"] for r in rows] == [2, 2]
+    assert all(r["groups_dropped"] == 2 * r["sampling_rounds"] - 2 for r in rows)
+    assert all(r["optimizer_steps"] >= 1 and "update_skipped" not in r for r in rows)
+    assert all(r["trained"] for r in _rollouts(signal, 2))
+
+    # Resume replays the schedule by the batches drawn, not by the iterations.
+    run_rl(base.model_copy(update={"iterations": 3}), no_signal)
+    assert metrics(no_signal)[2]["schedule_batches"] == 9

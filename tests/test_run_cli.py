@@ -52,7 +52,9 @@ def test_a_failing_stage_ends_the_run_with_its_error_and_how_to_resume(
     settings = {
         "model": {"name_or_path": saved_tiny_model(tmp_path / "tiny").name_or_path},
         "stages": [],
-        "evaluation": {"problems": {"source": str(problems)}, "engine": {"backend": "hf"}},
+        "evaluations": {
+            "tiny": {"problems": {"source": str(problems)}, "engine": {"backend": "hf"}}
+        },
     }
     run_dir = tmp_path / "run"
     argv = ["run", "--config", _config(tmp_path, settings), "--run-dir", str(run_dir)]
@@ -77,8 +79,8 @@ def test_a_killed_run_takes_its_ephemeral_prefect_server_with_it(tmp_path):
     settings = {
         "model": {"name_or_path": saved_tiny_model(tmp_path / "tiny").name_or_path},
         "stages": [],
-        "evaluation": {"problems": {"limit": 2}, "prompt_style": "continuation",
-                       "max_tokens": 8, "engine": {"backend": "hf"}},
+        "evaluations": {"tiny": {"problems": {"limit": 2}, "prompt_style": "continuation",
+                                 "max_tokens": 8, "engine": {"backend": "hf"}}},
     }  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # ephemeral mode
     env["PREFECT_HOME"] = str(tmp_path / "prefect")
