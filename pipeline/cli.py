@@ -1,5 +1,6 @@
 """Pipeline commands: ``codepost evaluate`` (pass@k of a checkpoint, through the sampler and
-the sandboxed verifier) and ``codepost checkpoints`` (the registry of a run folder).
+the sandboxed verifier, with its 95% interval; ``--compare A B`` tests whether two evaluations
+differ by more than chance) and ``codepost checkpoints`` (the registry of a run folder).
 
 Settings come from the stage's pydantic config: a YAML file (``--config``) and the flags,
 flags winning; unknown YAML keys are refused with their name.
@@ -12,7 +13,10 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from codepost.pipeline.report import Evaluation
 
 EXIT_BAD_INPUT = 2
 EXIT_SANDBOX_UNAVAILABLE = 3
@@ -46,6 +50,14 @@ def register_evaluate(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, help="sandbox containers")
     parser.add_argument("--exclude-sandbox-errors", action="store_true")
     parser.add_argument("--output", type=Path, default=Path("runs/evaluate"), help="folder")
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        type=Path,
+        metavar=("A", "B"),
+        help="compare two evaluation folders on the same problems instead (runs no model): "
+        "intervals, the difference B - A, exact McNemar (greedy), paired bootstrap (sampled)",
+    )
     parser.set_defaults(func=evaluate)
     return parser
 
@@ -88,6 +100,8 @@ def build_config(args: argparse.Namespace) -> Any:
 
 
 def evaluate(args: argparse.Namespace) -> int:
+    if args.compare:
+        return compare(*args.compare)
     from pydantic import ValidationError
     from rich.console import Console
     from rich.logging import RichHandler
@@ -121,27 +135,151 @@ def evaluate(args: argparse.Namespace) -> int:
 
 
 def print_table(results: dict[str, Any], console: Any) -> None:
+    """The scores of an evaluation, each with its 95% interval (``pass@k_ci95``)."""
     from rich.table import Table
 
     table = Table(title=f"{results['checkpoint']} on {results['num_problems']} problems")
-    for column in ("run", "metric", "value", "samples", "passed", "sandbox errors"):
+    for column in ("run", "metric", "value", "95% CI", "samples", "passed", "sandbox errors"):
         table.add_column(column)
     for run in ("greedy", "sampled"):
         if run not in results:
             continue
         scores = results[run]
         for key, value in scores.items():
-            if key.startswith("pass@"):
-                shown = "n/a" if math.isnan(value) else f"{value:.4f}"
+            if key.startswith("pass@") and not key.endswith("_ci95"):
                 table.add_row(
                     f"{run} (T={scores['temperature']:g})",
                     key,
-                    shown,
+                    "n/a" if math.isnan(value) else f"{value:.4f}",
+                    _interval(scores.get(f"{key}_ci95")),
                     str(scores["samples"]),
                     str(scores["passed"]),
                     str(scores["sandbox_errors"]),
                 )
     console.print(table)
+
+
+def compare(a: Path, b: Path) -> int:
+    """``codepost evaluate --compare A B``: is B better than A, or within chance? Both are
+    read back from their folders' per-problem results; nothing is sampled or run."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from codepost.pipeline.report import check_same_problems, load_evaluation
+
+    err = Console(stderr=True)
+    try:
+        before, after = load_evaluation(a), load_evaluation(b)
+        check_same_problems(before, after)
+    except (FileNotFoundError, ValueError) as exc:
+        err.print(f"[red]codepost evaluate --compare[/red]: {escape(str(exc))}")
+        return EXIT_BAD_INPUT
+    runs = [run for run in ("greedy", "sampled") if run in before.counts and run in after.counts]
+    if not runs:
+        err.print(
+            f"[red]codepost evaluate --compare[/red]: no run in common: {before.folder} has "
+            f"{', '.join(before.counts) or 'none'}, {after.folder} has "
+            f"{', '.join(after.counts) or 'none'}"
+        )
+        return EXIT_BAD_INPUT
+    console = stdout_console()
+    console.print(
+        f"A: {before.folder} ({before.results.get('checkpoint')})\n"
+        f"B: {after.folder} ({after.results.get('checkpoint')})\n"
+        f"on the same {len(before.tasks)} problems"
+    )
+    if "greedy" in runs:
+        _print_greedy_comparison(before, after, console)
+    if "sampled" in runs:
+        _print_sampled_comparison(before, after, console)
+    for evaluation, name in ((before, "A"), (after, "B")):
+        errors = {run: evaluation.sandbox_errors(run) for run in runs}
+        if any(errors.values()):
+            shown = ", ".join(f"{run} {n}" for run, n in errors.items() if n)
+            console.print(f"{name} had sandbox errors ({shown}): counted as failures here")
+    return 0
+
+
+def _print_greedy_comparison(before: Evaluation, after: Evaluation, console: Any) -> None:
+    from rich.table import Table
+
+    from codepost.pipeline.report import format_p_value
+    from codepost.pipeline.stats import compare_greedy, wilson_interval
+
+    result = compare_greedy(before.greedy(), after.greedy())
+    table = Table(title="greedy pass@1 (95% Wilson interval; exact McNemar test)")
+    for column in ("A", "A 95% CI", "B", "B 95% CI", "B - A", "gained", "lost", "p"):
+        table.add_column(column)
+    n = result.problems
+    table.add_row(
+        f"{result.before_passed / n:.4f} ({result.before_passed}/{n})",
+        _interval(wilson_interval(result.before_passed, n)),
+        f"{result.after_passed / n:.4f} ({result.after_passed}/{n})",
+        _interval(wilson_interval(result.after_passed, n)),
+        f"{result.difference:+.4f}",
+        str(result.gained),
+        str(result.lost),
+        format_p_value(result.p_value),
+    )
+    console.print(table)
+    console.print(
+        f"gained: {result.gained} problems failed by A and solved by B; lost: {result.lost} "
+        "solved by A and failed by B. p < 0.05: a difference unlikely under chance alone."
+    )
+
+
+def _print_sampled_comparison(before: Evaluation, after: Evaluation, console: Any) -> None:
+    from rich.table import Table
+
+    from codepost.pipeline.report import format_p_value
+    from codepost.pipeline.stats import bootstrap_interval, compare_sampled, pass_at_k_per_problem
+
+    a, b = before.counts["sampled"], after.counts["sampled"]
+    fewest = min(n for counts in (a, b) for n, _ in counts.values())
+    ks = sorted(set(_ks(before.results)) & set(_ks(after.results)))
+    settings = [
+        f"{name}: n={max(n for n, _ in counts.values())}, "
+        f"T={evaluation.results['sampled'].get('temperature', math.nan):g}"
+        for name, evaluation, counts in (("A", before, a), ("B", after, b))
+    ]
+    table = Table(
+        title="sampled pass@k (95% bootstrap interval over problems; paired bootstrap test)",
+        caption="; ".join(settings),
+    )
+    for column in ("k", "A", "A 95% CI", "B", "B 95% CI", "B - A", "B - A 95% CI", "p"):
+        table.add_column(column)
+    for k in ks:
+        if k > fewest:
+            console.print(f"sampled pass@{k}: some problem has fewer than {k} samples, left out")
+            continue
+        result = compare_sampled(a, b, k)
+        table.add_row(
+            str(k),
+            f"{result.before:.4f}",
+            _interval(bootstrap_interval(pass_at_k_per_problem(a, k))),
+            f"{result.after:.4f}",
+            _interval(bootstrap_interval(pass_at_k_per_problem(b, k))),
+            f"{result.difference:+.4f}",
+            _interval(result.difference_ci95, signed=True),
+            format_p_value(result.p_value),
+        )
+    if table.row_count:
+        console.print(table)
+    else:
+        console.print("sampled: no pass@k that both evaluations report")
+
+
+def _ks(results: dict[str, Any]) -> list[int]:
+    """The k of each sampled pass@k an evaluation reported."""
+    keys = results.get("sampled", {})
+    return [int(key[5:]) for key in keys if key.startswith("pass@") and key[5:].isdigit()]
+
+
+def _interval(interval: Any, *, signed: bool = False) -> str:
+    if not interval:
+        return "n/a"
+    low, high = interval
+    return f"[{low:+.4f}, {high:+.4f}]" if signed else f"[{low:.4f}, {high:.4f}]"
 
 
 def register_checkpoints(subparsers: Any) -> argparse.ArgumentParser:

@@ -1,0 +1,259 @@
+"""The report of a post-training run, and the evaluation folders it is made of read back.
+
+A pass@1 that moved by two problems out of 164 is noise more often than progress: the report
+gives each stage's greedy pass@1 with its 95% Wilson interval and compares it, problem by
+problem, with the stage before and with the base model (exact McNemar test). The per-problem
+data comes from each evaluation folder's ``samples.jsonl``; sandbox errors count as failures,
+as a paired test needs every problem scored on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from codepost.pipeline.evaluation import RESULTS_FILE, SAMPLES_FILE, problem_counts
+from codepost.pipeline.plots import plot_curves
+from codepost.pipeline.stats import GreedyComparison, compare_greedy, wilson_interval
+
+REPORT_FILE = "report.md"
+PASS_PLOT_FILE = "pass_at_1.png"
+EVALUATIONS_FILE = "evaluations.json"
+RL_CURVES = "rl/reward_curve.png"
+RUNS = ("greedy", "sampled")
+
+
+class ProblemsDiffer(ValueError):
+    """Two evaluations on different problems: a paired comparison of them means nothing."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """An evaluation folder read back: ``evaluation.json`` and, per run ("greedy",
+    "sampled"), the (samples, passed) counts of each problem from ``samples.jsonl``."""
+
+    folder: Path
+    results: dict[str, Any]
+    counts: dict[str, dict[str, tuple[int, int]]]
+
+    @property
+    def tasks(self) -> set[str]:
+        return {task for counts in self.counts.values() for task in counts}
+
+    def greedy(self) -> dict[str, bool] | None:
+        """Whether each problem's greedy completion passed; None without a greedy run."""
+        counts = self.counts.get("greedy")
+        return None if counts is None else {task: c > 0 for task, (_, c) in counts.items()}
+
+    def sandbox_errors(self, run: str) -> int:
+        return int(self.results.get(run, {}).get("sandbox_errors", 0))
+
+
+def load_evaluation(path: Path) -> Evaluation:
+    """The evaluation in folder ``path`` (or of its ``evaluation.json``); FileNotFoundError
+    names the file missing."""
+    path = Path(path)
+    folder = path.parent if path.name == RESULTS_FILE else path
+    results_file, samples_file = folder / RESULTS_FILE, folder / SAMPLES_FILE
+    for needed in (results_file, samples_file):
+        if not needed.is_file():
+            raise FileNotFoundError(f"{needed}: no such file (not an evaluation folder?)")
+    rows: dict[str, list[dict[str, Any]]] = {}
+    with samples_file.open() as stream:
+        for line in stream:
+            if line.strip():
+                row = json.loads(line)
+                rows.setdefault(row["run"], []).append(row)
+    results = json.loads(results_file.read_text())
+    counts = {run: problem_counts(rows[run]) for run in RUNS if run in rows}
+    return Evaluation(folder=folder, results=results, counts=counts)
+
+
+def check_same_problems(a: Evaluation, b: Evaluation) -> None:
+    """Raise ProblemsDiffer, naming both folders and what differs, unless ``a`` and ``b``
+    were evaluated on the same problems (task ids, and content where both have its hash)."""
+    only_a, only_b = sorted(a.tasks - b.tasks), sorted(b.tasks - a.tasks)
+    if only_a or only_b:
+        raise ProblemsDiffer(
+            f"{a.folder} and {b.folder} were evaluated on different problems: "
+            f"{len(only_a)} only in {a.folder}{_examples(only_a)}, "
+            f"{len(only_b)} only in {b.folder}{_examples(only_b)}"
+        )
+    fingerprints = (a.results.get("problems_fingerprint"), b.results.get("problems_fingerprint"))
+    if None not in fingerprints and fingerprints[0] != fingerprints[1]:
+        raise ProblemsDiffer(
+            f"{a.folder} and {b.folder} have the same task ids but different problems "
+            f"(problems_fingerprint {fingerprints[0]} vs {fingerprints[1]}): their prompts, "
+            "tests or order differ"
+        )
+
+
+def stage_rows(evaluations: dict[str, dict[str, Path]]) -> list[dict[str, Any]]:
+    """One row per (benchmark, stage) of ``evaluations`` (benchmark -> stage -> evaluation
+    folder, stages in order): greedy pass@1 with its 95% Wilson interval, and the paired
+    comparison with the previous stage and with the first (None for the first). Plain
+    JSON-able values, for a table artifact."""
+    return _rows(_load(evaluations))
+
+
+def write_report(run_dir: Path, evaluations: dict[str, dict[str, Path]]) -> Path:
+    """``report.md`` (a table per benchmark, the plots), ``pass_at_1.png`` and
+    ``evaluations.json`` (the rows and every evaluation's results) in ``run_dir``."""
+    run_dir = Path(run_dir)
+    loaded = _load(evaluations)
+    rows = _rows(loaded)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _plot(rows, run_dir / PASS_PLOT_FILE)
+    lines = [
+        "# Post-training run",
+        "",
+        "Greedy pass@1 with its 95% Wilson interval. Each stage is compared with the previous "
+        "one and with the first on the same problems: Δ in pass@1, +problems gained/-lost, "
+        "and the exact McNemar p (p < 0.05 marks a difference unlikely under chance alone).",
+    ]
+    for benchmark in evaluations:
+        lines += [
+            "",
+            f"## {benchmark}",
+            "",
+            *_table([r for r in rows if r["benchmark"] == benchmark]),
+        ]
+    lines += ["", f"![pass@1 per stage]({PASS_PLOT_FILE})"]
+    if (run_dir / RL_CURVES).is_file():
+        lines += ["", f"![RL reward curve]({RL_CURVES})"]
+    path = run_dir / REPORT_FILE
+    path.write_text("\n".join(lines) + "\n")
+    everything = {
+        "rows": rows,
+        "evaluations": {
+            benchmark: {
+                stage: {"folder": str(evaluation.folder), "results": evaluation.results}
+                for stage, evaluation in stages.items()
+            }
+            for benchmark, stages in loaded.items()
+        },
+    }
+    (run_dir / EVALUATIONS_FILE).write_text(json.dumps(everything, indent=2) + "\n")
+    return path
+
+
+def _load(evaluations: Mapping[str, Mapping[str, Path]]) -> dict[str, dict[str, Evaluation]]:
+    return {
+        benchmark: {stage: load_evaluation(folder) for stage, folder in stages.items()}
+        for benchmark, stages in evaluations.items()
+    }
+
+
+def _rows(loaded: Mapping[str, Mapping[str, Evaluation]]) -> list[dict[str, Any]]:
+    rows = []
+    for benchmark, stages in loaded.items():
+        first: Evaluation | None = None
+        previous: Evaluation | None = None
+        for stage, evaluation in stages.items():
+            greedy = evaluation.greedy()
+            passed = None if greedy is None else sum(greedy.values())
+            low, high = (None, None) if not greedy else wilson_interval(passed, len(greedy))
+            rows.append(
+                {
+                    "benchmark": benchmark,
+                    "stage": stage,
+                    "checkpoint": evaluation.results.get("checkpoint", ""),
+                    "greedy pass@1": passed / len(greedy) if greedy else None,
+                    "ci95 low": low,
+                    "ci95 high": high,
+                    "passed": passed,
+                    "problems": evaluation.results.get("num_problems", len(evaluation.tasks)),
+                    "sandbox errors": evaluation.sandbox_errors("greedy"),
+                    **_versus("previous", previous, evaluation),
+                    **_versus("base", first, evaluation),
+                }
+            )
+            first = evaluation if first is None else first
+            previous = evaluation
+    return rows
+
+
+def _versus(name: str, before: Evaluation | None, after: Evaluation) -> dict[str, Any]:
+    """The columns comparing ``after`` with ``before`` (None where there is nothing to
+    compare)."""
+    comparison: GreedyComparison | None = None
+    outcomes = (None if before is None else before.greedy(), after.greedy())
+    if before is not None and outcomes[0] and outcomes[1]:
+        check_same_problems(before, after)
+        comparison = compare_greedy(*outcomes)
+    fields = ("difference", "gained", "lost", "p_value")
+    return {
+        f"{field.removesuffix('_value')} vs {name}": getattr(comparison, field, None)
+        for field in fields
+    }
+
+
+def _table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| stage | greedy pass@1 | 95% CI | passed/problems | vs previous: Δ, +gained/-lost, p "
+        "| vs base: Δ, p | checkpoint |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if row["greedy pass@1"] is None:
+            score = interval = passed = "no greedy run"
+        else:
+            score = f"{row['greedy pass@1']:.4f}"
+            interval = f"[{row['ci95 low']:.4f}, {row['ci95 high']:.4f}]"
+            passed = f"{row['passed']}/{row['problems']}"
+        previous = base = ""
+        if row["p vs previous"] is not None:
+            previous = (
+                f"{row['difference vs previous']:+.4f}, +{row['gained vs previous']}/"
+                f"-{row['lost vs previous']}, {_p_is(row['p vs previous'])}"
+            )
+        if row["p vs base"] is not None:
+            base = f"{row['difference vs base']:+.4f}, {_p_is(row['p vs base'])}"
+        lines.append(
+            f"| {row['stage']} | {score} | {interval} | {passed} | {previous} | {base} "
+            f"| `{row['checkpoint']}` |"
+        )
+    errors = [f"{row['stage']} {row['sandbox errors']}" for row in rows if row["sandbox errors"]]
+    if errors:
+        lines += ["", f"Sandbox errors, counted as failures: {', '.join(errors)}."]
+    return lines
+
+
+def _plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Greedy pass@1 per stage, a line per benchmark, the Wilson interval as error bars."""
+    by_stage: dict[str, dict[str, Any]] = {}
+    problems: dict[str, int] = {}
+    for row in rows:
+        point = by_stage.setdefault(row["stage"], {"stage": row["stage"]})
+        if row["greedy pass@1"] is not None:
+            point[row["benchmark"]] = row["greedy pass@1"]
+            point[f"{row['benchmark']}_ci95"] = (row["ci95 low"], row["ci95 high"])
+        problems.setdefault(row["benchmark"], row["problems"])
+    counts = ", ".join(f"{benchmark} {n}" for benchmark, n in problems.items())
+    plot_curves(
+        list(by_stage.values()),
+        path,
+        x="stage",
+        panels={"with its 95% Wilson interval": list(problems)},
+        title=f"greedy pass@1 after each stage\n(problems: {counts})",
+        error_bars=True,
+        y_from_zero=True,
+    )
+
+
+def format_p_value(p_value: float) -> str:
+    """A p-value to 4 decimals; below that, a bound (a bootstrap p of 0 only means no
+    resample crossed 0)."""
+    return f"{p_value:.4f}" if p_value >= 1e-4 else "<0.0001"
+
+
+def _p_is(p_value: float) -> str:
+    shown = format_p_value(p_value)
+    return f"p{shown}" if shown.startswith("<") else f"p={shown}"
+
+
+def _examples(tasks: list[str]) -> str:
+    return f" (e.g. {', '.join(tasks[:3])})" if tasks else ""

@@ -1,0 +1,109 @@
+"""The post-training report: greedy pass@1 per stage with Wilson intervals and McNemar tests
+against the previous stage and the base, from evaluation folders written here (no model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from evaluation_helpers import BASE, SFT, outcomes, write_evaluation
+
+from codepost.pipeline.report import stage_rows, write_report
+from codepost.pipeline.stats import wilson_interval
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A run folder with two benchmarks evaluated after three stages."""
+    humaneval, mbpp = {}, {}
+    for stage, passed in (("base", BASE), ("sft", SFT), ("rl", SFT)):
+        humaneval[stage] = write_evaluation(
+            tmp_path / stage / "eval" / "humaneval", f"ckpt/{stage}", outcomes(passed, 20)
+        )
+    for stage, passed in (("base", {0}), ("sft", {0, 1}), ("rl", {0, 1, 2, 3, 4, 5})):
+        mbpp[stage] = write_evaluation(
+            tmp_path / stage / "eval" / "mbpp-test",
+            f"ckpt/{stage}",
+            outcomes(passed, 10),
+            sandbox_errors=frozenset({"task/9"}) if stage == "rl" else frozenset(),
+        )
+    return tmp_path, {"humaneval": humaneval, "mbpp-test": mbpp}
+
+
+def interval(passed: int, n: int) -> str:
+    low, high = wilson_interval(passed, n)
+    return f"[{low:.4f}, {high:.4f}]"
+
+
+def test_rows_hold_the_intervals_and_paired_tests(run):
+    _, evaluations = run
+    rows = stage_rows(evaluations)
+    assert [(r["benchmark"], r["stage"]) for r in rows] == [
+        (benchmark, stage) for benchmark in evaluations for stage in ("base", "sft", "rl")
+    ]
+    base, sft, rl = rows[:3]
+    assert base["greedy pass@1"] == 0.2 and (base["passed"], base["problems"]) == (4, 20)
+    assert (base["ci95 low"], base["ci95 high"]) == pytest.approx(wilson_interval(4, 20))
+    assert all(
+        base[f"{field} vs {other}"] is None
+        for field in ("difference", "gained", "lost", "p")
+        for other in ("previous", "base")
+    )
+    assert (sft["gained vs previous"], sft["lost vs previous"]) == (7, 1)
+    assert sft["p vs previous"] == pytest.approx(0.0703125)
+    assert sft["difference vs previous"] == pytest.approx(0.3)
+    assert (rl["gained vs previous"], rl["lost vs previous"], rl["p vs previous"]) == (0, 0, 1.0)
+    assert rl["p vs base"] == pytest.approx(0.0703125)  # against the first stage, not the last
+    assert rows[5]["sandbox errors"] == 1
+    assert json.loads(json.dumps(rows)) == rows  # plain values, for a table artifact
+
+
+def test_report_tables_plot_and_results(run):
+    run_dir, evaluations = run
+    (run_dir / "rl").mkdir(exist_ok=True)
+    (run_dir / "rl" / "reward_curve.png").write_bytes(b"\x89PNG")
+    path = write_report(run_dir, evaluations)
+    assert path == run_dir / "report.md"
+    report = path.read_text()
+    lines = report.splitlines()
+    assert lines[0] == "# Post-training run"
+    assert "Wilson" in report and "McNemar" in report and "p < 0.05" in report
+    assert "## humaneval" in lines and "## mbpp-test" in lines
+    assert f"| base | 0.2000 | {interval(4, 20)} | 4/20 |  |  | `ckpt/base` |" in lines
+    assert (
+        f"| sft | 0.5000 | {interval(10, 20)} | 10/20 | +0.3000, +7/-1, p=0.0703 "
+        f"| +0.3000, p=0.0703 | `ckpt/sft` |" in lines
+    )
+    assert (
+        f"| rl | 0.5000 | {interval(10, 20)} | 10/20 | +0.0000, +0/-0, p=1.0000 "
+        f"| +0.3000, p=0.0703 | `ckpt/rl` |" in lines
+    )
+    # mbpp rl: +4/-0 against sft (p = 2/16), +5/-0 against base (p = 2/32)
+    assert (
+        f"| rl | 0.6000 | {interval(6, 10)} | 6/10 | +0.4000, +4/-0, p=0.1250 "
+        f"| +0.5000, p=0.0625 | `ckpt/rl` |" in lines
+    )
+    assert "Sandbox errors, counted as failures: rl 1." in lines
+    assert report.index("## humaneval") < report.index("## mbpp-test")
+    assert "![pass@1 per stage](pass_at_1.png)" in lines
+    assert "![RL reward curve](rl/reward_curve.png)" in lines
+    assert (run_dir / "pass_at_1.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+    saved = json.loads((run_dir / "evaluations.json").read_text())
+    assert saved["rows"] == stage_rows(evaluations)
+    sft_results = saved["evaluations"]["humaneval"]["sft"]
+    assert sft_results["folder"] == str(evaluations["humaneval"]["sft"])
+    assert sft_results["results"]["greedy"]["pass@1"] == 0.5
+
+
+def test_no_reward_curve_no_link_and_a_stage_without_greedy(tmp_path):
+    sampled = {f"task/{i}": (4, i % 3) for i in range(6)}
+    evaluations = {
+        "humaneval": {
+            "base": write_evaluation(tmp_path / "a", "ckpt/a", None, sampled),
+            "sft": write_evaluation(tmp_path / "b", "ckpt/b", None, sampled),
+        }
+    }
+    report = write_report(tmp_path, evaluations).read_text()
+    assert "reward curve" not in report
+    assert "| sft | no greedy run | no greedy run | no greedy run |  |  | `ckpt/b` |" in report
