@@ -12,6 +12,7 @@ raises ``SandboxUnavailable`` instead, naming the host.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -32,10 +33,12 @@ import psutil
 import requests.exceptions
 
 from .api import CaseOutcome, ExecStatus, ExecutionResult, Job, TestOutcome
+from .runner import source_version
 
 log = logging.getLogger(__name__)
 
-DEFAULT_IMAGE = "codepost-sandbox:latest"
+# The image scripts/setup.sh builds (it reads the same variable).
+DEFAULT_IMAGE = os.environ.get("CODEPOST_SANDBOX_IMAGE", "codepost-sandbox:latest")
 _FRAME = struct.Struct(">I")
 _DOCKER_HEADER = struct.Struct(">BxxxI")
 
@@ -173,7 +176,13 @@ class _Container:
         self.sock: socket.socket = self.stream._sock
         self.payload = bytearray()  # demultiplexed stdout not yet parsed into frames
         self.next_id = 0
-        self.request({"op": "ping"}, timeout=30.0)
+        runner = self.request({"op": "ping"}, timeout=30.0).get("runner")
+        if runner != source_version():
+            self.destroy()
+            raise SandboxUnavailable(
+                f"the sandbox image {config.image!r} runs other runner code (version {runner}) "
+                f"than this codepost ({source_version()}): rebuild it with scripts/setup.sh"
+            )
 
     def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
         self.next_id += 1
@@ -413,6 +422,10 @@ def _job_payload(job: Job, config: PoolConfig) -> dict[str, Any]:
         }
     else:
         payload["stdin_cases"] = list(job.stdin_cases or ())
+        payload["files"] = {
+            path: base64.b64encode(data).decode() for path, data in job.files.items()
+        }
+        payload["fetch_files"] = list(job.fetch_files)
     return payload
 
 
@@ -421,7 +434,13 @@ def _to_result(reply: dict[str, Any], attempts: int) -> ExecutionResult:
         status=ExecStatus(reply["status"]),
         tests=tuple(TestOutcome(**test) for test in reply.get("tests", ())),
         cases=tuple(
-            CaseOutcome(**{**case, "status": ExecStatus(case["status"])})
+            CaseOutcome(
+                **{
+                    **case,
+                    "status": ExecStatus(case["status"]),
+                    "files": {path: base64.b64decode(data) for path, data in case["files"].items()},
+                }
+            )
             for case in reply.get("cases", ())
         ),
         stdout=reply.get("stdout", ""),
