@@ -9,6 +9,7 @@ import concurrent.futures
 import contextlib
 import importlib
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -29,7 +30,8 @@ from processes import wait_until
 from redteam_samples import CHEATS, FAILED, IO_ATTACKS, OUTPUT_LIMIT, PROBLEMS, TIMEOUT
 from sandbox_fusion import RunCodeRequest, RunStatus, run_code
 
-from codepost.verifiers.server import TOKEN_ENV
+from codepost.verifiers import cli
+from codepost.verifiers.remote import TOKEN_ENV
 
 pytestmark = pytest.mark.docker
 
@@ -310,6 +312,86 @@ def test_verify_gives_verdicts_and_rewards_in_sample_order(server):
     assert verdicts[2]["completion_style"] == "chat"
 
 
+# -- codepost verify --server: the same file and exit code as with a pool of its own
+
+MIXED = [
+    {"task_id": "HumanEval/0", "completion": HUMANEVAL["HumanEval/0"]["canonical_solution"]},
+    {"task_id": "HumanEval/0", "completion": "    return False\n", "model": "m"},
+    {"task_id": "HumanEval/2", "completion": "    return 1 +\n"},
+    {"task_id": "HumanEval/2", "completion": "    while True:\n        pass\n"},
+    {
+        "task_id": "HumanEval/2",
+        "completion": "```python\ndef truncate_number(x):\n    return x % 1\n```",
+    },
+] * 7  # more than one batch
+INLINE = [  # not a set the server ships: sent inline with the samples
+    {"task_id": "sq", "prompt": "square", "io": [{"input": "3\n", "output": "9\n"}]},
+    {"task_id": 7, "text": "add", "test_list": ["assert add(1, 2) == 3"]},
+]
+INLINE_SAMPLES = [
+    {"task_id": "sq", "completion": "```python\nprint(int(input()) ** 2)\n```"},
+    {"task_id": "sq", "completion": "```python\nprint(input())\n```"},
+    {"task_id": 7, "completion": "```python\ndef add(a, b):\n    return a + b\n```"},
+]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def rows_without_timings(path: Path) -> list[dict]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:
+        del row["duration_s"]
+    return rows
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["humaneval", "inline-problems"])
+def test_verify_with_a_server_writes_what_verify_alone_writes(server, tmp_path, capsys, inline):
+    options = ["--timeout", "1", "--k", "1"]
+    if inline:
+        samples = write_jsonl(tmp_path / "samples.jsonl", INLINE_SAMPLES)
+        options += ["--problems", str(write_jsonl(tmp_path / "problems.jsonl", INLINE))]
+    else:
+        samples = write_jsonl(tmp_path / "samples.jsonl", MIXED)
+    alone, served = tmp_path / "alone.jsonl", tmp_path / "served.jsonl"
+    code_alone = cli.main(
+        ["verify", str(samples), "--output", str(alone), "--workers", "2", *options]
+    )
+    out_alone = capsys.readouterr().out
+    code_served = cli.main(
+        ["verify", str(samples), "--output", str(served), "--server", server.url, *options]
+    )
+    out_served = capsys.readouterr().out
+    assert code_served == code_alone == 0
+    assert rows_without_timings(served) == rows_without_timings(alone)
+    assert out_served.replace(str(served), "") == out_alone.replace(str(alone), "")
+    statuses = {row["status"] for row in rows_without_timings(served)}
+    assert statuses == (
+        {"passed", "failed"} if inline else {"passed", "failed", "syntax_error", "timeout"}
+    )
+
+
+def test_verify_with_a_server_names_a_bad_sample_before_anything_runs(server, tmp_path, capsys):
+    samples = write_jsonl(
+        tmp_path / "s.jsonl", [*MIXED[:2], {"task_id": "HumanEval/999", "completion": ""}]
+    )
+    before = httpx.get(f"{server.url}/metrics").text.count('endpoint="/verify"')
+    code = cli.main(["verify", str(samples), "--server", server.url])
+    assert code == cli.EXIT_BAD_INPUT
+    assert f"{samples}:3: unknown task_id 'HumanEval/999'" in capsys.readouterr().err
+    assert httpx.get(f"{server.url}/metrics").text.count('endpoint="/verify"') == before
+    assert not (tmp_path / "s.jsonl_results.jsonl").exists()
+
+
+def test_verify_with_no_server_there_exits_3(tmp_path, capsys):
+    samples = write_jsonl(tmp_path / "s.jsonl", MIXED[:1])
+    url = f"http://127.0.0.1:{free_port()}"
+    assert cli.main(["verify", str(samples), "--server", url]) == cli.EXIT_SANDBOX_UNAVAILABLE
+    assert f"cannot reach the verify server {url}" in capsys.readouterr().err
+
+
 # -- what the clients never send
 
 
@@ -405,7 +487,7 @@ def test_health_and_prometheus_metrics(server):
 # -- access, overload, shutdown: servers of their own
 
 
-def test_a_bearer_token_guards_everything_but_health(tmp_path):
+def test_a_bearer_token_guards_everything_but_health(tmp_path, capsys):
     with running_server(tmp_path, "--workers", "1", token="s3cret") as guarded:
         body = {"code": "print(1)", "language": "python"}
         assert httpx.get(f"{guarded.url}/health").status_code == 200
@@ -417,6 +499,11 @@ def test_a_bearer_token_guards_everything_but_health(tmp_path):
             f"{guarded.url}/run_code", json=body, headers={"Authorization": "Bearer s3cret"}
         )
         assert allowed.json()["status"] == "Success"
+        samples = str(write_jsonl(tmp_path / "s.jsonl", MIXED[:1]))
+        assert cli.main(["verify", samples, "--server", guarded.url]) == 3
+        assert "answered 401: missing or wrong bearer token" in capsys.readouterr().err
+        argv = ["verify", samples, "--server", guarded.url, "--server-token", "s3cret"]
+        assert cli.main(argv) == 0
         # bound to 127.0.0.1 only: another address of this machine is not served
         others = {
             info[4][0]
@@ -441,12 +528,26 @@ def test_overload_is_refused_at_once_and_accepted_work_is_kept(tmp_path):
             took = time.perf_counter() - started
             batch = {"samples": [{"task_id": "HumanEval/0", "completion": ""}] * 3}
             too_many = client.post(f"{small.url}/verify", json=batch)
+            # the command line waits its turn (Retry-After) and loses nothing
+            samples = write_jsonl(tmp_path / "s.jsonl", MIXED[:5])
+            argv = ["verify", str(samples), "--server", small.url, "--timeout", "1"]
+            assert cli.main(argv) == 0
             answers = [future.result() for future in accepted]
+            metrics = client.get(f"{small.url}/metrics").text
         assert refused.status_code == 429 and refused.headers["Retry-After"] == "1"
         assert "server busy: 2 of 2 jobs pending" in refused.json()["detail"]
         assert took < 0.1, took
         assert too_many.status_code == 413 and "send them in batches" in too_many.json()["detail"]
         assert [answer.json()["run_result"]["stdout"] for answer in answers] == ["done\n"] * 2
+        assert 'codepost_requests_total{code="429",endpoint="/verify"}' in metrics
+        rows = rows_without_timings(tmp_path / "s.jsonl_results.jsonl")
+        assert [row["status"] for row in rows] == [
+            "passed",
+            "failed",
+            "syntax_error",
+            "timeout",
+            "passed",
+        ]
 
 
 def test_sigterm_answers_every_accepted_request_then_removes_the_pool(tmp_path):

@@ -32,6 +32,7 @@ from codepost.sandbox import Limits, SandboxUnavailable
 from .extraction import COMPLETION_STYLES
 from .pass_at_k import PassAtK, pass_at_k
 from .problems import HUMANEVAL, Problem, ProblemFormatError, jsonl_records, load_problems
+from .remote import TOKEN_ENV, RemoteVerifier
 from .rewards import RewardConfig
 from .verdicts import Verdict, VerdictStatus
 from .verifier import SampleError, Verifier
@@ -74,7 +75,21 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--output", type=Path, help="results JSONL (default: SAMPLES_results.jsonl)"
     )
     parser.add_argument(
-        "--workers", type=_positive(int), default=4, help="sandbox containers (default 4)"
+        "--workers",
+        type=_positive(int),
+        default=4,
+        help="sandbox containers (default 4; with --server, the server's)",
+    )
+    parser.add_argument(
+        "--server",
+        metavar="URL",
+        help="send the work to a running `codepost verify-server` (its warm pool) instead of "
+        "starting containers; same output file and exit codes",
+    )
+    parser.add_argument(
+        "--server-token",
+        default=os.environ.get(TOKEN_ENV),
+        help=f"the server's bearer token (default: ${TOKEN_ENV})",
     )
     parser.add_argument(
         "--timeout",
@@ -170,19 +185,27 @@ def run(args: argparse.Namespace) -> int:
     if args.samples is not None and output.resolve() == args.samples.resolve():
         err.print(f"[red]error:[/] the output {output} would overwrite the samples")
         return EXIT_BAD_INPUT
-    with Verifier(
-        limits=Limits(wall_time_s=args.timeout, cpu_time_s=args.timeout, memory_mb=args.memory_mb),
-        reward_config=RewardConfig(
+    limits = Limits(wall_time_s=args.timeout, cpu_time_s=args.timeout, memory_mb=args.memory_mb)
+    options: dict[str, Any] = {
+        "limits": limits,
+        "reward_config": RewardConfig(
             sandbox_errors="exclude" if args.exclude_sandbox_errors else "fail"
         ),
-        completion_style="continuation" if args.reference else args.completion_style,
-        workers=args.workers,
-    ) as verifier:
+        "completion_style": "continuation" if args.reference else args.completion_style,
+    }
+    if args.server:
+        with RemoteVerifier(
+            args.server, args.problems, token=args.server_token, **options
+        ) as remote:
+            return _verify(args, remote, output, err)
+    with Verifier(workers=args.workers, **options) as verifier:
         verifier.start_soon()  # the containers start while the problems and samples load
         return _verify(args, verifier, output, err)
 
 
-def _verify(args: argparse.Namespace, verifier: Verifier, output: Path, err: Console) -> int:
+def _verify(
+    args: argparse.Namespace, verifier: Verifier | RemoteVerifier, output: Path, err: Console
+) -> int:
     try:
         problems = load_problems(args.problems)
         if args.reference:

@@ -51,22 +51,21 @@ from codepost.sandbox import (
     SandboxUnavailable,
 )
 
+from .cli import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE
 from .extraction import CompletionStyle
 from .problems import (
     HUMANEVAL,
-    PACKAGED,
+    NAMED_PROBLEMS,
     Problem,
     ProblemFormatError,
     load_problems,
     problems_from_records,
 )
+from .remote import TOKEN_ENV
 from .rewards import RewardConfig
 from .verifier import SampleError, Verifier
 
-EXIT_SANDBOX_UNAVAILABLE = 3
-TOKEN_ENV = "CODEPOST_SERVER_TOKEN"
 LANGUAGES = ("python",)
-NAMED_PROBLEMS = (HUMANEVAL, *PACKAGED)
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -515,7 +514,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     return serve(config)
 
 
