@@ -473,7 +473,7 @@ def test_health_and_prometheus_metrics(server):
     for line in (
         "# TYPE codepost_requests_total counter",
         "# TYPE codepost_request_duration_seconds histogram",
-        'codepost_request_duration_seconds_bucket{endpoint="/run_code",le="+Inf"}',
+        'codepost_request_duration_seconds_bucket{code="200",endpoint="/run_code",le="+Inf"}',
         'codepost_results_total{endpoint="run_code",status="Success"}',
         'codepost_requests_total{code="200",endpoint="/run_code"}',
         "codepost_queue_depth 0.0",

@@ -150,8 +150,8 @@ class Metrics:
         )
         self.latency = Histogram(
             "codepost_request_duration_seconds",
-            "time from request to answer, by endpoint",
-            ["endpoint"],
+            "time from request to answer, by endpoint and status code",
+            ["endpoint", "code"],
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
             registry=self.registry,
         )
@@ -202,7 +202,7 @@ class Gate:
                 await self.app(scope, self.limited(receive), counted_send)
         finally:
             self.metrics.requests.labels(endpoint, str(code)).inc()
-            self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+            self.metrics.latency.labels(endpoint, str(code)).observe(time.perf_counter() - started)
 
     def refusal(self, scope: Scope) -> JSONResponse | None:
         headers = dict(scope["headers"])
