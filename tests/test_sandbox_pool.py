@@ -260,7 +260,8 @@ def test_an_image_built_from_other_runner_code_is_refused(monkeypatch):
     before = {c.id for c in client.containers.list(all=True, filters=mine)}
     with pytest.raises(SandboxUnavailable, match=r"other runner code .*scripts/setup\.sh"):
         SandboxPool(PoolConfig(size=1)).start()
-    assert {c.id for c in client.containers.list(all=True, filters=mine)} == before  # removed
+    after = {c.id for c in client.containers.list(all=True, filters=mine)}
+    assert after <= before  # the refused container was removed (others may be going away)
 
 
 def test_several_docker_hosts_back_one_pool():
