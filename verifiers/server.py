@@ -83,8 +83,8 @@ class ServerConfig(BaseModel):
     max_pending: int = Field(
         256,
         ge=1,
-        description="jobs accepted and not answered yet (running or queued); past it, 429. "
-        "verl recommends max_concurrent 256 for its SandboxFusion client",
+        description="jobs accepted and not answered yet (running or queued); past it, 429 at "
+        "once. Keep a trainer's own concurrency (verl's max_concurrent) within it",
     )
     max_body_bytes: int = Field(16 << 20, ge=1024, description="largest request body")
     max_code_bytes: int = Field(1 << 20, ge=1, description="largest program of /run_code")
@@ -217,17 +217,13 @@ class Gate:
                 )
         length = headers.get(b"content-length", b"0")
         if length.isdigit() and int(length) > self.config.max_body_bytes:
-            return self.too_large()
+            return JSONResponse(
+                {"detail": self.too_large()}, status_code=413, headers={"Connection": "close"}
+            )
         return None
 
-    def too_large(self) -> JSONResponse:
-        return JSONResponse(
-            {
-                "detail": f"request body over the server's limit of {self.config.max_body_bytes} bytes"
-            },
-            status_code=413,
-            headers={"Connection": "close"},
-        )
+    def too_large(self) -> str:
+        return f"request body over the server's limit of {self.config.max_body_bytes} bytes"
 
     def limited(self, receive: Receive) -> Receive:
         received = 0
@@ -237,7 +233,7 @@ class Gate:
             message = await receive()
             received += len(message.get("body", b""))
             if received > self.config.max_body_bytes:
-                raise HTTPException(413, self.too_large().body.decode())
+                raise HTTPException(413, self.too_large())
             return message
 
         return receive_limited
@@ -520,20 +516,16 @@ def run(args: argparse.Namespace) -> int:
 
 def serve(config: ServerConfig) -> int:
     """Start the pool, serve until SIGTERM or Ctrl-C, then close the pool."""
+    # SIGTERM as Ctrl-C: it stops a start-up cleanly, and uvicorn, which drains the server on
+    # either, raises the signal again once done: both end here, with the pool closed.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     pool = SandboxPool(PoolConfig(size=config.workers))
+    app = create_app(config, pool)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, access_log=False)
+    )
     try:
         pool.start()
-    except SandboxUnavailable as exc:
-        print(f"sandbox unavailable: {exc}", file=sys.stderr)
-        return EXIT_SANDBOX_UNAVAILABLE
-    try:
-        app = create_app(config, pool)
-        server = uvicorn.Server(
-            uvicorn.Config(app, host=config.host, port=config.port, access_log=False)
-        )
-        # uvicorn drains on SIGTERM, then raises the signal again: end normally instead, so
-        # that the pool below is closed.
-        signal.signal(signal.SIGTERM, lambda *_: None)
         print(
             f"codepost verify-server: http://{config.host}:{config.port} ({config.workers} "
             f"containers, up to {config.max_pending} jobs pending"
@@ -542,6 +534,11 @@ def serve(config: ServerConfig) -> int:
             flush=True,
         )
         server.run()
+    except SandboxUnavailable as exc:
+        print(f"sandbox unavailable: {exc}", file=sys.stderr)
+        return EXIT_SANDBOX_UNAVAILABLE
+    except KeyboardInterrupt:
+        pass
     finally:
         pool.close()
     admission: Admission = app.state.admission
