@@ -118,7 +118,8 @@ def _remove_orphans(client: docker.DockerClient) -> None:
     """Remove the containers of pools whose process died on this host (killed, crashed): a
     container keeps running after its owner is gone. Other hosts' and live pools' are kept."""
     client.containers.prune(filters={"label": "codepost.sandbox"})  # the stopped ones
-    for container in client.containers.list(filters={"label": OWNER_LABEL}):
+    # ignore_removed: another pool may remove a container between the listing and its inspection
+    for container in client.containers.list(filters={"label": OWNER_LABEL}, ignore_removed=True):
         host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
         if host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid)):
             with contextlib.suppress(docker.errors.DockerException):

@@ -107,7 +107,11 @@ def server(tmp_path_factory) -> Iterator[Server]:
 
 def owned_containers(pid: int) -> list:
     label = f"codepost.owner={socket.gethostname()}:{pid}"
-    return docker.from_env().containers.list(all=True, filters={"label": label})
+    return docker.from_env().containers.list(
+        all=True,
+        filters={"label": label},
+        sparse=True,  # no inspection: they may be going away
+    )
 
 
 # -- the sandbox-fusion client (PyPI), unchanged
@@ -572,3 +576,28 @@ def test_sigterm_answers_every_accepted_request_then_removes_the_pool(tmp_path):
         assert [answer.json()["run_result"]["stdout"] for answer in answers] == ["done\n"] * 8
         assert "8 requests accepted, 8 answered" in draining.log.read_text()
         assert owned_containers(pid) == []
+
+
+def test_sigterm_while_the_pool_starts_leaves_no_container(tmp_path):
+    port = str(free_port())
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "codepost.flows.cli",
+            "verify-server",
+            "--port",
+            port,
+            "--workers",
+            "3",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_until(lambda: owned_containers(process.pid) != [], STARTUP_S)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=120)
+    assert code in (0, 1)  # 1: stopped before it served; 0: it was serving already
+    assert owned_containers(process.pid) == []
