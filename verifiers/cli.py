@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import (
@@ -32,16 +32,19 @@ from codepost.sandbox import Limits, SandboxUnavailable
 from .extraction import COMPLETION_STYLES
 from .pass_at_k import PassAtK, pass_at_k
 from .problems import HUMANEVAL, Problem, ProblemFormatError, jsonl_records, load_problems
-from .remote import TOKEN_ENV, RemoteVerifier
 from .rewards import RewardConfig
 from .verdicts import Verdict, VerdictStatus
 from .verifier import SampleError, Verifier
+
+if TYPE_CHECKING:
+    from .remote import RemoteVerifier
 
 EXIT_BAD_INPUT = 2
 EXIT_SANDBOX_UNAVAILABLE = 3
 EXIT_SANDBOX_ERRORS = 4  # every sample has a verdict, but some only a sandbox error
 SHOWN_ERRORS = 20
 EXIT_INTERRUPTED = 130
+TOKEN_ENV = "CODEPOST_SERVER_TOKEN"  # verify-server's bearer token
 
 
 class SampleFileError(ValueError):
@@ -194,6 +197,8 @@ def run(args: argparse.Namespace) -> int:
         "completion_style": "continuation" if args.reference else args.completion_style,
     }
     if args.server:
+        from .remote import RemoteVerifier  # httpx: only with a server
+
         with RemoteVerifier(
             args.server, args.problems, token=args.server_token, **options
         ) as remote:

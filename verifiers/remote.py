@@ -23,7 +23,6 @@ from .rewards import RewardConfig
 from .verdicts import Verdict
 from .verifier import Verifier
 
-TOKEN_ENV = "CODEPOST_SERVER_TOKEN"
 BATCH = 32  # samples per request
 IN_FLIGHT = 4  # requests at once: enough to keep a server's containers busy
 
@@ -44,6 +43,7 @@ class RemoteVerifier:
         self.url = url.rstrip("/")
         self.source = source
         self.limits = limits or Limits()
+        # checks samples and holds the options; never starts a pool
         self.local = Verifier(reward_config=reward_config, completion_style=completion_style)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         # No read time-out: a batch waits for its turn on the server's containers.
@@ -64,7 +64,7 @@ class RemoteVerifier:
         """``(sample index, verdict)`` as each batch comes back; raises ``SampleError`` now, and
         ``SandboxUnavailable`` (naming the server) when the server cannot do the work."""
         samples = list(samples)
-        self.local.prepare(problems, samples)  # raises SampleError; runs nothing
+        self.local.check(problems, samples)
         return self._run(problems, samples)
 
     def _run(

@@ -51,7 +51,7 @@ from codepost.sandbox import (
     SandboxUnavailable,
 )
 
-from .cli import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE
+from .cli import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE, TOKEN_ENV
 from .extraction import CompletionStyle
 from .problems import (
     HUMANEVAL,
@@ -61,7 +61,6 @@ from .problems import (
     load_problems,
     problems_from_records,
 )
-from .remote import TOKEN_ENV
 from .rewards import RewardConfig
 from .verifier import SampleError, Verifier
 
