@@ -36,6 +36,7 @@ pytestmark = pytest.mark.docker
 
 HUMANEVAL = read_problems()
 STARTUP_S = 120.0
+SERVE = [sys.executable, "-m", "codepost.flows.cli", "verify-server"]  # as a user starts it
 
 
 @dataclass
@@ -66,15 +67,7 @@ def running_server(tmp_path: Path, *options: str, token: str | None = None) -> I
     log = tmp_path / f"server-{port}.log"
     with log.open("w") as stream:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "codepost.flows.cli",
-                "verify-server",
-                "--port",
-                str(port),
-                *options,
-            ],
+            [*SERVE, "--port", str(port), *options],
             stdout=stream,
             stderr=subprocess.STDOUT,
             env=env,
@@ -582,18 +575,8 @@ def test_sigterm_answers_every_accepted_request_then_removes_the_pool(tmp_path):
 
 
 def test_sigterm_while_the_pool_starts_leaves_no_container(tmp_path):
-    port = str(free_port())
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "codepost.flows.cli",
-            "verify-server",
-            "--port",
-            port,
-            "--workers",
-            "3",
-        ],
+        [*SERVE, "--port", str(free_port()), "--workers", "3"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
