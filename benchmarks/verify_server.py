@@ -69,7 +69,7 @@ def server(*options: str, log: Path) -> Iterator[tuple[str, subprocess.Popen]]:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=300)
-        faults = [line for line in log.read_text().splitlines() if "sandbox container" in line]
+        faults = [line for line in log.read_text().splitlines() if "sandbox container " in line]
         if faults:  # containers replaced or retried: what a slow round may owe to the machine
             print(f"server log: {len(faults)} container faults, the first: {faults[0]}")
 
