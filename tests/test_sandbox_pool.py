@@ -226,18 +226,22 @@ def test_many_in_flight_with_asyncio(sandbox_pool):
 
 def test_a_dead_container_is_replaced_and_the_job_retried():
     client = docker.from_env()
+    # Only this pool's container dies: other pools on this engine (this process's, other
+    # users') are none of this test's business.
+    this_process = {"label": f"codepost.owner={socket.gethostname()}:{os.getpid()}"}
+    others = {c.id for c in client.containers.list(filters=this_process, sparse=True)}
     with SandboxPool(PoolConfig(size=1)) as pool:
         job = call_job(
             "import time\ndef f():\n    time.sleep(1.0)\n    return 1\n", "assert f() == 1"
         )
-        before = {c.id for c in client.containers.list(filters={"label": "codepost.sandbox"})}
         future = pool.submit(job)
         time.sleep(0.4)
         mine = [
             c
-            for c in client.containers.list(filters={"label": "codepost.sandbox"})
-            if c.id in before
+            for c in client.containers.list(filters=this_process, sparse=True)
+            if c.id not in others
         ]
+        assert len(mine) == 1
         threading.Thread(target=lambda: [c.kill() for c in mine]).start()
         result = future.result(timeout=60)
     assert result.status is ExecStatus.COMPLETED
