@@ -19,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "codepost.verifiers.cli:register",
         "run candidate code against problem tests in the sandbox",
     ),
+    "verify-server": (
+        "codepost.verifiers.server:register",
+        "serve the sandbox over HTTP: SandboxFusion's /run_code, codepost's /verify",
+    ),
     "evaluate": (
         "codepost.pipeline.cli:register_evaluate",
         "pass@k of a checkpoint (greedy pass@1, sampled pass@k) in the sandbox",

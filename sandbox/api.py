@@ -18,11 +18,15 @@ Two kinds of job:
   caller, which compares it with the expected output outside the sandbox. A case's output
   is what the program's processes write until its stdout and stderr close, at most 1 s
   after its main process exits; processes still holding them then are killed, and the case's
-  stderr says so.
+  stderr says so. Each case starts with the job's ``files`` in its working directory, and the
+  ``fetch_files`` it leaves there come back with it (regular files only, at most
+  ``output_bytes`` in all; what is left out is named in the case's stderr).
 """
 
 from __future__ import annotations
 
+import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -73,12 +77,33 @@ class Job:
     judge: JudgeSpec | None = None  # call mode
     stdin_cases: tuple[str, ...] | None = None  # io mode
     limits: Limits = field(default_factory=Limits)
+    files: Mapping[str, bytes] = field(default_factory=dict)  # io mode: path -> content
+    fetch_files: tuple[str, ...] = ()  # io mode: paths read back after each case
 
     def __post_init__(self) -> None:
         if (self.judge is None) == (self.stdin_cases is None):
             raise ValueError(
                 "a Job needs exactly one of judge (call mode) or stdin_cases (io mode)"
             )
+        if (self.files or self.fetch_files) and self.judge is not None:
+            raise ValueError("files and fetch_files are for io mode (stdin_cases)")
+        for path in (*self.files, *self.fetch_files):
+            check_path(path)
+        for path in self.files:
+            parent = posixpath.dirname(path)
+            while parent:
+                if parent in self.files:
+                    raise ValueError(f"file {path!r} is inside file {parent!r}")
+                parent = posixpath.dirname(parent)
+
+
+def check_path(path: str) -> None:
+    """A file path of a job: relative to the program's working directory, and inside it."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"file path {path!r}: must be relative, without '.', '..' or '//'")
+    if "\0" in path:
+        raise ValueError(f"file path {path!r}: holds a NUL character")
 
 
 @dataclass(frozen=True)
@@ -99,6 +124,7 @@ class CaseOutcome:
     stderr: str
     exit_code: int | None
     duration_s: float
+    files: dict[str, bytes] = field(default_factory=dict)  # the job's fetch_files found
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ raises ``SandboxUnavailable`` instead, naming the host.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -32,10 +33,12 @@ import psutil
 import requests.exceptions
 
 from .api import CaseOutcome, ExecStatus, ExecutionResult, Job, TestOutcome
+from .runner import source_version
 
 log = logging.getLogger(__name__)
 
-DEFAULT_IMAGE = "codepost-sandbox:latest"
+# The image scripts/setup.sh builds (it reads the same variable).
+DEFAULT_IMAGE = os.environ.get("CODEPOST_SANDBOX_IMAGE", "codepost-sandbox:latest")
 _FRAME = struct.Struct(">I")
 _DOCKER_HEADER = struct.Struct(">BxxxI")
 
@@ -115,7 +118,8 @@ def _remove_orphans(client: docker.DockerClient) -> None:
     """Remove the containers of pools whose process died on this host (killed, crashed): a
     container keeps running after its owner is gone. Other hosts' and live pools' are kept."""
     client.containers.prune(filters={"label": "codepost.sandbox"})  # the stopped ones
-    for container in client.containers.list(filters={"label": OWNER_LABEL}):
+    # ignore_removed: another pool may remove a container between the listing and its inspection
+    for container in client.containers.list(filters={"label": OWNER_LABEL}, ignore_removed=True):
         host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
         if host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid)):
             with contextlib.suppress(docker.errors.DockerException):
@@ -173,7 +177,13 @@ class _Container:
         self.sock: socket.socket = self.stream._sock
         self.payload = bytearray()  # demultiplexed stdout not yet parsed into frames
         self.next_id = 0
-        self.request({"op": "ping"}, timeout=30.0)
+        runner = self.request({"op": "ping"}, timeout=30.0).get("runner")
+        if runner != source_version():
+            self.destroy()
+            raise SandboxUnavailable(
+                f"the sandbox image {config.image!r} runs other runner code (version {runner}) "
+                f"than this codepost ({source_version()}): rebuild it with scripts/setup.sh"
+            )
 
     def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
         self.next_id += 1
@@ -413,6 +423,10 @@ def _job_payload(job: Job, config: PoolConfig) -> dict[str, Any]:
         }
     else:
         payload["stdin_cases"] = list(job.stdin_cases or ())
+        payload["files"] = {
+            path: base64.b64encode(data).decode() for path, data in job.files.items()
+        }
+        payload["fetch_files"] = list(job.fetch_files)
     return payload
 
 
@@ -421,7 +435,13 @@ def _to_result(reply: dict[str, Any], attempts: int) -> ExecutionResult:
         status=ExecStatus(reply["status"]),
         tests=tuple(TestOutcome(**test) for test in reply.get("tests", ())),
         cases=tuple(
-            CaseOutcome(**{**case, "status": ExecStatus(case["status"])})
+            CaseOutcome(
+                **{
+                    **case,
+                    "status": ExecStatus(case["status"]),
+                    "files": {path: base64.b64decode(data) for path, data in case["files"].items()},
+                }
+            )
             for case in reply.get("cases", ())
         ),
         stdout=reply.get("stdout", ""),

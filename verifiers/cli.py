@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import (
@@ -36,11 +36,15 @@ from .rewards import RewardConfig
 from .verdicts import Verdict, VerdictStatus
 from .verifier import SampleError, Verifier
 
+if TYPE_CHECKING:
+    from .remote import RemoteVerifier
+
 EXIT_BAD_INPUT = 2
 EXIT_SANDBOX_UNAVAILABLE = 3
 EXIT_SANDBOX_ERRORS = 4  # every sample has a verdict, but some only a sandbox error
 SHOWN_ERRORS = 20
 EXIT_INTERRUPTED = 130
+TOKEN_ENV = "CODEPOST_SERVER_TOKEN"  # verify-server's bearer token
 
 
 class SampleFileError(ValueError):
@@ -74,7 +78,21 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "--output", type=Path, help="results JSONL (default: SAMPLES_results.jsonl)"
     )
     parser.add_argument(
-        "--workers", type=_positive(int), default=4, help="sandbox containers (default 4)"
+        "--workers",
+        type=_positive(int),
+        default=4,
+        help="sandbox containers (default 4; with --server, the server's)",
+    )
+    parser.add_argument(
+        "--server",
+        metavar="URL",
+        help="send the work to a running `codepost verify-server` (its warm pool) instead of "
+        "starting containers; same output file and exit codes",
+    )
+    parser.add_argument(
+        "--server-token",
+        default=os.environ.get(TOKEN_ENV),
+        help=f"the server's bearer token (default: ${TOKEN_ENV})",
     )
     parser.add_argument(
         "--timeout",
@@ -170,19 +188,29 @@ def run(args: argparse.Namespace) -> int:
     if args.samples is not None and output.resolve() == args.samples.resolve():
         err.print(f"[red]error:[/] the output {output} would overwrite the samples")
         return EXIT_BAD_INPUT
-    with Verifier(
-        limits=Limits(wall_time_s=args.timeout, cpu_time_s=args.timeout, memory_mb=args.memory_mb),
-        reward_config=RewardConfig(
+    limits = Limits(wall_time_s=args.timeout, cpu_time_s=args.timeout, memory_mb=args.memory_mb)
+    options: dict[str, Any] = {
+        "limits": limits,
+        "reward_config": RewardConfig(
             sandbox_errors="exclude" if args.exclude_sandbox_errors else "fail"
         ),
-        completion_style="continuation" if args.reference else args.completion_style,
-        workers=args.workers,
-    ) as verifier:
+        "completion_style": "continuation" if args.reference else args.completion_style,
+    }
+    if args.server:
+        from .remote import RemoteVerifier  # httpx: only with a server
+
+        with RemoteVerifier(
+            args.server, args.problems, token=args.server_token, **options
+        ) as remote:
+            return _verify(args, remote, output, err)
+    with Verifier(workers=args.workers, **options) as verifier:
         verifier.start_soon()  # the containers start while the problems and samples load
         return _verify(args, verifier, output, err)
 
 
-def _verify(args: argparse.Namespace, verifier: Verifier, output: Path, err: Console) -> int:
+def _verify(
+    args: argparse.Namespace, verifier: Verifier | RemoteVerifier, output: Path, err: Console
+) -> int:
     try:
         problems = load_problems(args.problems)
         if args.reference:

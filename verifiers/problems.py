@@ -31,6 +31,7 @@ MBPP = "mbpp"
 MBPP_SANITIZED = "mbpp-sanitized"
 # Problem sets shipped inside this package (data/README.md: origin, checksums, licence).
 PACKAGED: dict[str, str] = {MBPP: "mbpp.jsonl", MBPP_SANITIZED: "sanitized-mbpp.json"}
+NAMED_PROBLEMS = (HUMANEVAL, *PACKAGED)  # the sets any codepost can load by name
 _FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
 _TASK_ID_KEYS = ("task_id", "problem_id", "name")
 _PROMPT_KEYS = ("prompt", "text", "question", "description")

@@ -123,9 +123,31 @@ class Verifier:
         """Programs and jobs for every sample; raises ``SampleError`` before anything runs."""
         return [self._prepare(index, problems, sample) for index, sample in enumerate(samples)]
 
+    def check(self, problems: Mapping[str, Problem], samples: Iterable[Mapping[str, Any]]) -> None:
+        """``SampleError`` for the first sample that cannot be verified, as ``prepare`` raises it,
+        without building anything (``codepost verify --server`` checks what its server runs)."""
+        for index, sample in enumerate(samples):
+            self._checked(index, problems, sample)
+
     def _prepare(
         self, index: int, problems: Mapping[str, Problem], sample: Mapping[str, Any]
     ) -> PreparedSample:
+        problem, completion, length = self._checked(index, problems, sample)
+        program = build_program(problem, completion, self.completion_style)
+        return PreparedSample(
+            index=index,
+            sample=sample,
+            problem=problem,
+            completion=completion,
+            program=program,
+            job=build_job(problem, program.source, self.limits),
+            length=length,
+        )
+
+    def _checked(
+        self, index: int, problems: Mapping[str, Problem], sample: Mapping[str, Any]
+    ) -> tuple[Problem, str, int]:
+        """The sample's problem, completion text and length (for the length penalty)."""
         if not isinstance(sample, Mapping):
             raise SampleError(index, f"expected an object, got {type(sample).__name__}")
         for key in ("task_id", "completion"):
@@ -139,16 +161,7 @@ class Verifier:
             completion = completion_text(sample["completion"])
         except TypeError as exc:
             raise SampleError(index, f"field 'completion': {exc}") from None
-        program = build_program(problem, completion, self.completion_style)
-        return PreparedSample(
-            index=index,
-            sample=sample,
-            problem=problem,
-            completion=completion,
-            program=program,
-            job=build_job(problem, program.source, self.limits),
-            length=self._length(index, sample, completion),
-        )
+        return problem, completion, self._length(index, sample, completion)
 
     def _length(self, index: int, sample: Mapping[str, Any], completion: str) -> int:
         if self.reward_config.length_unit == "chars":

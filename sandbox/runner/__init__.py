@@ -1,0 +1,16 @@
+"""The code that runs inside a sandbox container (standard library only)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+
+def source_version() -> str:
+    """A hash of this package's sources. The host compares its own with the one a container
+    reports, so an image built from other runner code is refused instead of half understood
+    (an old supervisor would silently skip a job's files)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]

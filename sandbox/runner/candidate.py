@@ -7,9 +7,11 @@ Nothing here is trusted by anyone: the judge decodes every reply as plain data.
 
 from __future__ import annotations
 
+import base64
 import builtins
 import contextlib
 import os
+import stat
 import sys
 import types
 from collections.abc import Callable
@@ -38,7 +40,10 @@ def _exception_info(exc: BaseException, make_ref: Callable[[Any], int]) -> dict[
 def _format_traceback(exc: BaseException) -> str:
     import traceback  # only on errors: keep the zygote's heap (and so each fork) small
 
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if isinstance(exc, SyntaxError):  # as Python prints it: the runner's frames say nothing
+        text = "".join(traceback.format_exception_only(type(exc), exc))
+    else:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return text[-_TRACEBACK_CHARS:]
 
 
@@ -143,12 +148,26 @@ def serve(rpc_in: int, rpc_out: int) -> None:
         write_frame(rpc_out, server.handle(request))
 
 
+def _write_files(files: dict[str, str]) -> None:
+    """The job's input files (base64) into the working directory, made by this user so that
+    the program may change them; paths were checked on the host (relative, no ``..``)."""
+    for path, data in files.items():
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "xb") as stream:
+            stream.write(base64.b64decode(data))
+
+
 def run_main(rpc_in: int, rpc_out: int) -> None:
     """io mode: run the program as ``__main__`` with the process's stdin, like ``python prog.py``."""
-    program = read_frame(rpc_in)["program"]
+    job = read_frame(rpc_in)
     os.close(rpc_in)
     try:
-        code = compile(program, "<candidate>", "exec")
+        _write_files(job.get("files", {}))
+    except (OSError, ValueError) as exc:
+        write_frame(rpc_out, {"error": "runtime_error", "message": f"input files: {exc!r}\n"})
+        os._exit(1)
+    try:
+        code = compile(job["program"], "<candidate>", "exec")
     except (SyntaxError, ValueError) as exc:
         write_frame(rpc_out, {"error": "syntax_error", "message": _format_traceback(exc)})
         os._exit(1)
@@ -170,3 +189,27 @@ def run_main(rpc_in: int, rpc_out: int) -> None:
         status = 1
     _flush()
     os._exit(status & 0xFF)
+
+
+def fetch_files(rpc_in: int, rpc_out: int) -> None:
+    """After an io program: the files the job asked for, read by a fresh process of the sandbox
+    user in its working directory (never by root, so a link the program left reaches nothing it
+    could not read itself). A path that is missing or not a regular file is left out (a FIFO
+    cannot block this); files past ``budget`` bytes in all are named in ``over``."""
+    request = read_frame(rpc_in)
+    budget, files, over = request["budget"], {}, []
+    for path in request["paths"]:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError:
+            continue
+        with open(fd, "rb") as stream:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            data = stream.read(budget + 1)
+        if len(data) > budget:
+            over.append(path)
+            continue
+        budget -= len(data)
+        files[path] = base64.b64encode(data).decode()
+    write_frame(rpc_out, {"files": files, "over": over})

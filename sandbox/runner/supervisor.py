@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from . import judge as judge_side
+from . import source_version
 from .codec import PeerClosed, read_frame, write_frame
 from .isolation import drop_to, set_limits
 from .zygote import WRITABLE_DIRS
@@ -38,6 +39,7 @@ JUDGE_UID = int(os.environ.get("CODEPOST_JUDGE_UID", "10002"))
 EXCERPT_BYTES = 4096
 JUDGE_GRACE_S = 1.0  # after a timeout, how long the judge may take to wind down
 EXIT_GRACE_S = 1.0  # io: how long output still counts after the program's main process exits
+FETCH_S = 5.0  # io: how long reading the files a job asked for may take
 HELD_NOTE = (
     f"\n[sandbox] processes the program left were still holding stdout/stderr {EXIT_GRACE_S} s "
     "after it exited: they were killed, and anything they would have written later is not "
@@ -71,6 +73,14 @@ def _parse_frames(data: bytes) -> list[dict[str, Any]]:
         frames.append(json.loads(data[offset + 4 : offset + 4 + size]))
         offset += 4 + size
     return frames
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """All of ``data``, however the pipe splits it (a signal can cut a large write short)."""
+    view = memoryview(data)
+    with contextlib.suppress(BrokenPipeError):  # the reader died: the caller finds out how
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def _excerpt(data: bytes | bytearray) -> str:
@@ -500,15 +510,19 @@ class Supervisor:
         return result
 
     def run_io(self, job: dict[str, Any]) -> dict[str, Any]:
-        """One process per stdin case; ``output_bytes`` bounds the output of all cases together."""
+        """One process per stdin case; ``output_bytes`` bounds the output of all cases together.
+
+        Each case starts with the job's ``files`` in /work and ends with the ``fetch_files``
+        read back (the working directory is emptied between cases)."""
         limits = job["limits"]
         started = time.monotonic()
         cases: list[dict[str, Any]] = []
         leftover = 0
         budget = limits["output_bytes"]
-        program = _frame_bytes({"program": job["program"]})
+        program = _frame_bytes({"program": job["program"], "files": job.get("files", {})})
+        fetch = job.get("fetch_files", [])
         for stdin_text in job["stdin_cases"]:
-            case, used, left = self.run_io_case(program, stdin_text.encode(), limits, budget)
+            case, used, left = self.run_io_case(program, stdin_text.encode(), limits, budget, fetch)
             leftover = max(leftover, left)
             budget -= used
             cases.append(case)
@@ -523,7 +537,12 @@ class Supervisor:
         }
 
     def run_io_case(
-        self, program: bytes, stdin: bytes, limits: dict[str, Any], budget: int
+        self,
+        program: bytes,
+        stdin: bytes,
+        limits: dict[str, Any],
+        budget: int,
+        fetch: list[str],
     ) -> tuple[dict[str, Any], int, int]:
         """One io case, the output bytes it used and the processes its clean-up found left."""
         case_started = time.monotonic()
@@ -538,8 +557,7 @@ class Supervisor:
         )
         for fd in (in_r, out_w, err_w, prog_r, stat_w):
             os.close(fd)
-        with contextlib.suppress(BrokenPipeError):
-            os.write(prog_w, program)  # the candidate reads it first thing
+        _write_all(prog_w, program)  # the candidate reads it first thing
         os.close(prog_w)
         deadline = Deadline(limits["wall_time_s"], limits, (candidate,), case_started)
         streams = {
@@ -557,11 +575,12 @@ class Supervisor:
             until_exit=candidate,
             feed=(in_w, stdin),
         )
-        held = False
-        if outcome:
-            self.stop_program(candidate)
-        else:
+        stopped, held = outcome is not None, False
+        if not stopped:
             outcome, held = self.collect_after_exit(streams, deadline, output, budget)
+        files, files_note = self.fetch_files(fetch, limits) if fetch else ({}, "")
+        if stopped:  # at a limit: the files as they were then, and the program stopped now
+            self.stop_program(candidate)
         candidate_exit = self.exited.get(candidate)
         setup_failed = not outcome and not streams[ready_r]
         leftover = self.finish(candidate)
@@ -570,11 +589,11 @@ class Supervisor:
         if setup_failed:
             raise SetupFailed(_excerpt(streams[err_r]) or "the program died in set-up")
         compiled = _parse_frames(bytes(streams[stat_r]))
-        status, exit_code = "completed", None
+        status, exit_code, load_error = "completed", None, ""
         if outcome:
             status = outcome
-        elif compiled and "error" in compiled[0]:
-            status = "syntax_error"
+        elif compiled and "error" in compiled[0]:  # the program did not compile, or no files
+            status, load_error = compiled[0]["error"], compiled[0]["message"]
         elif candidate_exit is not None:
             exit_code = os.waitstatus_to_exitcode(candidate_exit[0])
             verdict = _signal_verdict(candidate_exit, limits, oom_kills() > oom_before)
@@ -586,15 +605,53 @@ class Supervisor:
         case = {
             "status": status,
             "stdout": streams[out_r][: max(budget, 0)].decode("utf-8", "replace"),
-            "stderr": _excerpt(streams[err_r]) + (HELD_NOTE if held else ""),
+            "stderr": load_error
+            + _excerpt(streams[err_r])
+            + (HELD_NOTE if held else "")
+            + files_note,
             "exit_code": exit_code,
             "duration_s": time.monotonic() - case_started,
+            "files": files,
         }
         return case, len(streams[out_r]) + len(streams[err_r]), leftover
 
+    def fetch_files(self, paths: list[str], limits: dict[str, Any]) -> tuple[dict[str, str], str]:
+        """The files ``paths`` the program left in /work, base64, at most ``output_bytes`` in
+        all, read by a fresh process of the sandbox user (``candidate.fetch_files``); and a note
+        for the case's stderr naming what was left out."""
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        devnull = os.open("/dev/null", os.O_RDWR)
+        fetcher, ready_r = self.spawn_candidate(
+            "fetch", limits, [devnull, devnull, devnull, request_r, reply_w]
+        )
+        for fd in (devnull, request_r, reply_w):
+            os.close(fd)
+        budget = limits["output_bytes"]
+        streams = {reply_r: bytearray(), ready_r: bytearray()}
+        if self.collect(
+            streams,
+            Deadline(FETCH_S),
+            counted=(reply_r,),
+            limit=2 * budget + 65536,  # base64 and JSON around at most `budget` bytes
+            until_closed=(reply_r,),
+            feed=(request_w, _frame_bytes({"paths": paths, "budget": budget})),
+        ):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(fetcher, signal.SIGKILL)
+        self.wait_exit(fetcher, 1.0)
+        for fd in streams:
+            os.close(fd)
+        replies = _parse_frames(bytes(streams[reply_r]))
+        if not replies:
+            return {}, f"\n[sandbox] fetch_files: the files could not be read within {FETCH_S} s\n"
+        over = replies[0]["over"]
+        note = f"\n[sandbox] fetch_files: over {budget} bytes in all, left out: {', '.join(over)}\n"
+        return replies[0]["files"], note if over else ""
+
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         if request.get("op") == "ping":
-            return {"pong": True}
+            return {"pong": True, "runner": source_version()}
         job = request["job"]
         return self.run_call(job) if job.get("judge") else self.run_io(job)
 

@@ -72,6 +72,8 @@ def _become_candidate(fds: list[int], mode: str, limits: dict[str, Any], uid: in
     os.close(5)
     if mode == "call":
         candidate.serve(3, 4)
+    elif mode == "fetch":
+        candidate.fetch_files(3, 4)
     else:
         candidate.run_main(3, 4)
     os._exit(0)

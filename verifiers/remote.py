@@ -1,0 +1,125 @@
+"""``codepost verify --server URL``: the verifier's work sent to a running ``codepost
+verify-server`` (its warm pool), with the same verdicts as a pool of one's own.
+
+Samples are checked here first, so a bad one stops the command before anything runs, as
+without a server. They go out in batches, several at once; a batch the server refuses as busy
+(429) is sent again after its Retry-After, so none is lost.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import httpx
+
+from codepost.sandbox import Limits, SandboxUnavailable
+
+from .extraction import CompletionStyle
+from .problems import NAMED_PROBLEMS, Problem
+from .rewards import RewardConfig
+from .verdicts import Verdict
+from .verifier import Verifier
+
+BATCH = 32  # samples per request
+IN_FLIGHT = 4  # requests at once: enough to keep a server's containers busy
+
+
+class RemoteVerifier:
+    def __init__(
+        self,
+        url: str,
+        source: str,
+        *,
+        token: str | None = None,
+        limits: Limits | None = None,
+        reward_config: RewardConfig | None = None,
+        completion_style: CompletionStyle = "auto",
+    ) -> None:
+        """``source`` is what the problems were loaded from: a set the server ships is sent by
+        name, any other problem inline with the samples that need it."""
+        self.url = url.rstrip("/")
+        self.source = source
+        self.limits = limits or Limits()
+        # checks samples and holds the options; never starts a pool
+        self.local = Verifier(reward_config=reward_config, completion_style=completion_style)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # No read time-out: a batch waits for its turn on the server's containers.
+        self.client = httpx.Client(headers=headers, timeout=httpx.Timeout(None, connect=10.0))
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> RemoteVerifier:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def iter_verify(
+        self, problems: Mapping[str, Problem], samples: Iterable[Mapping[str, Any]]
+    ) -> Iterator[tuple[int, Verdict]]:
+        """``(sample index, verdict)`` as each batch comes back; raises ``SampleError`` now, and
+        ``SandboxUnavailable`` (naming the server) when the server cannot do the work."""
+        samples = list(samples)
+        self.local.check(problems, samples)
+        return self._run(problems, samples)
+
+    def _run(
+        self, problems: Mapping[str, Problem], samples: list[Mapping[str, Any]]
+    ) -> Iterator[tuple[int, Verdict]]:
+        capacity = self._request("GET", "/health")["max_pending"]
+        size = max(1, min(BATCH, capacity))
+        threads = concurrent.futures.ThreadPoolExecutor(max(1, min(IN_FLIGHT, capacity // size)))
+        try:
+            batches = {
+                threads.submit(self._verify_batch, problems, samples[start : start + size]): start
+                for start in range(0, len(samples), size)
+            }
+            for batch in concurrent.futures.as_completed(batches):
+                for offset, row in enumerate(batch.result()):
+                    yield batches[batch] + offset, Verdict.model_validate(row)
+        finally:
+            threads.shutdown(wait=False, cancel_futures=True)
+
+    def _verify_batch(
+        self, problems: Mapping[str, Problem], batch: list[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        if self.source in NAMED_PROBLEMS:
+            sent: str | list[dict[str, Any]] = self.source
+        else:
+            needed = dict.fromkeys(str(sample["task_id"]) for sample in batch)
+            sent = [problems[task_id].model_dump(mode="json") for task_id in needed]
+        body = {
+            "samples": batch,
+            "problems": sent,
+            "completion_style": self.local.completion_style,
+            "timeout": self.limits.wall_time_s,
+            "memory_mb": self.limits.memory_mb,
+            "exclude_sandbox_errors": self.local.reward_config.sandbox_errors == "exclude",
+        }
+        return self._request("POST", "/verify", body)["verdicts"]
+
+    def _request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        """The answer's JSON; a busy server is asked again after its Retry-After."""
+        while True:
+            try:
+                response = self.client.request(method, self.url + path, json=body)
+            except httpx.TransportError as exc:
+                raise SandboxUnavailable(
+                    f"cannot reach the verify server {self.url}: {exc}"
+                ) from exc
+            if response.status_code != 429:
+                break
+            time.sleep(float(response.headers.get("Retry-After", "1")))
+        if response.status_code != 200:
+            try:
+                detail = response.json()["detail"]
+            except (ValueError, KeyError, TypeError):
+                detail = response.text[:500]
+            raise SandboxUnavailable(
+                f"the verify server {self.url} answered {response.status_code}: {detail}"
+            )
+        return response.json()

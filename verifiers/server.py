@@ -1,0 +1,550 @@
+"""``codepost verify-server``: the warm sandbox pool behind an HTTP API, for any trainer.
+
+* ``POST /run_code``: SandboxFusion's schema for Python, so its clients (the ``sandbox-fusion``
+  package, verl's ``reward_model.sandbox_fusion``) work unchanged;
+* ``POST /verify``: ``codepost verify`` samples in, the same verdicts and rewards out;
+* ``GET /health``, and ``GET /metrics`` in Prometheus text format.
+
+Every job accepted is answered. The server holds at most ``max_pending`` jobs (running or
+waiting for a container) and refuses the next one at once with 429 and Retry-After instead of
+building a backlog; SIGTERM stops new connections, lets the accepted requests finish, then
+closes the pool, so no container is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import binascii
+import contextlib
+import functools
+import hmac
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from codepost.sandbox import (
+    ExecStatus,
+    ExecutionResult,
+    Job,
+    Limits,
+    PoolConfig,
+    SandboxPool,
+    SandboxUnavailable,
+)
+
+from .cli import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE, TOKEN_ENV
+from .extraction import CompletionStyle
+from .problems import (
+    HUMANEVAL,
+    NAMED_PROBLEMS,
+    Problem,
+    ProblemFormatError,
+    load_problems,
+    problems_from_records,
+)
+from .rewards import RewardConfig
+from .verifier import SampleError, Verifier
+
+LANGUAGES = ("python",)
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class ServerConfig(BaseModel):
+    """What the server listens on, how many containers it runs, and what it accepts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = Field("127.0.0.1", description="address to bind; only this machine by default")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port (SandboxFusion's is 8080)")
+    workers: int = Field(4, ge=1, description="sandbox containers: jobs running at once")
+    max_pending: int = Field(
+        256,
+        ge=1,
+        description="jobs accepted and not answered yet (running or queued); past it, 429 at "
+        "once. Keep a trainer's own concurrency (verl's max_concurrent) within it",
+    )
+    max_body_bytes: int = Field(16 << 20, ge=1024, description="largest request body")
+    max_code_bytes: int = Field(1 << 20, ge=1, description="largest program of /run_code")
+    max_timeout_s: float = Field(60.0, gt=0, description="cap on a request's run time-out")
+    max_memory_mb: int = Field(1024, ge=16, description="cap on a program's memory")
+    retry_after_s: int = Field(1, ge=1, description="Retry-After of a 429 answer")
+    token: str | None = Field(None, description="bearer token every request but /health needs")
+
+
+class Admission:
+    """Counts the jobs accepted and not yet answered, and refuses those past ``capacity``.
+
+    Used from the event loop only, so it needs no lock.
+    """
+
+    def __init__(self, capacity: int, retry_after_s: int) -> None:
+        self.capacity = capacity
+        self.retry_after_s = retry_after_s
+        self.pending = 0  # jobs
+        self.accepted = 0  # requests
+        self.answered = 0
+
+    @contextlib.contextmanager
+    def admit(self, jobs: int) -> Iterator[None]:
+        if jobs > self.capacity:
+            raise HTTPException(
+                413,
+                f"{jobs} samples in one request, over the server's max_pending {self.capacity}:"
+                " send them in batches",
+            )
+        if self.pending + jobs > self.capacity:
+            raise HTTPException(
+                429,
+                f"server busy: {self.pending} of {self.capacity} jobs pending; retry after "
+                f"{self.retry_after_s} s",
+                headers={"Retry-After": str(self.retry_after_s)},
+            )
+        self.pending += jobs
+        self.accepted += 1
+        try:
+            yield
+        finally:
+            self.pending -= jobs
+            self.answered += 1
+
+
+class Metrics:
+    """The Prometheus series of one server (its own registry, so two apps never mix)."""
+
+    def __init__(self, config: ServerConfig, admission: Admission) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "codepost_requests",
+            "HTTP requests answered, by endpoint and status code",
+            ["endpoint", "code"],
+            registry=self.registry,
+        )
+        self.results = Counter(
+            "codepost_results",
+            "/run_code statuses and /verify verdict statuses",
+            ["endpoint", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "codepost_request_duration_seconds",
+            "time from request to answer, by endpoint and status code",
+            ["endpoint", "code"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+            registry=self.registry,
+        )
+        gauges = {
+            "codepost_pending_jobs": ("jobs accepted, not answered yet", lambda: admission.pending),
+            "codepost_queue_depth": (
+                "jobs accepted and waiting for a container",
+                lambda: max(0, admission.pending - config.workers),
+            ),
+            "codepost_queue_capacity": ("max_pending", lambda: config.max_pending),
+            "codepost_pool_size": ("sandbox containers", lambda: config.workers),
+        }
+        for name, (text, read) in gauges.items():
+            Gauge(name, text, registry=self.registry).set_function(read)
+
+
+class Gate:
+    """ASGI middleware in front of every route: the bearer token, the body size limit (a
+    declared length is refused before the body is read, a chunked body as soon as it passes
+    the limit), and the request counts and latency."""
+
+    def __init__(self, app: ASGIApp, *, config: ServerConfig, metrics: Metrics) -> None:
+        self.app, self.config, self.metrics = app, config, metrics
+        self.routes = {"/run_code", "/verify", "/health", "/metrics"}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        endpoint = scope["path"] if scope["path"] in self.routes else "other"
+        code = 500
+
+        async def counted_send(message: MutableMapping[str, Any]) -> None:
+            nonlocal code
+            if message["type"] == "http.response.start":
+                code = message["status"]
+            await send(message)
+
+        try:
+            refusal = self.refusal(scope)
+            if refusal is not None:
+                await refusal(scope, receive, counted_send)
+            else:
+                # Every body is JSON, whatever its declared type (curl -d says a form).
+                headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+                await self.app(scope, self.limited(receive), counted_send)
+        finally:
+            self.metrics.requests.labels(endpoint, str(code)).inc()
+            self.metrics.latency.labels(endpoint, str(code)).observe(time.perf_counter() - started)
+
+    def refusal(self, scope: Scope) -> JSONResponse | None:
+        headers = dict(scope["headers"])
+        token = self.config.token
+        if token is not None and scope["path"] != "/health":
+            scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given, token):
+                return JSONResponse(
+                    {"detail": "missing or wrong bearer token (Authorization: Bearer ...)"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+        length = headers.get(b"content-length", b"0")
+        if length.isdigit() and int(length) > self.config.max_body_bytes:
+            return JSONResponse(
+                {"detail": self.too_large()}, status_code=413, headers={"Connection": "close"}
+            )
+        return None
+
+    def too_large(self) -> str:
+        return f"request body over the server's limit of {self.config.max_body_bytes} bytes"
+
+    def limited(self, receive: Receive) -> Receive:
+        received = 0
+
+        async def receive_limited() -> MutableMapping[str, Any]:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.config.max_body_bytes:
+                raise HTTPException(413, self.too_large())
+            return message
+
+        return receive_limited
+
+
+# -- /run_code: SandboxFusion's schema
+
+
+class RunCodeRequest(BaseModel):
+    """SandboxFusion's request; fields it has for other languages (``args``) are ignored."""
+
+    code: str
+    language: str
+    compile_timeout: float = 10  # Python compiles as it starts: counted in run_timeout
+    run_timeout: float = Field(10, gt=0)
+    memory_limit_MB: int = -1  # -1: the server's maximum
+    stdin: str | None = None
+    files: dict[str, str | None] = {}  # path -> base64; None entries are skipped, as there
+    fetch_files: list[str] = []
+
+
+def run_code_job(request: RunCodeRequest, config: ServerConfig) -> Job:
+    """The io job for a request, within the server's caps; 4xx naming what is wrong."""
+    if request.language not in LANGUAGES:
+        raise HTTPException(
+            400,
+            f"language {request.language!r} is not supported: this server runs "
+            f"{', '.join(LANGUAGES)} only",
+        )
+    size = len(request.code.encode())
+    if size > config.max_code_bytes:
+        raise HTTPException(
+            413, f"code is {size} bytes, over the server's limit of {config.max_code_bytes}"
+        )
+    files = {}
+    for path, data in request.files.items():
+        if data is None:
+            continue
+        try:
+            files[path] = base64.b64decode(data, validate=True)
+        except binascii.Error as exc:
+            raise HTTPException(400, f"files[{path!r}]: not base64 ({exc})") from None
+    memory = request.memory_limit_MB
+    seconds = min(request.run_timeout, config.max_timeout_s)
+    limits = Limits(
+        wall_time_s=seconds,
+        cpu_time_s=seconds,
+        memory_mb=config.max_memory_mb if memory <= 0 else min(memory, config.max_memory_mb),
+    )
+    try:
+        return Job(
+            program=request.code,
+            stdin_cases=(request.stdin or "",),
+            limits=limits,
+            files=files,
+            fetch_files=tuple(request.fetch_files),
+        )
+    except ValueError as exc:  # a file path outside the working directory
+        raise HTTPException(400, str(exc)) from None
+
+
+def run_code_response(result: ExecutionResult, output_bytes: int) -> dict[str, Any]:
+    """SandboxFusion's answer: Success (exit 0), Failed (non-zero exit or time limit), or
+    SandboxError (the sandbox itself failed; never the program's doing)."""
+    if not result.cases:
+        message = result.error or "the sandbox returned no result"
+        return {
+            "status": "SandboxError",
+            "message": message,
+            "compile_result": None,
+            "run_result": {"status": "Error", "stdout": "", "stderr": message},
+            "executor_pod_name": None,
+            "files": {},
+        }
+    case = result.cases[0]
+    stderr, return_code = case.stderr, case.exit_code
+    if case.status is ExecStatus.OUTPUT_LIMIT:
+        stderr += f"\n[sandbox] output over {output_bytes} bytes: the program was killed\n"
+        return_code = -signal.SIGKILL
+    elif return_code is None:  # it did not compile (or its files did not fit): Python exits 1
+        return_code = 1
+    timed_out = case.status is ExecStatus.TIMEOUT
+    failed = timed_out or return_code != 0
+    return {
+        "status": "Failed" if failed else "Success",
+        "message": "",
+        "compile_result": None,
+        "run_result": {
+            "status": "TimeLimitExceeded" if timed_out else "Finished",
+            "execution_time": case.duration_s,
+            "return_code": None if timed_out else return_code,
+            "stdout": case.stdout,
+            "stderr": stderr,
+        },
+        "executor_pod_name": None,
+        "files": {path: base64.b64encode(data).decode() for path, data in case.files.items()},
+    }
+
+
+# -- /verify: codepost's own
+
+
+class VerifyRequest(BaseModel):
+    """``codepost verify`` in a request: its samples, problems and options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    samples: list[dict[str, Any]] = Field(min_length=1)
+    problems: str | list[dict[str, Any]] = Field(
+        HUMANEVAL, description=f"one of {', '.join(NAMED_PROBLEMS)}, or problem records inline"
+    )
+    completion_style: CompletionStyle = "auto"
+    timeout: float = Field(Limits.wall_time_s, gt=0)
+    memory_mb: int = Field(Limits.memory_mb, gt=0)
+    exclude_sandbox_errors: bool = False
+
+
+@functools.cache
+def named_problems(name: str) -> dict[str, Problem]:
+    return load_problems(name)
+
+
+def request_problems(problems: str | list[dict[str, Any]]) -> dict[str, Problem]:
+    """Problems by name (the sets shipped with codepost) or inline; never a path or a hub id,
+    so no request makes the server read its disk or the network."""
+    if isinstance(problems, str):
+        if problems not in NAMED_PROBLEMS:
+            raise HTTPException(
+                422,
+                f"unknown problem set {problems!r}: named sets are {', '.join(NAMED_PROBLEMS)};"
+                " send other problems inline",
+            )
+        return named_problems(problems)
+    try:
+        return problems_from_records((f"problems[{i}]", r) for i, r in enumerate(problems))
+    except ProblemFormatError as exc:
+        raise HTTPException(422, f"problems: {exc}") from None
+
+
+# -- the app
+
+
+def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
+    """The server's app over a started ``pool``, which stays the caller's to close."""
+    admission = Admission(config.max_pending, config.retry_after_s)
+    metrics = Metrics(config, admission)
+    app = FastAPI(
+        title="codepost verify-server",
+        summary="SandboxFusion-compatible /run_code and codepost's /verify",
+    )
+    app.state.admission = admission
+    app.add_middleware(Gate, config=config, metrics=metrics)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        if errors and errors[0]["type"] == "json_invalid":
+            detail = (
+                f"malformed JSON: {errors[0]['ctx']['error']} at position {errors[0]['loc'][1]}"
+            )
+            return JSONResponse({"detail": detail}, status_code=400)
+        parts = [
+            f"{'.'.join(map(str, error['loc'][1:])) or 'body'}: {error['msg']}" for error in errors
+        ]
+        return JSONResponse({"detail": "; ".join(parts)}, status_code=422)
+
+    @app.exception_handler(SandboxUnavailable)
+    async def unavailable(request: Request, exc: SandboxUnavailable) -> JSONResponse:
+        return JSONResponse({"detail": f"sandbox unavailable: {exc}"}, status_code=503)
+
+    @app.post("/run_code")
+    async def run_code(request: RunCodeRequest) -> JSONResponse:
+        job = run_code_job(request, config)
+        with admission.admit(1):
+            result = await asyncio.wrap_future(pool.submit(job))
+        answer = run_code_response(result, job.limits.output_bytes)
+        metrics.results.labels("run_code", answer["status"]).inc()
+        return JSONResponse(answer)
+
+    @app.post("/verify")
+    async def verify(request: VerifyRequest) -> JSONResponse:
+        for name, value, cap in (
+            ("timeout", request.timeout, config.max_timeout_s),
+            ("memory_mb", request.memory_mb, config.max_memory_mb),
+        ):
+            if value > cap:
+                raise HTTPException(422, f"{name} {value} is over the server's maximum {cap}")
+        problems = request_problems(request.problems)
+        verifier = Verifier(
+            pool,
+            limits=Limits(
+                wall_time_s=request.timeout,
+                cpu_time_s=request.timeout,
+                memory_mb=request.memory_mb,
+            ),
+            reward_config=RewardConfig(
+                sandbox_errors="exclude" if request.exclude_sandbox_errors else "fail"
+            ),
+            completion_style=request.completion_style,
+        )
+        with admission.admit(len(request.samples)):
+            try:
+                verdicts = await verifier.averify(problems, request.samples)
+            except SampleError as exc:
+                detail = {"detail": str(exc), "index": exc.index, "reason": exc.reason}
+                return JSONResponse(detail, status_code=422)
+        for verdict in verdicts:
+            metrics.results.labels("verify", verdict.status.value).inc()
+        return JSONResponse({"verdicts": [verdict.model_dump(mode="json") for verdict in verdicts]})
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "languages": list(LANGUAGES),
+            "problems": list(NAMED_PROBLEMS),
+            "workers": config.workers,
+            "max_pending": config.max_pending,
+            "pending": admission.pending,
+            "max_timeout_s": config.max_timeout_s,
+            "max_memory_mb": config.max_memory_mb,
+            "max_body_bytes": config.max_body_bytes,
+            "max_code_bytes": config.max_code_bytes,
+        }
+
+    @app.get("/metrics")
+    async def prometheus() -> PlainTextResponse:
+        return PlainTextResponse(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+# -- the command
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``verify-server`` subcommand to a ``codepost``-style subparsers object."""
+    fields = ServerConfig.model_fields
+    parser = subparsers.add_parser(
+        "verify-server",
+        help="serve the sandbox over HTTP: SandboxFusion's /run_code, /verify, /health, /metrics",
+        description=(
+            "Serve the warm sandbox pool over HTTP: POST /run_code (SandboxFusion's schema, "
+            "Python), POST /verify (codepost verify's samples in, its verdicts out), GET /health "
+            "and GET /metrics. Binds to 127.0.0.1 unless --host says otherwise; SIGTERM lets the "
+            "accepted requests finish, then removes the containers."
+        ),
+    )
+    for name, field in fields.items():
+        if name not in ("token", "retry_after_s"):
+            parser.add_argument(
+                "--" + name.replace("_", "-"),
+                type=type(field.default),
+                default=field.default,
+                help=f"{field.description} (default {field.default})",
+            )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV),
+        help=f"{fields['token'].description} (default: ${TOKEN_ENV}, else none)",
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = ServerConfig(
+            **{
+                name: getattr(args, name)
+                for name in ServerConfig.model_fields
+                if hasattr(args, name)
+            }
+        )
+    except ValidationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return serve(config)
+
+
+def serve(config: ServerConfig) -> int:
+    """Start the pool, serve until SIGTERM or Ctrl-C, then close the pool."""
+    # SIGTERM as Ctrl-C: it stops a start-up cleanly, and uvicorn, which drains the server on
+    # either, raises the signal again once done: both end here, with the pool closed.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    pool = SandboxPool(PoolConfig(size=config.workers))
+    app = create_app(config, pool)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=config.host, port=config.port, access_log=False)
+    )
+    try:
+        pool.start()
+        print(
+            f"codepost verify-server: http://{config.host}:{config.port} ({config.workers} "
+            f"containers, up to {config.max_pending} jobs pending"
+            f"{', bearer token required' if config.token else ''})",
+            file=sys.stderr,
+            flush=True,
+        )
+        server.run()
+    except SandboxUnavailable as exc:
+        print(f"sandbox unavailable: {exc}", file=sys.stderr)
+        return EXIT_SANDBOX_UNAVAILABLE
+    except KeyboardInterrupt:
+        pass
+    finally:
+        pool.close()
+    admission: Admission = app.state.admission
+    print(
+        f"codepost verify-server: stopped; {admission.accepted} requests accepted, "
+        f"{admission.answered} answered; the sandbox containers are removed",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 0 if server.started else 1
