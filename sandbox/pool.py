@@ -35,7 +35,8 @@ from .api import CaseOutcome, ExecStatus, ExecutionResult, Job, TestOutcome
 
 log = logging.getLogger(__name__)
 
-DEFAULT_IMAGE = "codepost-sandbox:latest"
+# scripts/setup.sh builds the image under the same variable's name.
+DEFAULT_IMAGE = os.environ.get("CODEPOST_SANDBOX_IMAGE", "codepost-sandbox:latest")
 _FRAME = struct.Struct(">I")
 _DOCKER_HEADER = struct.Struct(">BxxxI")
 
