@@ -130,6 +130,18 @@ def test_io_problems(verifier):
     assert "ValueError" in verdicts[2].stderr
 
 
+def test_io_cases_with_large_expected_outputs_all_pass(verifier):
+    """The output budget grows with what the cases expect (issue 17, class 1)."""
+    cases = [{"input": f"{n}\n", "output": f"{n}\n" * 100_000} for n in (1, 2, 3)]
+    problem = Problem(task_id="repeat", prompt="Print n 100,000 times.", io=cases)
+    program = "import sys\nn = input()\nsys.stdout.write(f'{n}\\n' * 100_000)\n"
+    limits = Limits(wall_time_s=5.0, cpu_time_s=5.0, output_bytes=300_000)
+    (verdict,) = Verifier(verifier.executor, limits=limits).verify(
+        {"repeat": problem}, [{"task_id": "repeat", "completion": program}]
+    )
+    assert verdict.passed, verdict.result
+
+
 def test_cli_end_to_end(tmp_path, humaneval, capsys):
     samples = tmp_path / "samples.jsonl"
     rows = [

@@ -116,6 +116,20 @@ def test_pass_fraction_counts_asserts(humaneval):
     assert graded.reward == pytest.approx(6 / 7)
 
 
+@pytest.mark.parametrize("prompt_is_code", [False, True])  # a record's default is True
+def test_check_problems_with_a_prose_prompt(prompt_is_code):
+    problem = Problem(
+        task_id="double",
+        prompt="Write a function double(x) that returns\nfrom x its double.",
+        prompt_is_code=prompt_is_code,
+        test="def check(candidate):\n    assert candidate(2) == 4\n",
+        entry_point="double",
+    )
+    answer = "```python\ndef double(x):\n    return 2 * x\n```"
+    verdict = verify_one({"double": problem}, "double", answer)
+    assert verdict.status is VerdictStatus.PASSED, verdict.result
+
+
 def test_humaneval_judge_binds_candidate_and_entry_point(humaneval):
     spec = check_judge(humaneval["HumanEval/33"])
     assert spec.setup.endswith("candidate = sort_third = __remote__('sort_third')\n")
@@ -274,6 +288,13 @@ def test_io_expected_output_never_enters_the_job(io_problems):
     job = build_job(io_problems["sum"], "print(3)", Limits())
     assert job.stdin_cases == ("1 2\n", "5 5\n")
     assert job.judge is None
+
+
+def test_io_output_budget_grows_with_the_expected_output():
+    cases = [{"input": "", "output": "x" * 300_000}] * 3
+    problem = Problem(task_id="big", prompt="Print x 300,000 times.", io=cases)
+    job = build_job(problem, "print('x' * 300_000)", Limits(output_bytes=100_000))
+    assert job.limits.output_bytes == 100_000 + 2 * 900_000
 
 
 @pytest.mark.parametrize(

@@ -9,20 +9,31 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import sys
 
 from codepost.sandbox import Job, JudgeSpec, Limits
 
-from .extraction import import_lines
+from .extraction import import_lines, prompt_code
 from .problems import Problem, check_body
 
 _NAME_CHARS = 100
+# An io job's output budget grows by this many bytes per byte its cases expect (trailing
+# spaces and CRLF line ends cost bytes), so a problem with several large expected outputs
+# does not fail its later cases on a budget the earlier ones used up.
+OUTPUT_PER_EXPECTED_BYTE = 2
 
 
 def build_job(problem: Problem, program: str, limits: Limits) -> Job:
     if problem.test_form == "io":
-        cases = tuple(case.input for case in problem.io or ())
-        return Job(program=program, stdin_cases=cases, limits=limits)
+        cases = problem.io or ()
+        expected = sum(len(case.output.encode()) for case in cases)
+        budget = limits.output_bytes + OUTPUT_PER_EXPECTED_BYTE * expected
+        return Job(
+            program=program,
+            stdin_cases=tuple(case.input for case in cases),
+            limits=dataclasses.replace(limits, output_bytes=budget),
+        )
     if problem.test_form == "check":
         return Job(program=program, judge=check_judge(problem), limits=limits)
     # MBPP's setup code builds inputs from the solution's own classes (tasks 367, 927 set
@@ -34,13 +45,14 @@ def build_job(problem: Problem, program: str, limits: Limits) -> Job:
 
 
 def check_judge(problem: Problem) -> JudgeSpec:
-    """HumanEval: the trusted prompt and test module, then ``check``'s body, one test per assert.
+    """HumanEval: the trusted prompt's code and test module, then ``check``'s body, one test
+    per assert.
 
     Tests that name the entry point directly (HumanEval/33 calls ``sort_third``) get the
     candidate's too, as in the original harness.
     """
     setup = (
-        f"{problem.prompt}\n\n{problem.test}\n\n"
+        f"{prompt_code(problem)}\n\n{problem.test}\n\n"
         f"candidate = {problem.entry_point} = __remote__({problem.entry_point!r})\n"
     )
     tests = split_check(problem.test or "")

@@ -122,7 +122,7 @@ def check_body(test: str) -> list[ast.stmt]:
             if [arg.arg for arg in node.args.args] != ["candidate"]:
                 raise ValueError("test: check must take exactly one argument, candidate")
             body = node.body
-            if body and _is_docstring(body[0]):
+            if body and is_docstring(body[0]):
                 body = body[1:]
             if not body:
                 raise ValueError("test: check(candidate) has no statements")
@@ -130,7 +130,7 @@ def check_body(test: str) -> list[ast.stmt]:
     raise ValueError("test does not define check(candidate)")
 
 
-def _is_docstring(node: ast.stmt) -> bool:
+def is_docstring(node: ast.stmt) -> bool:
     return (
         isinstance(node, ast.Expr)
         and isinstance(node.value, ast.Constant)

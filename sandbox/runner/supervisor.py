@@ -37,6 +37,8 @@ CANDIDATE_UID = int(os.environ.get("CODEPOST_CANDIDATE_UID", "10001"))
 JUDGE_UID = int(os.environ.get("CODEPOST_JUDGE_UID", "10002"))
 EXCERPT_BYTES = 4096
 JUDGE_GRACE_S = 1.0  # after a timeout, how long the judge may take to wind down
+JUDGE_MEMORY_MB = 1024  # the judge's address space
+JUDGE_RESTART_MB = 256  # a judge resident in more memory after a job is replaced
 EXIT_GRACE_S = 1.0  # io: how long output still counts after the program's main process exits
 HELD_NOTE = (
     f"\n[sandbox] processes the program left were still holding stdout/stderr {EXIT_GRACE_S} s "
@@ -97,6 +99,15 @@ def _dirs_clean() -> bool:
         return not any(os.listdir(path) for path in WRITABLE_DIRS)
     except OSError:  # the program made a directory unreadable: sweep it
         return False
+
+
+def resident_mb(pid: int) -> float:
+    """Resident memory of process ``pid`` in MB (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def oom_kills() -> int:
@@ -251,7 +262,7 @@ class Supervisor:
                 os.dup2(theirs.fileno(), 3)
                 os.closerange(4, 1024)
                 ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-                set_limits({"memory_mb": 1024, "disk_mb": 1, "processes": 4}, cpu=False)
+                set_limits({"memory_mb": JUDGE_MEMORY_MB, "disk_mb": 1, "processes": 4}, cpu=False)
                 drop_to(JUDGE_UID)
                 judge_side.serve(socket.socket(fileno=3))
             finally:
@@ -462,6 +473,8 @@ class Supervisor:
         leftover = self.finish(candidate)
         for fd in streams:
             os.close(fd)
+        if resident_mb(self.judge[0]) > JUDGE_RESTART_MB:  # what one job grew stays with none
+            self.restart_judge()
         if setup_failed:
             raise SetupFailed(_excerpt(streams[err_r]) or "the program's process died in set-up")
         tests = [e for e in events if e.get("event") == "test"]
