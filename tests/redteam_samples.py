@@ -16,6 +16,7 @@ import textwrap
 from dataclasses import dataclass
 
 from codepost.verifiers import IOCase, Problem
+from codepost.verifiers.problems import problem_from_record
 
 # The expected output of the SECRET problem: it exists only in the judge's tests (and so in the
 # memory of the supervisor and the judge). Leak probes look for anything shaped like it.
@@ -189,6 +190,26 @@ WRAP = humaneval(
     "    for _ in range(n):\n        x = [x]\n    return x\n",
     ("v = candidate(0, 600)\nfor _ in range(600):\n    (v,) = v\nassert v == 0",),
 )
+# Checks that iterate over the candidate's calls (issue 17, class 3).
+POSITIVE = humaneval(
+    "is_positive",
+    'def is_positive(n: int) -> bool:\n    """Whether n > 0."""\n',
+    "    return n > 0\n",
+    ("assert all(map(candidate, [1, 2, 3]))", "assert not any(map(candidate, [-1, 0]))"),
+)
+# MBPP style without an entry point: the first assert calls only a builtin.
+ABS_AREA = problem_from_record(
+    {
+        "task_id": "redteam/abs_area",
+        "text": "Write a function area(r): the area of a circle of radius r.",
+        "test_list": [
+            "assert abs(-1) == 1",
+            "assert abs(area(1) - 3.14159) < 1e-3",
+            "assert abs(area(2) - 12.56637) < 1e-3",
+        ],
+        "code": "import math\n\n\ndef area(r):\n    return math.pi * r * r\n",
+    }
+)
 PROBLEMS = {
     p.task_id: p
     for p in (
@@ -210,6 +231,8 @@ PROBLEMS = {
         NEXT_DAY,
         SORT_IN_PLACE,
         WRAP,
+        POSITIVE,
+        ABS_AREA,
     )
 }
 
@@ -1003,6 +1026,29 @@ CHEATS = [
         GUESS,
     ),
     # -- exceptions designed to confuse
+    Attack(
+        "stop_iteration_ends_the_tests_iteration",  # all(map(...)) of nothing is True
+        program("""
+        def is_positive(n):
+            raise StopIteration
+        """),
+        frozenset({RUNTIME_ERROR}),
+        POSITIVE,
+    ),
+    Attack(
+        "redefined_builtin_as_the_inferred_entry_point",  # abs(area(1) - x) is always 0
+        program("""
+        def abs(x):
+            return 1 if x == -1 else 0
+
+
+        def area(r):
+            return 0
+        """),
+        NOT_PASSED,
+        ABS_AREA,
+        max_passed=1,  # abs(-1) == 1, with the real abs
+    ),
     Attack(
         "base_exceptions_in_calls",
         program("""

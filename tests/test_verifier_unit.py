@@ -27,6 +27,7 @@ from codepost.verifiers import (
 )
 from codepost.verifiers import verifier as verifier_module
 from codepost.verifiers.judges import build_job, check_judge, outputs_match, split_check
+from codepost.verifiers.problems import problem_from_record
 
 MBPP = "mbpp"  # the copy shipped in codepost/verifiers/data
 SANITIZED_MBPP = "mbpp-sanitized"
@@ -228,6 +229,29 @@ def test_mbpp_program_cannot_redefine_builtins_the_tests_use():
     cheat = "def similar_elements(a, b):\n    return None\n\ndef set(x=()):\n    return 1\n"
     verdict = verify_one(problems, "2", cheat)
     assert verdict.status is VerdictStatus.FAILED
+
+
+def test_an_entry_point_is_never_inferred_as_a_builtin(mbpp):
+    """A program that defines ``abs`` does not decide what ``abs(f(x) - y) < eps`` measures
+    (issue 17, class 3); asserts that use builtins alone test those (MBPP/126's ``sum``)."""
+    problem = problem_from_record(
+        {
+            "task_id": "area",
+            "text": "Write a function area(r): the area of a circle of radius r.",
+            "test_list": [
+                "assert abs(-1) == 1",
+                "assert abs(area(1) - 3.14159) < 1e-3",
+                "assert abs(area(2) - 12.56637) < 1e-3",
+            ],
+        }
+    )
+    assert problem.entry_point == "area"
+    cheat = "def abs(x):\n    return 1 if x == -1 else 0\n\ndef area(r):\n    return 0\n"
+    verdict = verify_one({"area": problem}, "area", cheat)
+    assert verdict.status is VerdictStatus.FAILED and verdict.pass_fraction == 1 / 3
+    assert mbpp["126"].entry_point is None
+    assert verify_one(mbpp, "126", mbpp["126"].canonical_solution).passed
+    assert not verify_one(mbpp, "126", "def total(a, b):\n    return 0\n").passed
 
 
 def test_mbpp_judge_imports_stdlib_modules_the_tests_use():

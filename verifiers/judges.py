@@ -91,12 +91,15 @@ def asserts_judge(problem: Problem) -> JudgeSpec:
     A stdlib module the asserts use as ``module.attr`` is imported by the judge (sanitized
     MBPP/596 calls ``sys.getsizeof`` and relied on the solution importing ``sys``). Other names
     come from the program, private ones too (MBPP/798 asks for ``_sum``), except builtins: a
-    program that defines ``set`` must not change what ``set(f(x)) == set(...)`` compares;
-    only the entry point may be one (MBPP/126 asks for a function named ``sum``). The test
+    program that defines ``set`` or ``abs`` must not change what ``set(f(x)) == set(...)`` or
+    ``abs(f(x) - y) < eps`` compares. A builtin comes from the program only when it is the
+    explicit entry point, or when the asserts use no name but builtins, so that the builtins
+    they call are what they test (MBPP/126 asks for a function named ``sum``). The test
     imports run last, so they win too.
     """
     tests = tuple(problem.test_list or ())
     used: set[str] = set()
+    called: set[str] = set()
     modules: set[str] = set()
     for line in tests:
         for node in ast.walk(ast.parse(line)):
@@ -104,16 +107,19 @@ def asserts_judge(problem: Problem) -> JudgeSpec:
                 used.add(node.id)
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 modules.add(node.value.id)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                called.add(node.func.id)
     modules = {
         name
         for name in modules & set(sys.stdlib_module_names)
         if name != problem.entry_point and not hasattr(builtins, name)
     }
-    from_program = sorted(
-        name
-        for name in used - modules
-        if name == problem.entry_point or not hasattr(builtins, name)
-    )
+    names = {name for name in used - modules if not hasattr(builtins, name)}
+    if problem.entry_point in used:
+        names.add(problem.entry_point)
+    elif not names and not problem.entry_point:
+        names = called
+    from_program = sorted(names)
     setup = (
         "".join(f"import {name}\n" for name in sorted(modules))
         + f"for __name in {from_program!r}:\n"

@@ -176,22 +176,26 @@ def _first(record: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def _first_called_name(test_list: Any) -> str | None:
-    """The function an MBPP assert is about: the first call of a non-builtin name
-    (``assert set(f(x)) == ...`` -> ``f``), else the first call (MBPP/126 defines ``sum``)."""
-    if not isinstance(test_list, list | tuple) or not test_list:
+    """The function MBPP asserts are about: the first call of a non-builtin name
+    (``assert set(f(x)) == ...`` -> ``f``). Never a builtin: a program that defines ``abs``
+    must not become what ``abs(f(x) - y) < eps`` measures with (the judge decides which
+    builtins the program provides, ``judges.asserts_judge``)."""
+    if not isinstance(test_list, list | tuple):
         return None
-    try:
-        tree = ast.parse(str(test_list[0]))
-    except SyntaxError:
-        return None  # the validator reports it
-    called = [
-        node.func.id
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-    ]
-    return next((name for name in called if not hasattr(builtins, name)), None) or next(
-        iter(called), None
-    )
+    for line in test_list:
+        try:
+            tree = ast.parse(str(line))
+        except SyntaxError:
+            return None  # the validator reports it
+        for node in ast.walk(tree):
+            called = (
+                node.func.id
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                else None
+            )
+            if called and not hasattr(builtins, called):
+                return called
+    return None
 
 
 def _io_cases(record: Mapping[str, Any]) -> Any:

@@ -31,6 +31,9 @@ from .codec import (
 LOAD_ERRORS = ("syntax_error", "runtime_error", "memory_limit")
 _MUTABLE = (list, dict, set, bytearray, collections.deque)
 BATCH_ITEMS = 4096  # the most items of a candidate iterator fetched in one round trip
+# Exceptions that end an iteration: one escaping a candidate call must not end the test's own
+# (``all(map(candidate, xs))``), so it arrives as a RuntimeError, as PEP 479 does for generators.
+_ENDS_ITERATION = (StopIteration, StopAsyncIteration)
 
 
 class CandidateError(Exception):
@@ -213,6 +216,10 @@ class Connection:
         bases = [cls for cls in map(builtin_exception, map(str, info["bases"])) if cls]
         if not bases or not name.isidentifier():
             return CandidateError(f"{name}: {message}")
+        if any(issubclass(cls, _ENDS_ITERATION) for cls in bases):
+            exc = RuntimeError(f"the program raised {name}: {message}")
+            exc.from_candidate = True  # type: ignore[attr-defined]
+            return exc
         try:
             args = decode(info.get("args"), lambda ref: RemoteRef(self, ref))
         except (ProtocolError, MemoryError, RecursionError):
