@@ -147,11 +147,9 @@ class _Container:
                 mem_limit=f"{config.container_memory_mb}m",
                 memswap_limit=f"{config.container_memory_mb}m",
                 nano_cpus=int(config.cpus * 1e9),
-                tmpfs={
-                    "/work": f"{tmpfs},uid={uid},gid={uid},mode=0755",
-                    "/tmp": f"{tmpfs},mode=1777",
-                    "/dev/shm": f"{tmpfs},mode=1777",
-                },
+                # Root's, like /tmp: a program cannot leave a mode, an ACL or an extended
+                # attribute on the directory itself for the next one.
+                tmpfs={path: f"{tmpfs},mode=1777" for path in ("/work", "/tmp", "/dev/shm")},
                 sysctls={
                     "kernel.shm_rmid_forced": "1",
                     "kernel.msgmni": "0",

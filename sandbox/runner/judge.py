@@ -23,6 +23,7 @@ from .codec import (
     builtin_exception,
     decode,
     encode,
+    forget_types,
     module_namespace,
     read_frame,
     write_frame,
@@ -313,6 +314,9 @@ def _is_candidate_failure(exc: BaseException) -> bool:
 
 
 def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: int) -> None:
+    # Nothing an earlier job sent stays: classes made for its exceptions and values included.
+    _exception_class.cache_clear()
+    forget_types()
     conn = Connection(to_candidate, from_candidate)
     judge = job["judge"]
     try:

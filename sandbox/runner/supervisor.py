@@ -11,7 +11,10 @@ Processes inside the container:
 After a job the supervisor kills the candidate; if any process of the sandbox user is still
 alive or a writable directory is not empty, the zygote forks a sweeper as that user which
 kills every such process in one ``kill(-1)`` (atomic against forks) and empties the
-directories, so nothing a program leaves behind reaches the next one.
+directories, so nothing a program leaves behind reaches the next one. The directories
+belong to root (the program cannot change their mode, ACLs or extended attributes), and
+each job starts with their times as the container started; a judge whose memory grew past
+``JUDGE_RESTART_MB`` is replaced after the job.
 """
 
 from __future__ import annotations
@@ -221,6 +224,13 @@ class Supervisor:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.zygote = self.start_zygote()
         self.judge = self.start_judge()
+        self.dir_times = {path: os.stat(path) for path in WRITABLE_DIRS}
+
+    def restore_dirs(self) -> None:
+        """The writable directories' times as the container started: writing in them or
+        ``touch`` would otherwise tell the next program something (the sweep empties them)."""
+        for path, stat in self.dir_times.items():
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
     # -- helpers processes
 
@@ -609,6 +619,7 @@ class Supervisor:
         if request.get("op") == "ping":
             return {"pong": True}
         job = request["job"]
+        self.restore_dirs()
         return self.run_call(job) if job.get("judge") else self.run_io(job)
 
 
