@@ -29,6 +29,7 @@ Two kinds of job:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -55,6 +56,11 @@ class Limits:
     output_bytes: int = 1 << 20  # stdout + stderr together, all cases of an io job together
     processes: int = 32  # threads and processes the program may have at once
     disk_mb: int = 64  # largest file the program may write (the work dirs are small tmpfs)
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():  # inf or nan would break the supervisor
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"Limits.{name} must be a finite number > 0, got {value!r}")
 
 
 @dataclass(frozen=True)

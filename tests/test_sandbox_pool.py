@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import time
@@ -19,6 +20,7 @@ from codepost.sandbox import (
     SandboxPool,
     SandboxUnavailable,
 )
+from codepost.sandbox import pool as pool_module
 
 pytestmark = pytest.mark.docker
 
@@ -251,3 +253,45 @@ def test_the_containers_of_a_killed_process_are_removed_by_the_next_pool():
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def mine(client: docker.DockerClient) -> set[str]:
+    """The ids of the containers this process's pools own, stopped ones too."""
+    label = f"{pool_module.OWNER_LABEL}={socket.gethostname()}:{os.getpid()}"
+    return {c.id for c in client.containers.list(all=True, filters={"label": label})}
+
+
+def test_a_container_that_fails_its_first_ping_is_removed(monkeypatch):
+    pinged = []
+
+    def no_pong(self, *args, **kwargs):
+        pinged.append(self.container.id)
+        raise pool_module._ContainerFault("no pong")
+
+    monkeypatch.setattr(pool_module._Container, "request", no_pong)
+    with pytest.raises(SandboxUnavailable, match="no pong"):
+        SandboxPool(PoolConfig(size=1)).start()
+    assert len(pinged) == 1 and pinged[0] not in mine(docker.from_env())
+
+
+def test_a_paused_container_is_replaced_long_before_its_deadline():
+    """Its host deadline is 70 s (20 s x 3 + 10 s); its silence gives it away in 10 s."""
+    client = docker.from_env()
+    limits = Limits(wall_time_s=20.0, cpu_time_s=20.0, memory_mb=256)
+    job = call_job(
+        "import time\ndef f():\n    time.sleep(1.0)\n    return 1\n",
+        "assert f() == 1",
+        limits=limits,
+    )
+    before = mine(client)
+    with SandboxPool(PoolConfig(size=1)) as pool:
+        (paused,) = [client.containers.get(cid) for cid in mine(client) - before]
+        future = pool.submit(job)
+        time.sleep(0.5)
+        paused.pause()
+        started = time.monotonic()
+        result = future.result(timeout=40)
+        took = time.monotonic() - started
+        assert paused.id not in mine(client)
+    assert result.status is ExecStatus.COMPLETED and passed(result) == [True], result
+    assert result.attempts == 2 and took < 25, (result.attempts, took)

@@ -479,7 +479,7 @@ def test_default_executor_is_a_lazy_pool_of_workers(monkeypatch, humaneval):
             self.started = True
             return self
 
-        def close(self):
+        def close(self, abort=False):
             self.closed = True
 
     monkeypatch.setattr(verifier_module, "SandboxPool", FakePool)

@@ -19,6 +19,7 @@ import gzip
 import json
 import keyword
 import os
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from importlib.resources import files
 from pathlib import Path
@@ -312,28 +313,45 @@ def problems_from_records(records: Iterable[tuple[str, Any]]) -> dict[str, Probl
 
 def _read_file(path: Path) -> Iterator[tuple[str, Any]]:
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as stream:
-        if path.name.endswith((".json", ".json.gz")):
-            try:
-                records = json.load(stream)
-            except json.JSONDecodeError as exc:
-                raise ProblemFormatError(
-                    f"{path}:{exc.lineno}: not valid JSON ({exc.msg})"
-                ) from None
-            if not isinstance(records, list):
-                raise ProblemFormatError(f"{path}: expected a JSON array of problems")
-            for index, record in enumerate(records):
-                yield f"{path}: record {index}", record
-            return
-        for lineno, record in jsonl_records(stream, path, ProblemFormatError):
-            yield f"{path}:{lineno}", record
+    try:
+        with opener(path, "rb") as stream:
+            if path.name.endswith((".json", ".json.gz")):
+                try:
+                    records = json.loads(utf8(stream.read(), path, ProblemFormatError))
+                except json.JSONDecodeError as exc:
+                    raise ProblemFormatError(
+                        f"{path}:{exc.lineno}: not valid JSON ({exc.msg})"
+                    ) from None
+                if not isinstance(records, list):
+                    raise ProblemFormatError(f"{path}: expected a JSON array of problems")
+                for index, record in enumerate(records):
+                    yield f"{path}: record {index}", record
+                return
+            for lineno, record in jsonl_records(stream, path, ProblemFormatError):
+                yield f"{path}:{lineno}", record
+    except (EOFError, zlib.error) as exc:  # gzip's OSErrors (not gzip at all) pass through
+        raise ProblemFormatError(f"{path}: a damaged gzip file ({exc})") from None
+
+
+def utf8(data: bytes, path: os.PathLike[str] | str, error: type[Exception], line: int = 1) -> str:
+    """``data`` (from line ``line`` of ``path``) as text; ``error`` names the line of the
+    first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = line + data.count(b"\n", 0, exc.start)
+        raise error(
+            f"{path}:{where}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8"
+        ) from None
 
 
 def jsonl_records(
-    stream: Iterable[str], path: os.PathLike[str] | str, error: type[Exception]
+    stream: Iterable[bytes], path: os.PathLike[str] | str, error: type[Exception]
 ) -> Iterator[tuple[int, Any]]:
-    """``(line number, value)`` per non-blank line; ``error`` names the file and line."""
-    for lineno, line in enumerate(stream, start=1):
+    """``(line number, value)`` per non-blank line of a binary stream; ``error`` names the
+    file and line (not UTF-8, not JSON)."""
+    for lineno, raw in enumerate(stream, start=1):
+        line = utf8(raw, path, error, lineno)
         if not line.strip():
             continue
         try:

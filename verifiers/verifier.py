@@ -99,14 +99,15 @@ class Verifier:
         with contextlib.suppress(SandboxUnavailable):
             _ = self.executor  # the property starts the pool
 
-    def close(self) -> None:
-        """Stops the pool this verifier made (one passed in belongs to the caller)."""
+    def close(self, abort: bool = False) -> None:
+        """Stops the pool this verifier made (one passed in belongs to the caller); with
+        ``abort``, the jobs it is running end now (``SandboxPool.close``)."""
         if self._starting is not None:
             self._starting.join()
             self._starting = None
         with self._lock:
             if self._owned_pool is not None:
-                self._owned_pool.close()
+                self._owned_pool.close(abort=abort)
                 self._owned_pool = self._executor = None
 
     def __enter__(self) -> Verifier:

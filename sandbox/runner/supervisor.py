@@ -43,6 +43,9 @@ JUDGE_GRACE_S = 1.0  # after a timeout, how long the judge may take to wind down
 JUDGE_MEMORY_MB = 1024  # the judge's address space
 JUDGE_RESTART_MB = 256  # a judge resident in more memory after a job is replaced
 EXIT_GRACE_S = 1.0  # io: how long output still counts after the program's main process exits
+# While a job runs, the host hears from the supervisor at least this often, so a paused or
+# frozen container is found by its silence long before the job's host deadline.
+HEARTBEAT_S = 1.0
 HELD_NOTE = (
     f"\n[sandbox] processes the program left were still holding stdout/stderr {EXIT_GRACE_S} s "
     "after it exited: they were killed, and anything they would have written later is not "
@@ -225,6 +228,14 @@ class Supervisor:
         self.zygote = self.start_zygote()
         self.judge = self.start_judge()
         self.dir_times = {path: os.stat(path) for path in WRITABLE_DIRS}
+        self.last_beat = 0.0
+
+    def beat(self) -> None:
+        """A heartbeat frame to the host, at most every ``HEARTBEAT_S``."""
+        now = time.monotonic()
+        if now - self.last_beat >= HEARTBEAT_S:
+            write_frame(1, {"heartbeat": True})
+            self.last_beat = now
 
     def restore_dirs(self) -> None:
         """The writable directories' times as the container started: writing in them or
@@ -380,7 +391,8 @@ class Supervisor:
                 if remaining <= 0:
                     outcome = "timeout"
                     break
-                for key, _ in selector.select(remaining):
+                self.beat()
+                for key, _ in selector.select(min(remaining, HEARTBEAT_S)):
                     fd = key.fd
                     if fd == self.wake_r:
                         with contextlib.suppress(BlockingIOError):
