@@ -85,6 +85,9 @@ class Job:
     judge: JudgeSpec | None = None  # call mode
     stdin_cases: tuple[str, ...] | None = None  # io mode
     limits: Limits = field(default_factory=Limits)
+    # io: no case runs after one that did not complete (crashed, timed out, hit a limit), for a
+    # caller that needs to know only whether all passed: not every case to its time limit.
+    stop_at_failure: bool = False
 
     def __post_init__(self) -> None:
         if (self.judge is None) == (self.stdin_cases is None):

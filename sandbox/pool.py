@@ -34,6 +34,7 @@ import psutil
 import requests.exceptions
 
 from .api import CaseOutcome, ExecStatus, ExecutionResult, Job, TestOutcome
+from .runner.codec import MAX_FRAME_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,10 @@ class SandboxUnavailable(RuntimeError):
 
 class _ContainerFault(Exception):
     """One container failed (died, broke the protocol, missed its deadline)."""
+
+
+class _TooLarge(ValueError):
+    """A job whose message is over the supervisor's frame limit: no container can take it."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,11 @@ class _Container:
                     "fs.mqueue.queues_max": "0",
                 },
                 labels={"codepost.sandbox": "1", OWNER_LABEL: _OWNER},
+                # Every reply also goes to the log: capped, or a pool that runs for a whole
+                # training run fills the disk (~7 MB per sample with large outputs).
+                log_config=docker.types.LogConfig(
+                    type="json-file", config={"max-size": "1m", "max-file": "1"}
+                ),
             )
         except docker.errors.ImageNotFound as exc:
             raise SandboxUnavailable(
@@ -192,6 +202,11 @@ class _Container:
         self.next_id += 1
         message = {**message, "id": self.next_id}
         data = json.dumps(message, separators=(",", ":")).encode()
+        if len(data) > MAX_FRAME_BYTES:
+            raise _TooLarge(
+                f"the job is {len(data)} bytes (program and stdin), over the sandbox's limit of "
+                f"{MAX_FRAME_BYTES}"
+            )
         deadline = time.monotonic() + timeout
         self.sock.settimeout(timeout)
         try:
@@ -417,6 +432,8 @@ class SandboxPool:
                 reply = container.request(
                     {"op": "run", "job": payload}, timeout=deadline, silence=self.config.silence_s
                 )
+            except _TooLarge as exc:  # at once: retrying cannot help
+                return ExecutionResult(ExecStatus.SANDBOX_ERROR, error=str(exc)), container
             except _ContainerFault as exc:
                 error = str(exc)
                 if not self._aborted:
@@ -478,6 +495,7 @@ def _job_payload(job: Job, config: PoolConfig) -> dict[str, Any]:
         }
     else:
         payload["stdin_cases"] = list(job.stdin_cases or ())
+        payload["stop_at_failure"] = job.stop_at_failure
     return payload
 
 

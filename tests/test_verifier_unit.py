@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import subprocess
+import sys
 import threading
 import time
 import weakref
 from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 from fake_executors import CannedExecutor, InProcessExecutor
@@ -25,11 +28,13 @@ from codepost.verifiers import (
     load_problems,
     pass_at_k,
 )
+from codepost.verifiers import rewards as rewards_module
 from codepost.verifiers import verifier as verifier_module
 from codepost.verifiers.judges import build_job, check_judge, outputs_match, split_check
 from codepost.verifiers.problems import problem_from_record
 
 MBPP = "mbpp"  # the copy shipped in codepost/verifiers/data
+TESTS = str(Path(__file__).parent)
 SANITIZED_MBPP = "mbpp-sanitized"
 
 
@@ -194,11 +199,53 @@ def test_sandbox_statuses_stand_as_reported(humaneval, sandbox_status, expected,
 @pytest.mark.parametrize(("policy", "reward"), [("fail", 0.0), ("exclude", None)])
 def test_sandbox_error_is_a_failure_unless_excluded(humaneval, policy, reward):
     canned = ExecutionResult(ExecStatus.SANDBOX_ERROR, error="container died")
-    verifier = Verifier(CannedExecutor(canned), reward_config=RewardConfig(sandbox_errors=policy))
+    config = RewardConfig(sandbox_errors=policy, syntax_weight=0.5)
+    verifier = Verifier(CannedExecutor(canned), reward_config=config)
     (verdict,) = verifier.verify(humaneval, [{"task_id": "HumanEval/0", "completion": ""}])
-    assert verdict.reward == reward
+    assert verdict.reward == (None if reward is None else 0.5)
     assert verdict.reward_components["test"] == reward
     assert verdict.reward_components["syntax"] == 1.0  # text-only components are still known
+
+
+def test_rule_components_are_computed_only_when_weighted(humaneval, monkeypatch):
+    """The syntax and forbidden-code rules parse the whole program (issue 17, class 4)."""
+    parsed = []
+    monkeypatch.setattr(rewards_module, "parse", lambda source: parsed.append(source))
+    verdict = verify_one(humaneval, "HumanEval/0", "    return False\n")
+    assert set(verdict.reward_components) == {"test"} and parsed == []
+    config = RewardConfig(syntax_weight=0.5)
+    verdict = verify_one(humaneval, "HumanEval/0", "    return False\n", reward_config=config)
+    assert set(verdict.reward_components) == {"test", "syntax"} and len(parsed) == 1
+
+
+def test_a_completion_over_the_size_limit_fails_unread(humaneval):
+    """Host memory does not grow with the completion (issue 17, class 4): a 10 MB completion
+    took 3.3 GB; now it fails at once, nothing runs, and every weighted rule gets its floor."""
+    code = (
+        "import resource, sys\n"
+        f"sys.path.insert(0, {TESTS!r})\n"
+        "from fake_executors import InProcessExecutor\n"
+        "from codepost.verifiers import RewardConfig, Verifier, load_problems\n"
+        "problems = load_problems()\n"
+        "completion = '    x = [1, 2, 3, 4, 5, 6, 7, 8]\\n' * 300_000  # 10 MB\n"
+        "config = RewardConfig(syntax_weight=1, forbidden_weight=1, length_weight=1)\n"
+        "executor = InProcessExecutor()\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "sample = {'task_id': 'HumanEval/0', 'completion': completion}\n"
+        "(verdict,) = Verifier(executor, reward_config=config).verify(problems, [sample])\n"
+        "grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024\n"
+        "print(grown, verdict.status.value, executor.jobs == [], verdict.reward_components)\n"
+        "print(verdict.result)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    figures, result = out.stdout.splitlines()
+    grown, status, nothing_ran, components = figures.split(" ", 3)
+    assert int(grown) < 100, f"the host grew by {grown} MB"
+    assert (status, nothing_ran) == ("failed", "True")
+    assert components == "{'test': 0.0, 'syntax': 0.0, 'length': -1.0, 'forbidden': -1.0}"
+    assert result == (
+        "failed: the completion is 9900000 characters, over the verifier's limit of 262144"
+    )
 
 
 def test_missing_tests_on_completion_is_a_failure(humaneval):

@@ -16,6 +16,9 @@ from typing import Any, Literal
 from .problems import Problem, is_docstring
 
 CompletionStyle = Literal["auto", "continuation", "chat"]
+# Longer completions are failed unread: parsing code costs ~300 times its size in host memory
+# (a 10 MB completion took 3.3 GB), and no honest answer comes near this.
+MAX_COMPLETION_CHARS = 256 * 1024
 COMPLETION_STYLES: tuple[str, ...] = ("auto", "continuation", "chat")
 PYTHON_LANGUAGES = frozenset({"", "python", "py", "python3", "py3"})
 

@@ -24,7 +24,9 @@ _NAME_CHARS = 100
 OUTPUT_PER_EXPECTED_BYTE = 2
 
 
-def build_job(problem: Problem, program: str, limits: Limits) -> Job:
+def build_job(problem: Problem, program: str, limits: Limits, *, all_cases: bool = True) -> Job:
+    """The sandbox job of a problem; ``all_cases=False`` (a binary reward) runs no io case
+    after one that crashed or hit a limit."""
     if problem.test_form == "io":
         cases = problem.io or ()
         expected = sum(len(case.output.encode()) for case in cases)
@@ -33,6 +35,7 @@ def build_job(problem: Problem, program: str, limits: Limits) -> Job:
             program=program,
             stdin_cases=tuple(case.input for case in cases),
             limits=dataclasses.replace(limits, output_bytes=budget),
+            stop_at_failure=not all_cases,
         )
     if problem.test_form == "check":
         return Job(program=program, judge=check_judge(problem), limits=limits)

@@ -549,6 +549,8 @@ class Supervisor:
             cases.append(case)
             if case["status"] in ("syntax_error", "output_limit"):
                 break
+            if case["status"] != "completed" and job.get("stop_at_failure"):
+                break
         syntax = bool(cases) and cases[-1]["status"] == "syntax_error"
         return {
             "status": "syntax_error" if syntax else "completed",
