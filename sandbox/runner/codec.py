@@ -27,6 +27,7 @@ MAX_FRAME_BYTES = 64 << 20
 MAX_TOKENS = 16_000_000  # items in one encoded value (shared parts count where they occur)
 _BIG_INT_BITS = 10_000  # larger ints travel as hex: decimal text is capped at 4,300 digits
 _HEADER = struct.Struct(">I")
+_ONE_WRITE = 1 << 16  # frames up to this size go out in one write, header included
 
 
 class ProtocolError(Exception):
@@ -46,16 +47,24 @@ def write_frame(fd: int, message: Any, max_bytes: int | None = None) -> None:
     data = json.dumps(message, separators=(",", ":")).encode()
     if max_bytes is not None and len(data) > max_bytes:
         raise Unsendable(f"it is {len(data)} bytes encoded, over the {max_bytes} byte limit")
-    for part in (_HEADER.pack(len(data)), data):  # no copy of a large frame to prepend 4 bytes
+    header = _HEADER.pack(len(data))
+    # One write wakes the reader once; a large frame is not copied to prepend 4 bytes.
+    for part in (header + data,) if len(data) <= _ONE_WRITE else (header, data):
         view = memoryview(part)
         while view:
             view = view[os.write(fd, view) :]
 
 
-def read_exact(fd: int, n: int) -> bytearray:
-    """``n`` bytes read into one buffer (no chunks to join: a large frame is held once)."""
+def read_exact(fd: int, n: int) -> bytes | bytearray:
+    """``n`` bytes; a large frame is read into one buffer (no chunks to join: held once)."""
+    first = os.read(fd, n)
+    if len(first) == n:
+        return first
+    if not first:
+        raise PeerClosed("peer closed the pipe")
     data = bytearray(n)
-    view, got = memoryview(data), 0
+    data[: len(first)] = first
+    view, got = memoryview(data), len(first)
     while got < n:
         count = os.readv(fd, [view[got:]])
         if not count:
