@@ -11,10 +11,16 @@ Two kinds of job:
   set, frozenset, dict views) and standard-library value types (Fraction, Decimal,
   OrderedDict, Counter, defaultdict, deque, namedtuples, datetime's types), each rebuilt by
   the judge from its data, at any depth. Any other object comes back as an opaque
-  ``RemoteRef`` that compares equal only to itself. Exceptions the program raises are raised
-  in the test as their builtin classes (a ``class MyErr(ValueError)`` as a ``ValueError``
-  subclass of that name), and arguments the program changes in place change in the test.
-* **io**: the program runs once per stdin case as ``__main__``; its stdout comes back to the
+  ``RemoteRef``: the program answers for its ``str``, ``repr``, truth, length, hash and
+  items (an iterator is read lazily) and for whether it equals another of its objects, but
+  it equals no value of the test's own. Exceptions the program raises are raised in the
+  test as their builtin classes (a ``class MyErr(ValueError)`` as a ``ValueError`` subclass
+  of that name), and arguments the program changes in place change in the test. The
+  program is loaded as an imported module would be (registered in ``sys.modules``, its own
+  ``__future__`` flags).
+* **io**: the program runs once per stdin case as ``__main__``, as ``python3 program.py``
+  runs it (``exit`` and ``quit``, its threads joined, ``atexit`` hooks run and its streams
+  flushed before it ends); its stdout comes back to the
   caller, which compares it with the expected output outside the sandbox. A case's output
   is what the program's processes write until its stdout and stderr close, at most 1 s
   after its main process exits; processes still holding them then are killed, and the case's
@@ -25,6 +31,7 @@ Two kinds of job:
 
 from __future__ import annotations
 
+import math
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,6 +61,11 @@ class Limits:
     processes: int = 32  # threads and processes the program may have at once
     disk_mb: int = 64  # largest file the program may write (the work dirs are small tmpfs)
 
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():  # inf or nan would break the supervisor
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"Limits.{name} must be a finite number > 0, got {value!r}")
+
 
 @dataclass(frozen=True)
 class JudgeSpec:
@@ -79,6 +91,9 @@ class Job:
     limits: Limits = field(default_factory=Limits)
     files: Mapping[str, bytes] = field(default_factory=dict)  # io mode: path -> content
     fetch_files: tuple[str, ...] = ()  # io mode: paths read back after each case
+    # io: no case runs after one that did not complete (crashed, timed out, hit a limit), for a
+    # caller that needs to know only whether all passed: not every case to its time limit.
+    stop_at_failure: bool = False
 
     def __post_init__(self) -> None:
         if (self.judge is None) == (self.stdin_cases is None):

@@ -3,10 +3,11 @@
 Starting a container per execution costs ~0.4 s and ``docker exec`` ~0.1 s, so each container
 runs one long-lived supervisor (``runner/supervisor.py``) that takes length-prefixed JSON jobs
 on stdin and answers on stdout. One worker thread owns each container; jobs wait in a shared
-queue, so any number can be in flight. A container that breaks the protocol, dies, or misses
-its hard deadline is destroyed and replaced, and the job is retried; only when every attempt
-fails does the caller get ``sandbox_error``. A Docker engine that cannot be reached at all
-raises ``SandboxUnavailable`` instead, naming the host.
+queue, so any number can be in flight. A container that breaks the protocol, dies, misses
+its hard deadline, or falls silent while it runs a job (paused or frozen: the supervisor
+sends a heartbeat every second) is destroyed and replaced, and the job is retried; only when
+every attempt fails does the caller get ``sandbox_error``. A Docker engine that cannot be
+reached at all raises ``SandboxUnavailable`` instead, naming the host.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import secrets
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass
@@ -34,10 +36,11 @@ import requests.exceptions
 
 from .api import CaseOutcome, ExecStatus, ExecutionResult, Job, TestOutcome
 from .runner import source_version
+from .runner.codec import MAX_FRAME_BYTES
 
 log = logging.getLogger(__name__)
 
-# The image scripts/setup.sh builds (it reads the same variable).
+# scripts/setup.sh builds the image under the same variable's name.
 DEFAULT_IMAGE = os.environ.get("CODEPOST_SANDBOX_IMAGE", "codepost-sandbox:latest")
 _FRAME = struct.Struct(">I")
 _DOCKER_HEADER = struct.Struct(">BxxxI")
@@ -49,6 +52,10 @@ class SandboxUnavailable(RuntimeError):
 
 class _ContainerFault(Exception):
     """One container failed (died, broke the protocol, missed its deadline)."""
+
+
+class _TooLarge(ValueError):
+    """A job whose message is over the supervisor's frame limit: no container can take it."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,7 @@ class PoolConfig:
     cpus: float = 1.0  # per container
     wall_stretch: float = 3.0  # the most real time a job may take, as a multiple of its wall limit
     grace_s: float = 10.0  # how long past a job's own wall limit the host waits
+    silence_s: float = 10.0  # how long a container running a job may send nothing at all
     max_attempts: int = 3
 
     def __post_init__(self) -> None:
@@ -115,11 +123,13 @@ _OWNER = f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _remove_orphans(client: docker.DockerClient) -> None:
-    """Remove the containers of pools whose process died on this host (killed, crashed): a
-    container keeps running after its owner is gone. Other hosts' and live pools' are kept."""
-    client.containers.prune(filters={"label": "codepost.sandbox"})  # the stopped ones
+    """Remove the containers, running or stopped, of pools whose process died on this host
+    (killed, crashed): a container keeps running after its owner is gone. Other hosts' and
+    live pools' are kept, stopped ones too (their pool removes them)."""
     # ignore_removed: another pool may remove a container between the listing and its inspection
-    for container in client.containers.list(filters={"label": OWNER_LABEL}, ignore_removed=True):
+    for container in client.containers.list(
+        all=True, filters={"label": OWNER_LABEL}, ignore_removed=True
+    ):
         host, _, pid = container.labels.get(OWNER_LABEL, "").rpartition(":")
         if host == socket.gethostname() and pid.isdigit() and not psutil.pid_exists(int(pid)):
             with contextlib.suppress(docker.errors.DockerException):
@@ -150,11 +160,9 @@ class _Container:
                 mem_limit=f"{config.container_memory_mb}m",
                 memswap_limit=f"{config.container_memory_mb}m",
                 nano_cpus=int(config.cpus * 1e9),
-                tmpfs={
-                    "/work": f"{tmpfs},uid={uid},gid={uid},mode=0755",
-                    "/tmp": f"{tmpfs},mode=1777",
-                    "/dev/shm": f"{tmpfs},mode=1777",
-                },
+                # Root's, like /tmp: a program cannot leave a mode, an ACL or an extended
+                # attribute on the directory itself for the next one.
+                tmpfs={path: f"{tmpfs},mode=1777" for path in ("/work", "/tmp", "/dev/shm")},
                 sysctls={
                     "kernel.shm_rmid_forced": "1",
                     "kernel.msgmni": "0",
@@ -162,6 +170,11 @@ class _Container:
                     "fs.mqueue.queues_max": "0",
                 },
                 labels={"codepost.sandbox": "1", OWNER_LABEL: _OWNER},
+                # Every reply also goes to the log: capped, or a pool that runs for a whole
+                # training run fills the disk (~7 MB per sample with large outputs).
+                log_config=docker.types.LogConfig(
+                    type="json-file", config={"max-size": "1m", "max-file": "1"}
+                ),
             )
         except docker.errors.ImageNotFound as exc:
             raise SandboxUnavailable(
@@ -173,11 +186,18 @@ class _Container:
             raise SandboxUnavailable(
                 f"cannot start a sandbox container on {client.api.base_url}: {exc}"
             ) from exc
-        self.stream = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stream": 1})
-        self.sock: socket.socket = self.stream._sock
         self.payload = bytearray()  # demultiplexed stdout not yet parsed into frames
         self.next_id = 0
-        runner = self.request({"op": "ping"}, timeout=30.0).get("runner")
+        try:  # a container that never becomes healthy is removed, not left running
+            stream = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stream": 1})
+            self.sock: socket.socket = stream._sock
+            runner = self.request({"op": "ping"}, timeout=30.0).get("runner")
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            self.remove()
+            raise _ContainerFault(f"could not attach to a sandbox container: {exc}") from exc
+        except BaseException:
+            self.remove()
+            raise
         if runner != source_version():
             self.destroy()
             raise SandboxUnavailable(
@@ -185,14 +205,26 @@ class _Container:
                 f"than this codepost ({source_version()}): rebuild it with scripts/setup.sh"
             )
 
-    def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def request(
+        self, message: dict[str, Any], timeout: float, silence: float | None = None
+    ) -> dict[str, Any]:
+        """The reply to ``message`` within ``timeout`` s; heartbeats are skipped, and more than
+        ``silence`` s without any data is a fault (a paused or frozen container)."""
         self.next_id += 1
         message = {**message, "id": self.next_id}
         data = json.dumps(message, separators=(",", ":")).encode()
+        if len(data) > MAX_FRAME_BYTES:
+            raise _TooLarge(
+                f"the job is {len(data)} bytes (program and stdin), over the sandbox's limit of "
+                f"{MAX_FRAME_BYTES}"
+            )
+        deadline = time.monotonic() + timeout
         self.sock.settimeout(timeout)
         try:
             self.sock.sendall(_FRAME.pack(len(data)) + data)
-            reply = self._read_frame()
+            reply = self._read_frame(deadline, silence or timeout)
+            while "heartbeat" in reply:
+                reply = self._read_frame(deadline, silence or timeout)
         except (OSError, ValueError) as exc:  # socket.timeout is an OSError
             raise _ContainerFault(f"no reply from the sandbox supervisor: {exc!r}") from exc
         if reply.get("id") != self.next_id:
@@ -201,7 +233,7 @@ class _Container:
             raise _ContainerFault(f"supervisor error: {reply['internal_error']}")
         return reply
 
-    def _read_frame(self) -> dict[str, Any]:
+    def _read_frame(self, deadline: float, silence: float) -> dict[str, Any]:
         while True:
             if len(self.payload) >= _FRAME.size:
                 (size,) = _FRAME.unpack_from(self.payload)
@@ -209,27 +241,43 @@ class _Container:
                     body = bytes(self.payload[_FRAME.size : _FRAME.size + size])
                     del self.payload[: _FRAME.size + size]
                     return json.loads(body)
-            stream, size = _DOCKER_HEADER.unpack(self._recv_exact(_DOCKER_HEADER.size))
-            chunk = self._recv_exact(size)
+            header = self._recv_exact(_DOCKER_HEADER.size, deadline, silence)
+            stream, size = _DOCKER_HEADER.unpack(header)
+            chunk = self._recv_exact(size, deadline, silence)
             if stream == 1:
                 self.payload += chunk
 
-    def _recv_exact(self, n: int) -> bytes:
+    def _recv_exact(self, n: int, deadline: float, silence: float) -> bytes:
         buf = bytearray()
         while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("past the host deadline")
+            self.sock.settimeout(min(left, silence))
+            try:
+                chunk = self.sock.recv(n - len(buf))
+            except TimeoutError:
+                if time.monotonic() < deadline:
+                    raise TimeoutError(f"nothing for {silence} s: paused or frozen") from None
+                raise
             if not chunk:
                 raise ValueError("the sandbox container closed its stream")
             buf += chunk
         return bytes(buf)
 
+    def remove(self) -> None:
+        """Remove the container (running, paused or already gone); callable from any thread."""
+        try:
+            self.container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            log.warning("could not remove sandbox container %s: %s", self.container.short_id, exc)
+
     def destroy(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
-        try:
-            self.container.remove(force=True)
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            log.warning("could not remove sandbox container %s: %s", self.container.short_id, exc)
+        self.remove()
 
 
 _STOP = object()
@@ -245,6 +293,9 @@ class SandboxPool:
         self._lock = threading.Lock()
         self._clients: list[docker.DockerClient] = []
         self._closed = False
+        self._live: set[_Container] = set()  # for close(abort=True), from another thread
+        self._live_lock = threading.Lock()  # not _lock: start() holds that while workers start
+        self._aborted = False
 
     # -- lifecycle
 
@@ -275,8 +326,16 @@ class SandboxPool:
                 raise first
         return self
 
-    def close(self) -> None:
-        """Cancel the jobs still queued, finish those running, remove the containers."""
+    def close(self, abort: bool = False) -> None:
+        """Cancel the jobs still queued and remove the containers. The jobs running finish
+        first or, with ``abort`` (an interrupted run: SIGTERM, Ctrl-C), end now as sandbox
+        errors, their containers removed at once."""
+        if abort:
+            with self._live_lock:
+                self._aborted = True
+                live = list(self._live)
+            for container in live:
+                container.remove()  # the worker waiting on its reply sees the stream close
         with self._lock:
             self._closed = True
             while True:
@@ -323,9 +382,23 @@ class SandboxPool:
 
     # -- the worker that owns one container
 
+    def _start_container(self, client: docker.DockerClient) -> _Container:
+        container = _Container(client, self.config)
+        with self._live_lock:
+            if not self._aborted:
+                self._live.add(container)
+                return container
+        container.destroy()
+        raise _ContainerFault("the pool was closed")
+
+    def _discard(self, container: _Container) -> None:
+        with self._live_lock:
+            self._live.discard(container)
+        container.destroy()
+
     def _work(self, client: docker.DockerClient, ready: queue.Queue) -> None:
         try:
-            container: _Container | None = _Container(client, self.config)
+            container: _Container | None = self._start_container(client)
             ready.put(None)
         except (SandboxUnavailable, _ContainerFault) as exc:
             log.warning("a sandbox container did not start: %s", exc)
@@ -348,27 +421,35 @@ class SandboxPool:
                 log.exception("sandbox worker error")
                 future.set_exception(exc)
         if container is not None:
-            container.destroy()
+            self._discard(container)
 
     def _execute(
         self, client: docker.DockerClient, container: _Container | None, job: Job
     ) -> tuple[ExecutionResult, _Container | None]:
         payload = _job_payload(job, self.config)
         deadline = _host_deadline(payload, self.config.grace_s)
-        error = "no attempt made"
+        error, attempt = "no attempt made", 0
         for attempt in range(1, self.config.max_attempts + 1):
+            if self._aborted:
+                error = "the pool was closed"
+                break
             if container is None:
                 try:
-                    container = _Container(client, self.config)
+                    container = self._start_container(client)
                 except _ContainerFault as exc:
                     error = str(exc)
                     continue
             try:
-                reply = container.request({"op": "run", "job": payload}, timeout=deadline)
+                reply = container.request(
+                    {"op": "run", "job": payload}, timeout=deadline, silence=self.config.silence_s
+                )
+            except _TooLarge as exc:  # at once: retrying cannot help
+                return ExecutionResult(ExecStatus.SANDBOX_ERROR, error=str(exc)), container
             except _ContainerFault as exc:
                 error = str(exc)
-                log.warning("sandbox container failed (attempt %d): %s", attempt, exc)
-                container.destroy()
+                if not self._aborted:
+                    log.warning("sandbox container failed (attempt %d): %s", attempt, exc)
+                self._discard(container)
                 container = None
                 continue
             if reply.get("leftover_processes"):
@@ -376,11 +457,11 @@ class SandboxPool:
                     "sandbox container kept %d processes after a sweep; replacing it",
                     reply["leftover_processes"],
                 )
-                container.destroy()
+                self._discard(container)
                 container = None
             return _to_result(reply, attempt), container
         return ExecutionResult(
-            status=ExecStatus.SANDBOX_ERROR, error=error, attempts=self.config.max_attempts
+            status=ExecStatus.SANDBOX_ERROR, error=error, attempts=attempt
         ), container
 
 
@@ -396,7 +477,9 @@ def run_in_fresh_container(job: Job, config: PoolConfig | None = None) -> Execut
     try:
         payload = _job_payload(job, config)
         reply = container.request(
-            {"op": "run", "job": payload}, timeout=_host_deadline(payload, config.grace_s)
+            {"op": "run", "job": payload},
+            timeout=_host_deadline(payload, config.grace_s),
+            silence=config.silence_s,
         )
         return _to_result(reply, attempts=1)
     finally:
@@ -427,6 +510,7 @@ def _job_payload(job: Job, config: PoolConfig) -> dict[str, Any]:
             path: base64.b64encode(data).decode() for path, data in job.files.items()
         }
         payload["fetch_files"] = list(job.fetch_files)
+        payload["stop_at_failure"] = job.stop_at_failure
     return payload
 
 

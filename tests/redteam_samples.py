@@ -16,6 +16,7 @@ import textwrap
 from dataclasses import dataclass
 
 from codepost.verifiers import IOCase, Problem
+from codepost.verifiers.problems import problem_from_record
 
 # The expected output of the SECRET problem: it exists only in the judge's tests (and so in the
 # memory of the supervisor and the judge). Leak probes look for anything shaped like it.
@@ -189,6 +190,26 @@ WRAP = humaneval(
     "    for _ in range(n):\n        x = [x]\n    return x\n",
     ("v = candidate(0, 600)\nfor _ in range(600):\n    (v,) = v\nassert v == 0",),
 )
+# Checks that iterate over the candidate's calls (issue 17, class 3).
+POSITIVE = humaneval(
+    "is_positive",
+    'def is_positive(n: int) -> bool:\n    """Whether n > 0."""\n',
+    "    return n > 0\n",
+    ("assert all(map(candidate, [1, 2, 3]))", "assert not any(map(candidate, [-1, 0]))"),
+)
+# MBPP style without an entry point: the first assert calls only a builtin.
+ABS_AREA = problem_from_record(
+    {
+        "task_id": "redteam/abs_area",
+        "text": "Write a function area(r): the area of a circle of radius r.",
+        "test_list": [
+            "assert abs(-1) == 1",
+            "assert abs(area(1) - 3.14159) < 1e-3",
+            "assert abs(area(2) - 12.56637) < 1e-3",
+        ],
+        "code": "import math\n\n\ndef area(r):\n    return math.pi * r * r\n",
+    }
+)
 PROBLEMS = {
     p.task_id: p
     for p in (
@@ -210,6 +231,8 @@ PROBLEMS = {
         NEXT_DAY,
         SORT_IN_PLACE,
         WRAP,
+        POSITIVE,
+        ABS_AREA,
     )
 }
 
@@ -1003,6 +1026,29 @@ CHEATS = [
         GUESS,
     ),
     # -- exceptions designed to confuse
+    Attack(
+        "stop_iteration_ends_the_tests_iteration",  # all(map(...)) of nothing is True
+        program("""
+        def is_positive(n):
+            raise StopIteration
+        """),
+        frozenset({RUNTIME_ERROR}),
+        POSITIVE,
+    ),
+    Attack(
+        "redefined_builtin_as_the_inferred_entry_point",  # abs(area(1) - x) is always 0
+        program("""
+        def abs(x):
+            return 1 if x == -1 else 0
+
+
+        def area(r):
+            return 0
+        """),
+        NOT_PASSED,
+        ABS_AREA,
+        max_passed=1,  # abs(-1) == 1, with the real abs
+    ),
     Attack(
         "base_exceptions_in_calls",
         program("""
@@ -2011,7 +2057,10 @@ LEAVERS = {
         import os
         import time
 
-        os.chmod("/work", 0)  # the program owns its work dir: later programs cannot enter it
+        try:
+            os.chmod("/work", 0)  # root's: a program cannot lock later ones out
+        except OSError:
+            pass
         """)
     + _SLOW_TRUE,
 }
@@ -2058,3 +2107,57 @@ CHECKER = program("""
             pass
         return found
     """)
+
+
+# -- state of one container, kind by kind (issue 17, class 2): an attacker marks it, then an
+# honest victim must find the container as the victim before the attacker found it
+
+_ACL_NONE = (  # a default ACL that gives nobody anything: files made later are unreadable
+    "struct.pack('<I', 2) + b''.join(struct.pack('<HHI', tag, 0, 0xFFFFFFFF) "
+    "for tag in (1, 4, 0x20))"
+)
+STATE_ATTACKS = {
+    "extended_attributes": "for d in DIRS:\n    os.setxattr(d, 'user.mark', b'1')",
+    "default_acl": f"os.setxattr('/work', 'system.posix_acl_default', {_ACL_NONE})",
+    "mode": "os.chmod('/work', 0o555)",  # still listable: no sweep would notice
+    "times": "for d in DIRS:\n    os.utime(d, (1, 1))",
+    "times_by_touch": "for d in DIRS:\n    os.utime(d)",  # even without owning them
+}
+
+
+def state_attacker(marks: str) -> str:
+    """An io program that tries each mark (a refused one is skipped) and leaves no file."""
+    body = textwrap.indent(marks, "    ")
+    return f"import os, struct\nDIRS = ('/work', '/tmp', '/dev/shm')\ntry:\n{body}\nexcept OSError:\n    pass\n"
+
+
+# Prints what a program can see of the writable directories, then uses them.
+STATE_VICTIM = program("""
+    import os
+
+    for d in ("/work", "/tmp", "/dev/shm"):
+        st = os.stat(d)
+        print(d, oct(st.st_mode), st.st_uid, st.st_atime_ns, st.st_mtime_ns, os.listxattr(d))
+    for d in ("/work", "/tmp", "/dev/shm"):
+        with open(f"{d}/mine", "w") as f:
+            f.write("x")
+        with open(f"{d}/mine") as f:
+            print(d, f.read())
+    """)
+
+# The judge's memory: classes the judge makes for a program's exceptions, each named with
+# megabytes (the frame limit of the code before issue 17 allowed 8 MB), then an honest program
+# whose result needs memory in the judge.
+JUDGE_CACHE_ATTACKER = program("""
+    import gc
+
+
+    def f(i):
+        gc.collect()  # the classes of earlier calls: this program keeps none of them
+        raise type("E" * (7 << 20) + str(i), (ValueError,), {})()
+    """)
+JUDGE_CACHE_TESTS = (
+    "for i in range(200):\n    try:\n        f(i)\n    except ValueError:\n        pass",
+)
+LARGE_RESULT = "def f(n):\n    return list(range(n))\n"
+LARGE_RESULT_TESTS = ("assert f(800_000) == list(range(800_000))",)

@@ -95,6 +95,12 @@ def test_defines():
     assert defines("def f(:\n", "f")  # regex fallback
 
 
+def test_import_lines_of_prose_are_none():
+    assert (
+        import_lines("Write f.\nfrom the list, return the largest.\nimport os\n") == "import os\n"
+    )
+
+
 def test_import_lines():
     assert import_lines(HUMANEVAL_LIKE.prompt) == "import math\nfrom typing import List\n"
     assert import_lines("import os\ndef f(:\n") == "import os\n"
@@ -133,6 +139,21 @@ def test_chat_program_after_a_prompt_that_does_not_parse_gets_its_imports():
     problem = HUMANEVAL_LIKE.model_copy(update={"prompt": "import math\ndef f(xs):\n    x = ("})
     program = build_program(problem, "```python\ndef f(xs):\n    return 1\n```", "chat")
     assert program.source == "import math\n\n\ndef f(xs):\n    return 1\n"
+
+
+def test_a_chat_answers_future_imports_stay_first():
+    answer = (
+        '```python\n"""Doc."""\nfrom __future__ import annotations\n'
+        "def f(xs: list[int]) -> int:\n    return sum(xs)\n```"
+    )
+    program = build_program(HUMANEVAL_LIKE, answer)
+    assert program.source.startswith('"""Doc."""\nfrom __future__ import annotations\n')
+    assert program.source.splitlines()[program.code_line - 1] == "def f(xs: list[int]) -> int:"
+    namespace: dict = {}
+    exec(compile(program.source, "<program>", "exec", dont_inherit=True), namespace)
+    assert namespace["f"]([1, 2]) == 3 and namespace["f"].__annotations__["xs"] == "list[int]"
+    shared_line = "```python\nfrom __future__ import annotations; import os\n```"
+    assert build_program(HUMANEVAL_LIKE, shared_line).code_line > 1  # kept after the prompt
 
 
 def test_mbpp_programs_are_the_completion_alone():

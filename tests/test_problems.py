@@ -52,7 +52,7 @@ def test_mbpp_loads_as_it_comes():
     assert pair.canonical_solution.startswith("class Pair(object):")
     assert len(pair.test_list) == 3
     assert problems["367"].test_setup_code.startswith("root = Node(1)")
-    assert problems["126"].entry_point == "sum"  # a builtin name, but the one the tests call
+    assert problems["126"].entry_point is None  # its tests call only `sum`: never inferred
 
 
 def test_sanitized_mbpp_loads_from_a_json_array():

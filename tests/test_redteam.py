@@ -20,16 +20,25 @@ from redteam_samples import (
     ATTACKS,
     CHECKER,
     HONEST,
+    JUDGE_CACHE_ATTACKER,
+    JUDGE_CACHE_TESTS,
+    LARGE_RESULT,
+    LARGE_RESULT_TESTS,
     LEAVERS,
     LEFTOVERS,
     PROBLEMS,
+    STATE_ATTACKS,
+    STATE_VICTIM,
     TIMEOUT,
     Attack,
+    state_attacker,
 )
 
 from codepost.sandbox import (
     ExecStatus,
     ExecutionResult,
+    Job,
+    JudgeSpec,
     Limits,
     PoolConfig,
     SandboxPool,
@@ -186,6 +195,44 @@ def test_nothing_reaches_the_next_program(pool, verifier, kind):
     checked = run_samples(pool, verifier, [check] * POOL_SIZE)
     leftovers = [run.describe() for run in checked if not run.verdict.passed]
     assert not leftovers, leftovers
+
+
+@pytest.fixture
+def one_container():
+    """A pool of one container of its own: the attacker and its victim share it."""
+    with SandboxPool(PoolConfig(size=1)) as single:
+        yield single
+
+
+def _state(pool: SandboxPool) -> str:
+    job = Job(program=STATE_VICTIM, stdin_cases=("",), limits=LIMITS)
+    (case,) = pool.run(job).cases
+    assert case.status is ExecStatus.COMPLETED, case
+    return case.stdout
+
+
+@pytest.mark.parametrize("kind", list(STATE_ATTACKS))
+def test_a_marked_container_is_as_it_was_for_the_next_program(one_container, kind):
+    """Attacker, then honest victim, in one container: the victim sees what it saw before."""
+    before = _state(one_container)
+    attack = Job(program=state_attacker(STATE_ATTACKS[kind]), stdin_cases=("",), limits=LIMITS)
+    assert one_container.run(attack).cases[0].status is ExecStatus.COMPLETED
+    assert _state(one_container) == before
+
+
+def test_the_judges_memory_does_not_carry_over(one_container):
+    """Exceptions with huge names (the judge makes a class for each), then an honest program
+    whose result needs memory in the judge, in one container."""
+    limits = dataclasses.replace(LIMITS, wall_time_s=20.0, cpu_time_s=20.0, memory_mb=512)
+
+    def call(program: str, tests: tuple[str, ...]) -> ExecutionResult:
+        judge = JudgeSpec(setup="f = __remote__('f')", tests=tests)
+        return one_container.run(Job(program=program, judge=judge, limits=limits))
+
+    assert call(LARGE_RESULT, LARGE_RESULT_TESTS).tests[0].passed
+    call(JUDGE_CACHE_ATTACKER, JUDGE_CACHE_TESTS)
+    after = call(LARGE_RESULT, LARGE_RESULT_TESTS)
+    assert after.tests and after.tests[0].passed, after
 
 
 def test_the_suite_is_large_enough():

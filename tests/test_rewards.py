@@ -130,11 +130,10 @@ def test_verdict_reward_uses_the_config():
             },
         ],
     )
-    assert good.reward_components == {
+    assert good.reward_components == {  # length has weight 0: not computed
         "test": 1.0,
         "format": 1.0,
         "syntax": 1.0,
-        "length": 0.0,
         "forbidden": 0.0,
     }
     assert good.reward == pytest.approx(1.6)

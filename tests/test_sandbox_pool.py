@@ -329,3 +329,80 @@ def test_the_containers_of_a_killed_process_are_removed_by_the_next_pool():
     finally:
         if owner.poll() is None:
             owner.kill()
+
+
+def mine(client: docker.DockerClient) -> set[str]:
+    """The ids of the containers this process's pools own, stopped ones too."""
+    label = f"{pool_module.OWNER_LABEL}={socket.gethostname()}:{os.getpid()}"
+    return {c.id for c in client.containers.list(all=True, filters={"label": label})}
+
+
+def test_a_container_that_fails_its_first_ping_is_removed(monkeypatch):
+    pinged = []
+
+    def no_pong(self, *args, **kwargs):
+        pinged.append(self.container.id)
+        raise pool_module._ContainerFault("no pong")
+
+    monkeypatch.setattr(pool_module._Container, "request", no_pong)
+    with pytest.raises(SandboxUnavailable, match="no pong"):
+        SandboxPool(PoolConfig(size=1)).start()
+    assert len(pinged) == 1 and pinged[0] not in mine(docker.from_env())
+
+
+def test_a_paused_container_is_replaced_long_before_its_deadline():
+    """Its host deadline is 70 s (20 s x 3 + 10 s); its silence gives it away in 10 s."""
+    client = docker.from_env()
+    limits = Limits(wall_time_s=20.0, cpu_time_s=20.0, memory_mb=256)
+    job = call_job(
+        "import time\ndef f():\n    time.sleep(1.0)\n    return 1\n",
+        "assert f() == 1",
+        limits=limits,
+    )
+    before = mine(client)
+    with SandboxPool(PoolConfig(size=1)) as pool:
+        (paused,) = [client.containers.get(cid) for cid in mine(client) - before]
+        future = pool.submit(job)
+        time.sleep(0.5)
+        paused.pause()
+        started = time.monotonic()
+        result = future.result(timeout=40)
+        took = time.monotonic() - started
+        assert paused.id not in mine(client)
+    assert result.status is ExecStatus.COMPLETED and passed(result) == [True], result
+    assert result.attempts == 2 and took < 25, (result.attempts, took)
+
+
+def test_a_job_over_the_frame_limit_is_a_sandbox_error_at_once(sandbox_pool):
+    """It used to cost three host deadlines and three containers (issue 17, class 4)."""
+    huge = Job(program="print(len(input()))\n", stdin_cases=("1" * (65 << 20),), limits=FAST)
+    started = time.monotonic()
+    result = sandbox_pool.run(huge)
+    assert time.monotonic() - started < 5
+    assert result.status is ExecStatus.SANDBOX_ERROR and result.attempts == 1
+    assert "over the sandbox's limit" in result.error
+    small = Job(program="print(len(input()))\n", stdin_cases=("1" * 1000,), limits=FAST)
+    assert sandbox_pool.run(small).cases[0].stdout == "1000\n"
+
+
+def test_io_stops_at_the_first_failed_case_when_asked(sandbox_pool):
+    program = "import time\ntime.sleep(int(input()))\n"
+    limits = Limits(wall_time_s=1.0, cpu_time_s=1.0, memory_mb=256)
+    job = Job(program=program, stdin_cases=("5\n",) * 4, limits=limits, stop_at_failure=True)
+    started = time.monotonic()
+    result = sandbox_pool.run(job)
+    assert [case.status for case in result.cases] == [ExecStatus.TIMEOUT]
+    assert time.monotonic() - started < 3.5  # 4 cases took one wall limit each
+
+
+def test_container_logs_are_capped():
+    """Every reply also reaches Docker's json-file log (~3 MB per large-output job here)."""
+    client = docker.from_env()
+    before = mine(client)
+    limits = Limits(wall_time_s=5.0, cpu_time_s=5.0, output_bytes=4 << 20)
+    loud = Job(program="print('x' * (3 << 20))\n", stdin_cases=("",), limits=limits)
+    with SandboxPool(PoolConfig(size=1)) as pool:
+        (container,) = [client.containers.get(cid) for cid in mine(client) - before]
+        for _ in range(4):
+            assert pool.run(loud).cases[0].status is ExecStatus.COMPLETED
+        assert os.path.getsize(container.attrs["LogPath"]) <= 1 << 20

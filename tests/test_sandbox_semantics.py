@@ -12,14 +12,19 @@ pytestmark = pytest.mark.docker
 FAST = Limits(wall_time_s=5.0, cpu_time_s=5.0, memory_mb=256, output_bytes=64_000)
 
 
-def run_tests(pool, program: str, *tests: str, setup: str = "f = __remote__('f')") -> list:
-    result = pool.run(Job(program=program, judge=JudgeSpec(setup=setup, tests=tests), limits=FAST))
+def run_tests(
+    pool, program: str, *tests: str, setup: str = "f = __remote__('f')", limits: Limits = FAST
+) -> list:
+    job = Job(program=program, judge=JudgeSpec(setup=setup, tests=tests), limits=limits)
+    result = pool.run(job)
     assert result.status is ExecStatus.COMPLETED, result
     return [(test.passed, test.error) for test in result.tests]
 
 
-def all_pass(pool, program: str, *tests: str, setup: str = "f = __remote__('f')") -> None:
-    outcomes = run_tests(pool, program, *tests, setup=setup)
+def all_pass(
+    pool, program: str, *tests: str, setup: str = "f = __remote__('f')", limits: Limits = FAST
+) -> None:
+    outcomes = run_tests(pool, program, *tests, setup=setup, limits=limits)
     assert all(passed for passed, _ in outcomes), outcomes
 
 
@@ -172,3 +177,129 @@ def test_a_child_that_keeps_the_output_open_is_cut_off_and_named(sandbox_pool):
     assert case.status is ExecStatus.COMPLETED and case.stdout == "done\n"
     assert "still holding stdout" in case.stderr
     assert case.duration_s < 2.0
+
+
+# -- programs run as `python3 program.py` runs them, or as importing them does (issue 17, class 1)
+
+
+def test_dataclasses_and_annotations_as_in_an_imported_module(sandbox_pool):
+    program = (
+        "from dataclasses import dataclass, field\n"
+        "@dataclass\nclass Point:\n    x: int\n    tags: list = field(default_factory=list)\n"
+        "def f(x: int) -> int:\n    return Point(x).x\n"
+        "def g():\n    return f.__annotations__['x'] is int  # not the runner's string\n"
+    )
+    setup = "f, g = __remote__('f'), __remote__('g')"
+    all_pass(sandbox_pool, program, "assert f(3) == 3", "assert g() is True", setup=setup)
+    postponed = "from __future__ import annotations\n" + program.replace("is int", "== 'int'")
+    all_pass(sandbox_pool, postponed, "assert f(3) == 3", "assert g() is True", setup=setup)
+
+
+def io_run(pool, program: str, stdin: str = ""):
+    (case,) = pool.run(Job(program=program, stdin_cases=(stdin,), limits=FAST)).cases
+    return case
+
+
+@pytest.mark.parametrize(
+    ("program", "stdout"),
+    [
+        ("print(1)\nexit()\nprint(2)\n", "1\n"),
+        ("print(1)\nquit(0)\n", "1\n"),
+        (  # competitive programming: main in a thread with a big stack
+            "import sys, threading\n"
+            "def main():\n    print(sum(map(int, sys.stdin.read().split())))\n"
+            "sys.setrecursionlimit(10 ** 6)\nthreading.stack_size(1 << 26)\n"
+            "threading.Thread(target=main).start()\n",
+            "6\n",
+        ),
+        ("import atexit\natexit.register(print, 'at exit')\nprint('first')\n", "first\nat exit\n"),
+        ("import sys\nsys.__stdout__.write('unflushed\\n')\n", "unflushed\n"),
+        (
+            "import multiprocessing\n"
+            "def square(x):\n    return x * x\n"
+            "if __name__ == '__main__':\n"
+            "    with multiprocessing.Pool(2) as pool:\n        print(pool.map(square, [1, 2, 3]))\n",
+            "[1, 4, 9]\n",
+        ),
+    ],
+    ids=["exit", "quit", "thread", "atexit", "dunder-stdout", "multiprocessing"],
+)
+def test_io_programs_end_as_python_ends_them(sandbox_pool, program, stdout):
+    case = io_run(sandbox_pool, program, "1 2 3\n")
+    assert (case.status, case.stdout) == (ExecStatus.COMPLETED, stdout), case
+
+
+def test_multiprocessing_over_a_function_of_the_program_in_call_mode(sandbox_pool):
+    program = (
+        "import multiprocessing\n"
+        "def square(x):\n    return x * x\n"
+        "def f(xs):\n    with multiprocessing.Pool(2) as pool:\n        return pool.map(square, xs)\n"
+    )
+    all_pass(sandbox_pool, program, "assert f([1, 2, 3]) == [1, 4, 9]")
+
+
+def test_candidate_iterators_are_read_as_the_test_reads_them(sandbox_pool):
+    program = (
+        "import itertools\n"
+        "def f():\n    n = 0\n    while True:\n        yield n\n        n += 1\n"
+        "def g(n):\n    return (x * x for x in range(n))\n"
+        "def h():\n    yield 1\n    raise KeyError('after one')\n"
+    )
+    all_pass(
+        sandbox_pool,
+        program,
+        "assert list(itertools.islice(f(), 5)) == [0, 1, 2, 3, 4]",
+        "it = f()\nassert next(it) == 0 and next(it) == 1",
+        "assert sum(g(300_000)) == sum(x * x for x in range(300_000))",
+        "it = h()\nassert next(it) == 1\ntry:\n    next(it)\nexcept KeyError:\n    pass\n"
+        "else:\n    raise AssertionError('no KeyError')\nassert list(it) == []",
+        setup="import itertools\nf, g, h = __remote__('f'), __remote__('g'), __remote__('h')",
+    )
+
+
+def test_objects_answer_for_themselves_but_equal_no_expected_value(sandbox_pool):
+    program = (
+        "class Node:\n"
+        "    def __init__(self, v):\n        self.v = v\n"
+        "    def __eq__(self, other):\n        return isinstance(other, Node) and other.v == self.v\n"
+        "    def __hash__(self):\n        return hash(self.v)\n"
+        "    def __str__(self):\n        return f'Node({self.v})'\n"
+        "    __repr__ = __str__\n"
+        "    def __len__(self):\n        return self.v\n"
+        "def f(v):\n    return Node(v)\n"
+    )
+    all_pass(
+        sandbox_pool,
+        program,
+        "assert f(1) == f(1) and f(1) != f(2) and len({f(1), f(1), f(2)}) == 2",
+        "assert str(f(3)) == 'Node(3)' and repr(f(3)) == 'Node(3)' and f'{f(3)}' == 'Node(3)'",
+        "assert f(2) and not f(0)",
+        "assert f(1) != 1 and not (f(1) == 'Node(1)')",  # expected values are never equal
+    )
+
+
+def test_results_of_millions_of_items(sandbox_pool):
+    """Under the default limits; a result too large to send says so (not "broke the
+    protocol", not an exception the program never raised)."""
+    program = (
+        "def f(n):\n    return list(range(n))\n"
+        "def g(n):\n    return ['ab'] * n\n"
+        "def too_many():\n    return [0] * 20_000_000\n"
+        "def too_long():\n    return ['x' * 100] * 1_000_000\n"
+    )
+    setup = "\n".join(
+        f"{name} = __remote__({name!r})" for name in ("f", "g", "too_many", "too_long")
+    )
+    outcomes = run_tests(
+        sandbox_pool,
+        program,
+        "assert f(5_000_000) == list(range(5_000_000))",
+        "assert len(g(3_000_000)) == 3_000_000",
+        "too_many()",
+        "too_long()",
+        setup=setup,
+        limits=Limits(),
+    )
+    assert [passed for passed, _ in outcomes] == [True, True, False, False], outcomes
+    assert "cannot be sent" in outcomes[2][1] and "more than 16000000 items" in outcomes[2][1]
+    assert "cannot be sent" in outcomes[3][1] and "byte limit" in outcomes[3][1]

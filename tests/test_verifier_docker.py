@@ -7,7 +7,7 @@ import json
 import pytest
 
 from codepost.sandbox import Limits
-from codepost.verifiers import Problem, VerdictStatus, Verifier, cli, load_problems
+from codepost.verifiers import Problem, RewardConfig, VerdictStatus, Verifier, cli, load_problems
 
 pytestmark = pytest.mark.docker
 
@@ -128,6 +128,36 @@ def test_io_problems(verifier):
     verdicts = verifier.verify({"sum": problem}, samples)
     assert [v.status.value for v in verdicts] == ["passed", "failed", "runtime_error"]
     assert "ValueError" in verdicts[2].stderr
+
+
+def test_io_cases_with_large_expected_outputs_all_pass(verifier):
+    """The output budget grows with what the cases expect (issue 17, class 1)."""
+    cases = [{"input": f"{n}\n", "output": f"{n}\n" * 100_000} for n in (1, 2, 3)]
+    problem = Problem(task_id="repeat", prompt="Print n 100,000 times.", io=cases)
+    program = "import sys\nn = input()\nsys.stdout.write(f'{n}\\n' * 100_000)\n"
+    limits = Limits(wall_time_s=5.0, cpu_time_s=5.0, output_bytes=300_000)
+    (verdict,) = Verifier(verifier.executor, limits=limits).verify(
+        {"repeat": problem}, [{"task_id": "repeat", "completion": program}]
+    )
+    assert verdict.passed, verdict.result
+
+
+@pytest.mark.parametrize(("test_reward", "cases_run"), [("binary", 1), ("pass_fraction", 3)])
+def test_io_stops_at_the_first_failed_case_for_a_binary_reward(
+    sandbox_pool, test_reward, cases_run
+):
+    """Every case ran to its time limit even after one had failed (issue 17, class 4)."""
+    problem = Problem(
+        task_id="slow",
+        prompt="Print n.",
+        io=[{"input": f"{n}\n", "output": f"{n}\n"} for n in (1, 2, 3)],
+    )
+    limits = Limits(wall_time_s=1.0, cpu_time_s=1.0, memory_mb=256)
+    config = RewardConfig(test_reward=test_reward)
+    verifier = Verifier(sandbox_pool, limits=limits, reward_config=config)
+    sample = {"task_id": "slow", "completion": "import time\ntime.sleep(30)\n"}
+    (verdict,) = verifier.verify({"slow": problem}, [sample])
+    assert verdict.status is VerdictStatus.TIMEOUT and len(verdict.tests) == cases_run
 
 
 def test_cli_end_to_end(tmp_path, humaneval, capsys):

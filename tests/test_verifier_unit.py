@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import subprocess
+import sys
 import threading
 import time
 import weakref
 from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 from fake_executors import CannedExecutor, InProcessExecutor
@@ -25,10 +28,13 @@ from codepost.verifiers import (
     load_problems,
     pass_at_k,
 )
+from codepost.verifiers import rewards as rewards_module
 from codepost.verifiers import verifier as verifier_module
 from codepost.verifiers.judges import build_job, check_judge, outputs_match, split_check
+from codepost.verifiers.problems import problem_from_record
 
 MBPP = "mbpp"  # the copy shipped in codepost/verifiers/data
+TESTS = str(Path(__file__).parent)
 SANITIZED_MBPP = "mbpp-sanitized"
 
 
@@ -116,6 +122,20 @@ def test_pass_fraction_counts_asserts(humaneval):
     assert graded.reward == pytest.approx(6 / 7)
 
 
+@pytest.mark.parametrize("prompt_is_code", [False, True])  # a record's default is True
+def test_check_problems_with_a_prose_prompt(prompt_is_code):
+    problem = Problem(
+        task_id="double",
+        prompt="Write a function double(x) that returns\nfrom x its double.",
+        prompt_is_code=prompt_is_code,
+        test="def check(candidate):\n    assert candidate(2) == 4\n",
+        entry_point="double",
+    )
+    answer = "```python\ndef double(x):\n    return 2 * x\n```"
+    verdict = verify_one({"double": problem}, "double", answer)
+    assert verdict.status is VerdictStatus.PASSED, verdict.result
+
+
 def test_humaneval_judge_binds_candidate_and_entry_point(humaneval):
     spec = check_judge(humaneval["HumanEval/33"])
     assert spec.setup.endswith("candidate = sort_third = __remote__('sort_third')\n")
@@ -179,11 +199,53 @@ def test_sandbox_statuses_stand_as_reported(humaneval, sandbox_status, expected,
 @pytest.mark.parametrize(("policy", "reward"), [("fail", 0.0), ("exclude", None)])
 def test_sandbox_error_is_a_failure_unless_excluded(humaneval, policy, reward):
     canned = ExecutionResult(ExecStatus.SANDBOX_ERROR, error="container died")
-    verifier = Verifier(CannedExecutor(canned), reward_config=RewardConfig(sandbox_errors=policy))
+    config = RewardConfig(sandbox_errors=policy, syntax_weight=0.5)
+    verifier = Verifier(CannedExecutor(canned), reward_config=config)
     (verdict,) = verifier.verify(humaneval, [{"task_id": "HumanEval/0", "completion": ""}])
-    assert verdict.reward == reward
+    assert verdict.reward == (None if reward is None else 0.5)
     assert verdict.reward_components["test"] == reward
     assert verdict.reward_components["syntax"] == 1.0  # text-only components are still known
+
+
+def test_rule_components_are_computed_only_when_weighted(humaneval, monkeypatch):
+    """The syntax and forbidden-code rules parse the whole program (issue 17, class 4)."""
+    parsed = []
+    monkeypatch.setattr(rewards_module, "parse", lambda source: parsed.append(source))
+    verdict = verify_one(humaneval, "HumanEval/0", "    return False\n")
+    assert set(verdict.reward_components) == {"test"} and parsed == []
+    config = RewardConfig(syntax_weight=0.5)
+    verdict = verify_one(humaneval, "HumanEval/0", "    return False\n", reward_config=config)
+    assert set(verdict.reward_components) == {"test", "syntax"} and len(parsed) == 1
+
+
+def test_a_completion_over_the_size_limit_fails_unread(humaneval):
+    """Host memory does not grow with the completion (issue 17, class 4): a 10 MB completion
+    took 3.3 GB; now it fails at once, nothing runs, and every weighted rule gets its floor."""
+    code = (
+        "import resource, sys\n"
+        f"sys.path.insert(0, {TESTS!r})\n"
+        "from fake_executors import InProcessExecutor\n"
+        "from codepost.verifiers import RewardConfig, Verifier, load_problems\n"
+        "problems = load_problems()\n"
+        "completion = '    x = [1, 2, 3, 4, 5, 6, 7, 8]\\n' * 300_000  # 10 MB\n"
+        "config = RewardConfig(syntax_weight=1, forbidden_weight=1, length_weight=1)\n"
+        "executor = InProcessExecutor()\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "sample = {'task_id': 'HumanEval/0', 'completion': completion}\n"
+        "(verdict,) = Verifier(executor, reward_config=config).verify(problems, [sample])\n"
+        "grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024\n"
+        "print(grown, verdict.status.value, executor.jobs == [], verdict.reward_components)\n"
+        "print(verdict.result)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    figures, result = out.stdout.splitlines()
+    grown, status, nothing_ran, components = figures.split(" ", 3)
+    assert int(grown) < 100, f"the host grew by {grown} MB"
+    assert (status, nothing_ran) == ("failed", "True")
+    assert components == "{'test': 0.0, 'syntax': 0.0, 'length': -1.0, 'forbidden': -1.0}"
+    assert result == (
+        "failed: the completion is 9900000 characters, over the verifier's limit of 262144"
+    )
 
 
 def test_missing_tests_on_completion_is_a_failure(humaneval):
@@ -214,6 +276,29 @@ def test_mbpp_program_cannot_redefine_builtins_the_tests_use():
     cheat = "def similar_elements(a, b):\n    return None\n\ndef set(x=()):\n    return 1\n"
     verdict = verify_one(problems, "2", cheat)
     assert verdict.status is VerdictStatus.FAILED
+
+
+def test_an_entry_point_is_never_inferred_as_a_builtin(mbpp):
+    """A program that defines ``abs`` does not decide what ``abs(f(x) - y) < eps`` measures
+    (issue 17, class 3); asserts that use builtins alone test those (MBPP/126's ``sum``)."""
+    problem = problem_from_record(
+        {
+            "task_id": "area",
+            "text": "Write a function area(r): the area of a circle of radius r.",
+            "test_list": [
+                "assert abs(-1) == 1",
+                "assert abs(area(1) - 3.14159) < 1e-3",
+                "assert abs(area(2) - 12.56637) < 1e-3",
+            ],
+        }
+    )
+    assert problem.entry_point == "area"
+    cheat = "def abs(x):\n    return 1 if x == -1 else 0\n\ndef area(r):\n    return 0\n"
+    verdict = verify_one({"area": problem}, "area", cheat)
+    assert verdict.status is VerdictStatus.FAILED and verdict.pass_fraction == 1 / 3
+    assert mbpp["126"].entry_point is None
+    assert verify_one(mbpp, "126", mbpp["126"].canonical_solution).passed
+    assert not verify_one(mbpp, "126", "def total(a, b):\n    return 0\n").passed
 
 
 def test_mbpp_judge_imports_stdlib_modules_the_tests_use():
@@ -274,6 +359,13 @@ def test_io_expected_output_never_enters_the_job(io_problems):
     job = build_job(io_problems["sum"], "print(3)", Limits())
     assert job.stdin_cases == ("1 2\n", "5 5\n")
     assert job.judge is None
+
+
+def test_io_output_budget_grows_with_the_expected_output():
+    cases = [{"input": "", "output": "x" * 300_000}] * 3
+    problem = Problem(task_id="big", prompt="Print x 300,000 times.", io=cases)
+    job = build_job(problem, "print('x' * 300_000)", Limits(output_bytes=100_000))
+    assert job.limits.output_bytes == 100_000 + 2 * 900_000
 
 
 @pytest.mark.parametrize(
@@ -434,7 +526,7 @@ def test_default_executor_is_a_lazy_pool_of_workers(monkeypatch, humaneval):
             self.started = True
             return self
 
-        def close(self):
+        def close(self, abort=False):
             self.closed = True
 
     monkeypatch.setattr(verifier_module, "SandboxPool", FakePool)

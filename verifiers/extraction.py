@@ -7,13 +7,18 @@ model); a *chat* answer wraps code in markdown fences among prose and ``<think>`
 from __future__ import annotations
 
 import ast
+import io
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .problems import Problem
+from .problems import Problem, is_docstring
 
 CompletionStyle = Literal["auto", "continuation", "chat"]
+# Longer completions are failed unread: parsing code costs ~300 times its size in host memory
+# (a 10 MB completion took 3.3 GB), and no honest answer comes near this.
+MAX_COMPLETION_CHARS = 256 * 1024
 COMPLETION_STYLES: tuple[str, ...] = ("auto", "continuation", "chat")
 PYTHON_LANGUAGES = frozenset({"", "python", "py", "python3", "py3"})
 
@@ -181,11 +186,15 @@ def extract_code(text: str, entry_point: str | None = None) -> str:
 
 
 def import_lines(source: str) -> str:
-    """The top-level import statements of ``source``."""
+    """The top-level import statements of ``source``; for source that does not parse, its
+    lines that are import statements on their own (so prose such as "from the list, ..." is
+    not one)."""
     tree = parse(source)
     if tree is None:
         return "".join(
-            line + "\n" for line in source.splitlines() if re.match(r"(?:import|from)\s+\w", line)
+            line + "\n"
+            for line in source.splitlines()
+            if re.match(r"(?:import|from)\s+\w", line) and parse(line) is not None
         )
     return "".join(
         ast.unparse(node) + "\n"
@@ -229,22 +238,52 @@ class Program:
     code_line: int = 1  # the line of ``source`` where ``code`` starts
 
 
+def prompt_code(problem: Problem) -> str:
+    """What of the prompt runs before other code: the prompt when it is code that parses on
+    its own (its imports and helpers, e.g. HumanEval/38's ``encode_cyclic``), its import
+    lines when it is code that does not, nothing when it is prose."""
+    if not problem.prompt_is_code:
+        return ""
+    return problem.prompt if parse(problem.prompt) is not None else import_lines(problem.prompt)
+
+
+def future_imports(code: str) -> tuple[str, str]:
+    """``code`` split after its leading ``from __future__`` imports (and the docstring and
+    comments before them), which must stay first when other code goes before the rest."""
+    tree = parse(code)
+    if tree is None:
+        return "", code
+    body = tree.body[1:] if tree.body and is_docstring(tree.body[0]) else tree.body
+    futures = list(itertools.takewhile(_is_future_import, body))
+    if not futures:
+        return "", code
+    end = futures[-1].end_lineno or futures[-1].lineno
+    if any(node.lineno <= end for node in body[len(futures) :]):  # `...; import os`: keep all
+        return "", code
+    lines = io.StringIO(code, newline="").readlines()  # the line ends Python's parser knows
+    return "".join(lines[:end]), "".join(lines[end:])
+
+
+def _is_future_import(node: ast.stmt) -> bool:
+    return isinstance(node, ast.ImportFrom) and node.module == "__future__"
+
+
 def build_program(problem: Problem, completion: str, style: CompletionStyle = "auto") -> Program:
     """The candidate program for a completion.
 
     continuation: prompt + completion when the prompt is code, else the completion.
-    chat: the extracted code, after the prompt when the prompt is code and parses on its own
-    (so the prompt's imports and helpers, e.g. HumanEval/38's ``encode_cyclic``, are there;
-    the answer's definitions come later and win), else after the prompt's import lines.
+    chat: the extracted code after ``prompt_code`` (the answer's definitions come later and
+    win), its own ``from __future__`` imports first.
     """
     resolved = resolve_style(completion, style)
     if resolved == "continuation":
         prefix = problem.prompt if problem.prompt_is_code else ""
         return Program(prefix + completion, completion, resolved, prefix.count("\n") + 1)
     code = extract_code(completion, problem.entry_point)
-    prefix = ""
-    if problem.prompt_is_code:
-        parses = parse(problem.prompt) is not None
-        prefix = problem.prompt if parses else import_lines(problem.prompt)
-        prefix = prefix.rstrip("\n") + "\n\n\n" if prefix.strip() else ""
-    return Program(prefix + code, code, resolved, prefix.count("\n") + 1)
+    prefix = prompt_code(problem)
+    prefix = prefix.rstrip("\n") + "\n\n\n" if prefix.strip() else ""
+    if prefix:
+        future, rest = future_imports(code)
+        prefix = future + prefix
+        return Program(prefix + rest, code, resolved, prefix.count("\n") + 1)
+    return Program(code, code, resolved)

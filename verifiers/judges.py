@@ -9,20 +9,34 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import sys
 
 from codepost.sandbox import Job, JudgeSpec, Limits
 
-from .extraction import import_lines
+from .extraction import import_lines, prompt_code
 from .problems import Problem, check_body
 
 _NAME_CHARS = 100
+# An io job's output budget grows by this many bytes per byte its cases expect (trailing
+# spaces and CRLF line ends cost bytes), so a problem with several large expected outputs
+# does not fail its later cases on a budget the earlier ones used up.
+OUTPUT_PER_EXPECTED_BYTE = 2
 
 
-def build_job(problem: Problem, program: str, limits: Limits) -> Job:
+def build_job(problem: Problem, program: str, limits: Limits, *, all_cases: bool = True) -> Job:
+    """The sandbox job of a problem; ``all_cases=False`` (a binary reward) runs no io case
+    after one that crashed or hit a limit."""
     if problem.test_form == "io":
-        cases = tuple(case.input for case in problem.io or ())
-        return Job(program=program, stdin_cases=cases, limits=limits)
+        cases = problem.io or ()
+        expected = sum(len(case.output.encode()) for case in cases)
+        budget = limits.output_bytes + OUTPUT_PER_EXPECTED_BYTE * expected
+        return Job(
+            program=program,
+            stdin_cases=tuple(case.input for case in cases),
+            limits=dataclasses.replace(limits, output_bytes=budget),
+            stop_at_failure=not all_cases,
+        )
     if problem.test_form == "check":
         return Job(program=program, judge=check_judge(problem), limits=limits)
     # MBPP's setup code builds inputs from the solution's own classes (tasks 367, 927 set
@@ -34,13 +48,14 @@ def build_job(problem: Problem, program: str, limits: Limits) -> Job:
 
 
 def check_judge(problem: Problem) -> JudgeSpec:
-    """HumanEval: the trusted prompt and test module, then ``check``'s body, one test per assert.
+    """HumanEval: the trusted prompt's code and test module, then ``check``'s body, one test
+    per assert.
 
     Tests that name the entry point directly (HumanEval/33 calls ``sort_third``) get the
     candidate's too, as in the original harness.
     """
     setup = (
-        f"{problem.prompt}\n\n{problem.test}\n\n"
+        f"{prompt_code(problem)}\n\n{problem.test}\n\n"
         f"candidate = {problem.entry_point} = __remote__({problem.entry_point!r})\n"
     )
     tests = split_check(problem.test or "")
@@ -79,12 +94,15 @@ def asserts_judge(problem: Problem) -> JudgeSpec:
     A stdlib module the asserts use as ``module.attr`` is imported by the judge (sanitized
     MBPP/596 calls ``sys.getsizeof`` and relied on the solution importing ``sys``). Other names
     come from the program, private ones too (MBPP/798 asks for ``_sum``), except builtins: a
-    program that defines ``set`` must not change what ``set(f(x)) == set(...)`` compares;
-    only the entry point may be one (MBPP/126 asks for a function named ``sum``). The test
+    program that defines ``set`` or ``abs`` must not change what ``set(f(x)) == set(...)`` or
+    ``abs(f(x) - y) < eps`` compares. A builtin comes from the program only when it is the
+    explicit entry point, or when the asserts use no name but builtins, so that the builtins
+    they call are what they test (MBPP/126 asks for a function named ``sum``). The test
     imports run last, so they win too.
     """
     tests = tuple(problem.test_list or ())
     used: set[str] = set()
+    called: set[str] = set()
     modules: set[str] = set()
     for line in tests:
         for node in ast.walk(ast.parse(line)):
@@ -92,16 +110,19 @@ def asserts_judge(problem: Problem) -> JudgeSpec:
                 used.add(node.id)
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 modules.add(node.value.id)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                called.add(node.func.id)
     modules = {
         name
         for name in modules & set(sys.stdlib_module_names)
         if name != problem.entry_point and not hasattr(builtins, name)
     }
-    from_program = sorted(
-        name
-        for name in used - modules
-        if name == problem.entry_point or not hasattr(builtins, name)
-    )
+    names = {name for name in used - modules if not hasattr(builtins, name)}
+    if problem.entry_point in used:
+        names.add(problem.entry_point)
+    elif not names and not problem.entry_point:
+        names = called
+    from_program = sorted(names)
     setup = (
         "".join(f"import {name}\n" for name in sorted(modules))
         + f"for __name in {from_program!r}:\n"

@@ -19,6 +19,7 @@ import gzip
 import json
 import keyword
 import os
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from importlib.resources import files
 from pathlib import Path
@@ -123,7 +124,7 @@ def check_body(test: str) -> list[ast.stmt]:
             if [arg.arg for arg in node.args.args] != ["candidate"]:
                 raise ValueError("test: check must take exactly one argument, candidate")
             body = node.body
-            if body and _is_docstring(body[0]):
+            if body and is_docstring(body[0]):
                 body = body[1:]
             if not body:
                 raise ValueError("test: check(candidate) has no statements")
@@ -131,7 +132,7 @@ def check_body(test: str) -> list[ast.stmt]:
     raise ValueError("test does not define check(candidate)")
 
 
-def _is_docstring(node: ast.stmt) -> bool:
+def is_docstring(node: ast.stmt) -> bool:
     return (
         isinstance(node, ast.Expr)
         and isinstance(node.value, ast.Constant)
@@ -177,22 +178,26 @@ def _first(record: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def _first_called_name(test_list: Any) -> str | None:
-    """The function an MBPP assert is about: the first call of a non-builtin name
-    (``assert set(f(x)) == ...`` -> ``f``), else the first call (MBPP/126 defines ``sum``)."""
-    if not isinstance(test_list, list | tuple) or not test_list:
+    """The function MBPP asserts are about: the first call of a non-builtin name
+    (``assert set(f(x)) == ...`` -> ``f``). Never a builtin: a program that defines ``abs``
+    must not become what ``abs(f(x) - y) < eps`` measures with (the judge decides which
+    builtins the program provides, ``judges.asserts_judge``)."""
+    if not isinstance(test_list, list | tuple):
         return None
-    try:
-        tree = ast.parse(str(test_list[0]))
-    except SyntaxError:
-        return None  # the validator reports it
-    called = [
-        node.func.id
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-    ]
-    return next((name for name in called if not hasattr(builtins, name)), None) or next(
-        iter(called), None
-    )
+    for line in test_list:
+        try:
+            tree = ast.parse(str(line))
+        except SyntaxError:
+            return None  # the validator reports it
+        for node in ast.walk(tree):
+            called = (
+                node.func.id
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                else None
+            )
+            if called and not hasattr(builtins, called):
+                return called
+    return None
 
 
 def _io_cases(record: Mapping[str, Any]) -> Any:
@@ -309,28 +314,45 @@ def problems_from_records(records: Iterable[tuple[str, Any]]) -> dict[str, Probl
 
 def _read_file(path: Path) -> Iterator[tuple[str, Any]]:
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as stream:
-        if path.name.endswith((".json", ".json.gz")):
-            try:
-                records = json.load(stream)
-            except json.JSONDecodeError as exc:
-                raise ProblemFormatError(
-                    f"{path}:{exc.lineno}: not valid JSON ({exc.msg})"
-                ) from None
-            if not isinstance(records, list):
-                raise ProblemFormatError(f"{path}: expected a JSON array of problems")
-            for index, record in enumerate(records):
-                yield f"{path}: record {index}", record
-            return
-        for lineno, record in jsonl_records(stream, path, ProblemFormatError):
-            yield f"{path}:{lineno}", record
+    try:
+        with opener(path, "rb") as stream:
+            if path.name.endswith((".json", ".json.gz")):
+                try:
+                    records = json.loads(utf8(stream.read(), path, ProblemFormatError))
+                except json.JSONDecodeError as exc:
+                    raise ProblemFormatError(
+                        f"{path}:{exc.lineno}: not valid JSON ({exc.msg})"
+                    ) from None
+                if not isinstance(records, list):
+                    raise ProblemFormatError(f"{path}: expected a JSON array of problems")
+                for index, record in enumerate(records):
+                    yield f"{path}: record {index}", record
+                return
+            for lineno, record in jsonl_records(stream, path, ProblemFormatError):
+                yield f"{path}:{lineno}", record
+    except (EOFError, zlib.error) as exc:  # gzip's OSErrors (not gzip at all) pass through
+        raise ProblemFormatError(f"{path}: a damaged gzip file ({exc})") from None
+
+
+def utf8(data: bytes, path: os.PathLike[str] | str, error: type[Exception], line: int = 1) -> str:
+    """``data`` (from line ``line`` of ``path``) as text; ``error`` names the line of the
+    first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = line + data.count(b"\n", 0, exc.start)
+        raise error(
+            f"{path}:{where}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8"
+        ) from None
 
 
 def jsonl_records(
-    stream: Iterable[str], path: os.PathLike[str] | str, error: type[Exception]
+    stream: Iterable[bytes], path: os.PathLike[str] | str, error: type[Exception]
 ) -> Iterator[tuple[int, Any]]:
-    """``(line number, value)`` per non-blank line; ``error`` names the file and line."""
-    for lineno, line in enumerate(stream, start=1):
+    """``(line number, value)`` per non-blank line of a binary stream; ``error`` names the
+    file and line (not UTF-8, not JSON)."""
+    for lineno, raw in enumerate(stream, start=1):
+        line = utf8(raw, path, error, lineno)
         if not line.strip():
             continue
         try:

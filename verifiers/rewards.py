@@ -3,8 +3,9 @@
 Each component is a small pure function of the completion (or of the verdict, for the test
 reward): the test reward is in [0, 1], the format and syntax rewards in {0, 1}, the length and
 forbidden-code penalties in [-1, 0]. ``RewardConfig`` weighs them into one scalar; the verdict
-keeps the unweighted components. A ``sandbox_error`` gets the test reward of a failure by
-default, so no program gains by turning its failure into one; with
+keeps the test component and the weighted rule components, unweighted (a rule with weight 0
+is not computed: two of them parse the whole program). A ``sandbox_error`` gets the test
+reward of a failure by default, so no program gains by turning its failure into one; with
 ``sandbox_errors="exclude"`` its test reward is ``None`` instead ("no reward" to TRL), and the
 callers count what they excluded.
 """
@@ -153,6 +154,8 @@ def _dotted(node: ast.expr) -> str | None:
 
 
 RuleReward = Callable[[RewardConfig, str, Program, int], float]
+# The least each rule gives: what a completion too long to make a program of gets.
+RULE_FLOORS: dict[str, float] = {"format": 0.0, "syntax": 0.0, "length": -1.0, "forbidden": -1.0}
 
 # The components that need only the text: (config, completion, program, length) -> value.
 RULES: dict[str, RuleReward] = {
@@ -170,9 +173,17 @@ RULES: dict[str, RuleReward] = {
 
 
 def rule_components(
-    config: RewardConfig, completion: str, program: Program, length: int
+    config: RewardConfig, completion: str, program: Program | None, length: int
 ) -> dict[str, float]:
-    return {name: rule(config, completion, program, length) for name, rule in RULES.items()}
+    """The weighted rule components only (the syntax and forbidden-code rules parse the whole
+    program, which costs ~300x its size in memory); with no ``program`` (a completion over
+    the size limit), each one's floor."""
+    weights = config.weights()
+    return {
+        name: RULE_FLOORS[name] if program is None else rule(config, completion, program, length)
+        for name, rule in RULES.items()
+        if weights[name]
+    }
 
 
 def combine(config: RewardConfig, components: Mapping[str, float | None]) -> float | None:

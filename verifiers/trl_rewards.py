@@ -18,9 +18,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .extraction import build_program, completion_text
+from .extraction import MAX_COMPLETION_CHARS, build_program, completion_text
 from .problems import Problem
-from .rewards import RULES, RewardConfig, verdict_test_reward
+from .rewards import RULE_FLOORS, RULES, RewardConfig, verdict_test_reward
 from .verdicts import Verdict, VerdictStatus
 from .verifier import Verifier
 
@@ -129,6 +129,9 @@ class RuleReward:
         rewards = []
         for index, (tid, completion) in enumerate(zip(task_id, completions, strict=True)):
             text = completion_text(completion)
+            if len(text) > MAX_COMPLETION_CHARS:  # as the verifier: unread, the floor
+                rewards.append(weight * RULE_FLOORS[self.component])
+                continue
             problem = self.problems[str(tid)]
             program = build_program(problem, text, self.completion_style)  # type: ignore[arg-type]
             if self.config.length_unit == "tokens":

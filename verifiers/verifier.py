@@ -24,11 +24,18 @@ from codepost.sandbox import (
     SandboxUnavailable,
 )
 
-from .extraction import CompletionStyle, Program, build_program, completion_text, resolve_style
+from .extraction import (
+    MAX_COMPLETION_CHARS,
+    CompletionStyle,
+    Program,
+    build_program,
+    completion_text,
+    resolve_style,
+)
 from .judges import build_job
 from .problems import Problem
 from .rewards import RewardConfig, combine, rule_components, verdict_test_reward
-from .verdicts import Verdict, VerdictStatus, assess
+from .verdicts import Assessment, Verdict, VerdictStatus, assess
 
 Progress = Callable[[Verdict], None]
 
@@ -52,9 +59,10 @@ class PreparedSample:
     sample: Mapping[str, Any]
     problem: Problem
     completion: str
-    program: Program
-    job: Job
+    program: Program | None  # None when ``refused``
+    job: Job | None
     length: int  # for the length penalty, in RewardConfig.length_unit
+    refused: str = ""  # why it fails without running (a completion over the size limit)
 
 
 class Verifier:
@@ -66,12 +74,14 @@ class Verifier:
         reward_config: RewardConfig | None = None,
         completion_style: CompletionStyle = "auto",
         workers: int = 4,
+        max_completion_chars: int = MAX_COMPLETION_CHARS,
     ) -> None:
         resolve_style("", completion_style)  # fail here on a bad style, not per sample
         self.limits = limits or Limits()
         self.reward_config = reward_config or RewardConfig()
         self.completion_style = completion_style
         self.workers = workers
+        self.max_completion_chars = max_completion_chars
         self._executor = executor
         self._owned_pool: SandboxPool | None = None
         self._lock = threading.Lock()
@@ -99,14 +109,15 @@ class Verifier:
         with contextlib.suppress(SandboxUnavailable):
             _ = self.executor  # the property starts the pool
 
-    def close(self) -> None:
-        """Stops the pool this verifier made (one passed in belongs to the caller)."""
+    def close(self, abort: bool = False) -> None:
+        """Stops the pool this verifier made (one passed in belongs to the caller); with
+        ``abort``, the jobs it is running end now (``SandboxPool.close``)."""
         if self._starting is not None:
             self._starting.join()
             self._starting = None
         with self._lock:
             if self._owned_pool is not None:
-                self._owned_pool.close()
+                self._owned_pool.close(abort=abort)
                 self._owned_pool = self._executor = None
 
     def __enter__(self) -> Verifier:
@@ -133,16 +144,16 @@ class Verifier:
         self, index: int, problems: Mapping[str, Problem], sample: Mapping[str, Any]
     ) -> PreparedSample:
         problem, completion, length = self._checked(index, problems, sample)
+        if len(completion) > self.max_completion_chars:
+            reason = (
+                f"the completion is {len(completion)} characters, over the verifier's limit "
+                f"of {self.max_completion_chars}"
+            )
+            return PreparedSample(index, sample, problem, completion, None, None, length, reason)
         program = build_program(problem, completion, self.completion_style)
-        return PreparedSample(
-            index=index,
-            sample=sample,
-            problem=problem,
-            completion=completion,
-            program=program,
-            job=build_job(problem, program.source, self.limits),
-            length=length,
-        )
+        all_cases = self.reward_config.test_reward == "pass_fraction"
+        job = build_job(problem, program.source, self.limits, all_cases=all_cases)
+        return PreparedSample(index, sample, problem, completion, program, job, length)
 
     def _checked(
         self, index: int, problems: Mapping[str, Problem], sample: Mapping[str, Any]
@@ -173,7 +184,20 @@ class Verifier:
 
     def finish(self, prepared: PreparedSample, result: ExecutionResult) -> Verdict:
         """The verdict for one executed sample, rewards included."""
+        if prepared.job is None:
+            return self.refuse(prepared)
         assessment = assess(prepared.problem, prepared.job, result)
+        return self._verdict(prepared, assessment, result.duration_s)
+
+    def refuse(self, prepared: PreparedSample) -> Verdict:
+        """The verdict for a sample refused without running: failed, and the floor of every
+        rule component."""
+        assessment = Assessment(VerdictStatus.FAILED, [], 0.0, prepared.refused, "", "")
+        return self._verdict(prepared, assessment, 0.0)
+
+    def _verdict(
+        self, prepared: PreparedSample, assessment: Assessment, duration_s: float
+    ) -> Verdict:
         config = self.reward_config
         components: dict[str, float | None] = {
             "test": verdict_test_reward(
@@ -196,8 +220,8 @@ class Verifier:
             stderr=assessment.stderr,
             reward=combine(config, components),
             reward_components=components,
-            completion_style=prepared.program.style,
-            duration_s=result.duration_s,
+            completion_style=resolve_style(prepared.completion, self.completion_style),
+            duration_s=duration_s,
         )
 
     def iter_verify(
@@ -212,7 +236,10 @@ class Verifier:
 
     def _run(self, prepared: list[PreparedSample]) -> Iterator[tuple[int, Verdict]]:
         executor = self.executor
-        futures = {executor.submit(item.job): item for item in prepared}
+        futures = {executor.submit(item.job): item for item in prepared if item.job is not None}
+        for item in prepared:
+            if item.job is None:
+                yield item.index, self.refuse(item)
         for future in concurrent.futures.as_completed(futures):
             item = futures.pop(future)  # keep no whole outputs: the verdict holds excerpts
             yield item.index, self.finish(item, future.result())
@@ -241,8 +268,10 @@ class Verifier:
         executor = await asyncio.to_thread(lambda: self.executor)  # a pool start blocks
 
         async def one(item: PreparedSample) -> Verdict:
-            result = await asyncio.wrap_future(executor.submit(item.job))
-            verdict = self.finish(item, result)
+            if item.job is None:
+                verdict = self.refuse(item)
+            else:
+                verdict = self.finish(item, await asyncio.wrap_future(executor.submit(item.job)))
             if progress is not None:
                 progress(verdict)
             return verdict

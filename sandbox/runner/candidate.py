@@ -7,20 +7,41 @@ Nothing here is trusted by anyone: the judge decodes every reply as plain data.
 
 from __future__ import annotations
 
+import atexit
 import base64
-import builtins
 import contextlib
 import os
 import stat
 import sys
+import time
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
-from .codec import PeerClosed, builtin_exception, decode, encode, read_frame, write_frame
+from .codec import (
+    MAX_FRAME_BYTES,
+    PeerClosed,
+    Unsendable,
+    builtin_exception,
+    decode,
+    encode,
+    module_namespace,
+    read_frame,
+    write_frame,
+)
 
 _TRACEBACK_CHARS = 4000
 _MESSAGE_CHARS = 1000
+_BATCH_S = 0.02  # how long one ``next`` request may spend fetching items ahead
+# What the judge may ask of an object: the builtin that answers it.
+_BUILTINS: dict[str, Callable[[Any], Any]] = {
+    "len": len,
+    "iter": iter,
+    "str": str,
+    "repr": repr,
+    "bool": bool,
+    "hash": hash,
+}
 
 
 def _exception_info(exc: BaseException, make_ref: Callable[[Any], int]) -> dict[str, Any]:
@@ -48,16 +69,34 @@ def _format_traceback(exc: BaseException) -> str:
 
 
 def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         with contextlib.suppress(Exception):
             stream.flush()
+
+
+def _compile(program: str) -> types.CodeType:
+    """The program's code with its own ``__future__`` flags, not those of this module."""
+    return compile(program, "<candidate>", "exec", dont_inherit=True)
+
+
+def _exit(status: int) -> NoReturn:
+    """End as the interpreter ends a program (its threads joined, its ``atexit`` hooks run,
+    its streams flushed), without the teardown of the zygote the process was forked from."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        with contextlib.suppress(BaseException):
+            threading._shutdown()  # type: ignore[attr-defined]
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    _flush()
+    os._exit(status & 0xFF)
 
 
 class CandidateServer:
     """Holds the program's namespace and the objects handed out to the judge as references."""
 
     def __init__(self) -> None:
-        self.namespace: dict[str, Any] = {"__name__": "__candidate__", "__builtins__": builtins}
+        self.namespace = module_namespace("__candidate__")  # as if imported
         self.objects: dict[int, Any] = {}
         self.refs: dict[int, int] = {}  # id(object) -> its reference: one object, one reference
 
@@ -71,9 +110,17 @@ class CandidateServer:
     def resolve(self, ref: int) -> Any:
         return self.objects[ref]
 
+    def send(self, value: Any) -> dict[str, Any]:
+        """The reply carrying ``value``, or the reason it cannot travel (never the program's
+        own exception: it raised nothing)."""
+        try:
+            return {"ok": encode(value, self.make_ref)}
+        except Unsendable as exc:
+            return {"unsendable": f"{type(value).__name__} value: {exc}"}
+
     def load(self, program: str) -> dict[str, Any]:
         try:
-            code = compile(program, "<candidate>", "exec")
+            code = _compile(program)
         except (SyntaxError, ValueError) as exc:  # ValueError: null bytes
             return {"error": "syntax_error", "message": _format_traceback(exc)}
         try:
@@ -97,7 +144,7 @@ class CandidateServer:
         args = decode(request["args"], self.resolve)
         kwargs = decode(request["kwargs"], self.resolve)
         try:
-            reply = {"ok": encode(target(*args, **kwargs), self.make_ref)}
+            reply = self.send(target(*args, **kwargs))
         except BaseException as exc:
             reply = {"raise": _exception_info(exc, self.make_ref)}
         for name, value in (("args", args), ("kwargs", kwargs)):
@@ -105,6 +152,25 @@ class CandidateServer:
             if after != request[name]:
                 reply[f"{name}_after"] = after
         return reply
+
+    def next_items(self, iterator: Any, count: int) -> dict[str, Any]:
+        """Up to ``count`` items of an iterator (at least one, fetched for at most
+        ``_BATCH_S``), and how it ended if it did: an infinite generator is read lazily, a
+        long one without a round trip per item."""
+        items: list[Any] = []
+        ended: dict[str, Any] = {}
+        deadline = time.monotonic() + _BATCH_S
+        try:
+            while len(items) < count:
+                items.append(next(iterator))
+                if time.monotonic() > deadline:
+                    break
+        except StopIteration:
+            ended = {"stop": True}
+        except BaseException as exc:
+            ended = {"raise": _exception_info(exc, self.make_ref)}
+        sent = self.send(items)
+        return {"items": sent.pop("ok"), **ended} if "ok" in sent else sent
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request["op"]
@@ -116,20 +182,21 @@ class CandidateServer:
             if op == "call":
                 return self.call(request)
             if op == "get":
-                value = self.namespace[request["name"]]
+                return self.send(self.namespace[request["name"]])
+            target = self.resolve(request["ref"])
+            if op == "next":
+                return self.next_items(target, max(1, int(request["count"])))
+            if op == "getattr":
+                value = getattr(target, request["name"])
+            elif op == "getitem":
+                value = target[decode(request["key"], self.resolve)]
+            elif op == "eq":
+                value = bool(target == self.resolve(request["other"]))
+            elif op in _BUILTINS:
+                value = _BUILTINS[op](target)
             else:
-                target = self.resolve(request["ref"])
-                if op == "getattr":
-                    value = getattr(target, request["name"])
-                elif op == "getitem":
-                    value = target[decode(request["key"], self.resolve)]
-                elif op == "len":
-                    value = len(target)
-                elif op == "iter":
-                    value = list(target)
-                else:
-                    return {"raise": {"type": "ValueError", "bases": ["ValueError"]}}
-            return {"ok": encode(value, self.make_ref)}
+                return {"raise": {"type": "ValueError", "bases": ["ValueError"]}}
+            return self.send(value)
         except BaseException as exc:
             return {"raise": _exception_info(exc, self.make_ref)}
         finally:
@@ -145,7 +212,11 @@ def serve(rpc_in: int, rpc_out: int) -> None:
         except PeerClosed:
             _flush()
             os._exit(0)
-        write_frame(rpc_out, server.handle(request))
+        reply = server.handle(request)
+        try:
+            write_frame(rpc_out, reply, MAX_FRAME_BYTES)
+        except Unsendable as exc:  # the judge would refuse it: say why instead
+            write_frame(rpc_out, {"unsendable": f"the reply: {exc}"})
 
 
 def _write_files(files: dict[str, str]) -> None:
@@ -167,7 +238,7 @@ def run_main(rpc_in: int, rpc_out: int) -> None:
         write_frame(rpc_out, {"error": "runtime_error", "message": f"input files: {exc!r}\n"})
         os._exit(1)
     try:
-        code = compile(job["program"], "<candidate>", "exec")
+        code = _compile(job["program"])
     except (SyntaxError, ValueError) as exc:
         write_frame(rpc_out, {"error": "syntax_error", "message": _format_traceback(exc)})
         os._exit(1)
@@ -175,7 +246,7 @@ def run_main(rpc_in: int, rpc_out: int) -> None:
     os.close(rpc_out)
     status = 0
     try:
-        exec(code, {"__name__": "__main__", "__builtins__": builtins})
+        exec(code, module_namespace("__main__"))
     except SystemExit as exc:
         if exc.code is None:
             status = 0
@@ -187,8 +258,7 @@ def run_main(rpc_in: int, rpc_out: int) -> None:
     except BaseException as exc:
         sys.stderr.write(_format_traceback(exc))
         status = 1
-    _flush()
-    os._exit(status & 0xFF)
+    _exit(status)
 
 
 def fetch_files(rpc_in: int, rpc_out: int) -> None:

@@ -18,13 +18,16 @@ import functools
 import json
 import os
 import struct
+import sys
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
 MAX_FRAME_BYTES = 64 << 20
-MAX_TOKENS = 4_000_000  # items in one encoded value (shared parts count where they occur)
+MAX_TOKENS = 16_000_000  # items in one encoded value (shared parts count where they occur)
 _BIG_INT_BITS = 10_000  # larger ints travel as hex: decimal text is capped at 4,300 digits
 _HEADER = struct.Struct(">I")
+_ONE_WRITE = 1 << 16  # frames up to this size go out in one write, header included
 
 
 class ProtocolError(Exception):
@@ -35,22 +38,39 @@ class PeerClosed(ProtocolError):
     """The peer closed its end (it exited or was killed)."""
 
 
-def write_frame(fd: int, message: Any) -> None:
+class Unsendable(ValueError):
+    """A value the codec refuses to send: too many items, too many bytes, or inside itself."""
+
+
+def write_frame(fd: int, message: Any, max_bytes: int | None = None) -> None:
+    """Send ``message``; a frame over ``max_bytes`` raises ``Unsendable`` before any byte goes."""
     data = json.dumps(message, separators=(",", ":")).encode()
-    view = memoryview(_HEADER.pack(len(data)) + data)
-    while view:
-        view = view[os.write(fd, view) :]
+    if max_bytes is not None and len(data) > max_bytes:
+        raise Unsendable(f"it is {len(data)} bytes encoded, over the {max_bytes} byte limit")
+    header = _HEADER.pack(len(data))
+    # One write wakes the reader once; a large frame is not copied to prepend 4 bytes.
+    for part in (header + data,) if len(data) <= _ONE_WRITE else (header, data):
+        view = memoryview(part)
+        while view:
+            view = view[os.write(fd, view) :]
 
 
-def read_exact(fd: int, n: int) -> bytes:
-    chunks, remaining = [], n
-    while remaining:
-        chunk = os.read(fd, min(remaining, 1 << 20))
-        if not chunk:
+def read_exact(fd: int, n: int) -> bytes | bytearray:
+    """``n`` bytes; a large frame is read into one buffer (no chunks to join: held once)."""
+    first = os.read(fd, n)
+    if len(first) == n:
+        return first
+    if not first:
+        raise PeerClosed("peer closed the pipe")
+    data = bytearray(n)
+    data[: len(first)] = first
+    view, got = memoryview(data), len(first)
+    while got < n:
+        count = os.readv(fd, [view[got:]])
+        if not count:
             raise PeerClosed("peer closed the pipe")
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
+        got += count
+    return data
 
 
 def read_frame(fd: int, max_bytes: int = MAX_FRAME_BYTES) -> Any:
@@ -145,6 +165,8 @@ def _encoder(kind: type) -> Callable[[Any], Encoded] | None:
 
 _ENCODER_OF: dict[type, Callable[[Any], Encoded] | None] = {}
 _PLAIN = frozenset({str, float, bool, type(None)})  # exact types that are their own token
+_INTS = frozenset({int, bool})
+_PLAIN_OR_INT = _PLAIN | _INTS
 _SMALL = 1 << _BIG_INT_BITS
 
 
@@ -157,6 +179,17 @@ def _encode_one(value: Any, make_ref: MakeRef) -> Encoded:
     return encoder(value) if encoder is not None else (["ref", 0, make_ref(value)], [])
 
 
+def _scalars(children: list[Any]) -> bool:
+    """Whether every child is its own token, checked at C speed: the large results (a list of
+    millions of numbers or strings) then cost no step of ``encode``'s loop per item."""
+    kinds = set(map(type, children))
+    if not kinds <= _PLAIN_OR_INT:
+        return False
+    if int in kinds:
+        return kinds <= _INTS and max(map(int.bit_length, children)) <= _BIG_INT_BITS
+    return True
+
+
 def encode(value: Any, make_ref: MakeRef) -> list[Any]:
     """The tokens of a value; objects that are not plain data become references.
 
@@ -166,8 +199,8 @@ def encode(value: Any, make_ref: MakeRef) -> list[Any]:
     pending: list[Any] = [value]
     inside: set[int] = set()  # ids of the containers being encoded (the path from the root)
     while pending:
-        if len(tokens) >= MAX_TOKENS:
-            raise ValueError(f"value has more than {MAX_TOKENS} items")
+        if len(tokens) > MAX_TOKENS:
+            raise Unsendable(f"it has more than {MAX_TOKENS} items")
         value = pending.pop()
         kind = type(value)
         if kind in _PLAIN or (kind is int and -_SMALL < value < _SMALL):
@@ -177,12 +210,18 @@ def encode(value: Any, make_ref: MakeRef) -> list[Any]:
         else:
             token, children = _encode_one(value, make_ref)
             tokens.append(token)
-            if children:
-                if id(value) in inside:
-                    raise ValueError("value contains itself")
-                inside.add(id(value))
-                pending.append(_Leave(id(value)))
-                pending.extend(reversed(children))
+            if not children:
+                continue
+            if _scalars(children):
+                tokens.extend(children)
+                continue
+            if id(value) in inside:
+                raise Unsendable("it contains itself")
+            inside.add(id(value))
+            pending.append(_Leave(id(value)))
+            pending.extend(reversed(children))
+    if len(tokens) > MAX_TOKENS:
+        raise Unsendable(f"it has more than {MAX_TOKENS} items")
     return tokens
 
 
@@ -219,6 +258,7 @@ _TYPES = {
     )
 }
 _SCALARS = (type(None), bool, int, float, str)
+_SCALAR_SET = frozenset(_SCALARS)
 _LEAF_PARAMS = (int, float, str, type(None), bool)
 
 
@@ -369,11 +409,20 @@ def decode(tokens: Any, resolve_ref: Callable[[int], Any]) -> Any:
         raise ProtocolError(f"not an encoded value: {type(tokens).__name__}")
     open_: list[tuple[str, list[Any], int, list[Any]]] = []  # containers still being filled
     result: Any = _NOTHING
+    position, end = 0, len(tokens)
     try:
-        for token in tokens:
+        while position < end:
             if result is not _NOTHING:
                 raise ProtocolError("tokens after the end of the value")
-            value = _decode_token(token, resolve_ref, open_)
+            value = _decode_token(tokens[position], resolve_ref, open_)
+            position += 1
+            if value is _NOTHING:  # a container opened: all-scalar children are taken at once
+                tag, params, size, _ = open_[-1]
+                children = tokens[position : position + size]
+                if len(children) == size and _SCALAR_SET.issuperset(map(type, children)):
+                    open_.pop()
+                    position += size
+                    value = _build(tag, params, children)
             while value is not _NOTHING:
                 if not open_:
                     result = value
@@ -409,6 +458,23 @@ def _decode_token(token: Any, resolve_ref: Callable[[int], Any], open_: list) ->
         return _build(tag, params, [])
     open_.append((tag, params, size, []))
     return _NOTHING
+
+
+def forget_types() -> None:
+    """Drop the classes made for earlier values (namedtuple types, encoders by class), so that
+    what one job sent cannot hold memory in the judge during the next."""
+    _namedtuple.cache_clear()
+    _ENCODER_OF.clear()
+
+
+def module_namespace(name: str) -> dict[str, Any]:
+    """The namespace of a new module ``name`` registered in ``sys.modules``, as import and
+    ``python3 program.py`` register theirs: dataclasses, typing and pickle (so
+    multiprocessing) look a program's classes and functions up there."""
+    module = types.ModuleType(name)
+    module.__builtins__ = builtins  # type: ignore[attr-defined]
+    sys.modules[name] = module
+    return module.__dict__
 
 
 def builtin_exception(name: str) -> type[Exception] | None:

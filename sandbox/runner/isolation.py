@@ -39,8 +39,6 @@ def empty_dir(path: str) -> None:
     What cannot be removed is skipped; the supervisor checks afterwards that the directories
     are empty.
     """
-    with contextlib.suppress(OSError):
-        os.chmod(path, 0o755)  # our own /work may have been locked; root's /tmp refuses
     # (directory fd, its parent's fd, its name, its subdirectories not yet removed)
     stack = [(_open_dir(path), -1, "", [])]
     stack[0][3].extend(_remove_files(stack[0][0]))

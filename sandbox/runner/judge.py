@@ -8,7 +8,6 @@ a pipe the candidate does not have.
 
 from __future__ import annotations
 
-import builtins
 import collections
 import contextlib
 import functools
@@ -18,11 +17,24 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from .codec import ProtocolError, builtin_exception, decode, encode, read_frame, write_frame
+from .codec import (
+    MAX_FRAME_BYTES,
+    ProtocolError,
+    builtin_exception,
+    decode,
+    encode,
+    forget_types,
+    module_namespace,
+    read_frame,
+    write_frame,
+)
 
-MAX_REPLY_BYTES = 8 << 20  # a bigger reply is the candidate's failure, not the judge's problem
 LOAD_ERRORS = ("syntax_error", "runtime_error", "memory_limit")
 _MUTABLE = (list, dict, set, bytearray, collections.deque)
+BATCH_ITEMS = 4096  # the most items of a candidate iterator fetched in one round trip
+# Exceptions that end an iteration: one escaping a candidate call must not end the test's own
+# (``all(map(candidate, xs))``), so it arrives as a RuntimeError, as PEP 479 does for generators.
+_ENDS_ITERATION = (StopIteration, StopAsyncIteration)
 
 
 class CandidateError(Exception):
@@ -34,7 +46,10 @@ class CandidateCrashed(Exception):
 
 
 class RemoteRef:
-    """An object that lives in the candidate process. Only calls and lookups cross over."""
+    """An object that lives in the candidate process. Only calls and lookups cross over, and
+    the questions the program answers about its own objects: their ``str``, ``repr``, truth,
+    length, hash, items, and whether two of them are equal. Compared with anything else (a
+    test's expected value), it is equal only to itself."""
 
     __slots__ = ("_conn", "_ref")
 
@@ -54,32 +69,48 @@ class RemoteRef:
         return self._conn.request("getitem", ref=self._ref, key=self._conn.encode(key))
 
     def __len__(self) -> int:
-        size = self._conn.request("len", ref=self._ref)
-        if type(size) is not int:
-            raise CandidateError("len() of a candidate object is not an int")
-        return size
+        return self._conn.ask("len", self._ref, int)
 
-    def __iter__(self):
-        items = self._conn.request("iter", ref=self._ref)
-        return iter(items)
+    def __iter__(self) -> RemoteRef:
+        return self._conn.ask("iter", self._ref, RemoteRef)
+
+    def __next__(self) -> Any:
+        return self._conn.next(self._ref)
 
     def __eq__(self, other: object) -> bool:
-        return self is other
+        if isinstance(other, RemoteRef) and other._conn is self._conn:
+            return self._conn.ask("eq", self._ref, bool, other=other._ref)
+        return False
 
     def __ne__(self, other: object) -> bool:
-        return self is not other
+        return not self == other  # one answer from the program, never a second, contrary one
 
     def __hash__(self) -> int:
-        return object.__hash__(self)
+        return self._conn.ask("hash", self._ref, int)
 
     def __bool__(self) -> bool:
-        return True
+        return self._conn.ask("bool", self._ref, bool)
+
+    def __str__(self) -> str:
+        return self._conn.ask("str", self._ref, str)
 
     def __repr__(self) -> str:
-        return f"<candidate object #{self._ref}>"
+        return self._conn.ask("repr", self._ref, str)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("candidate objects are read-only in the judge")
+
+
+class _Iteration:
+    """A candidate iterator's items fetched ahead, how it ended, and the next batch size (from
+    one item, doubling: a test that takes a few items of a costly generator waits for few)."""
+
+    __slots__ = ("batch", "end", "items")
+
+    def __init__(self) -> None:
+        self.items: collections.deque[Any] = collections.deque()
+        self.end: BaseException | None = None
+        self.batch = 1
 
 
 class Connection:
@@ -87,6 +118,7 @@ class Connection:
         self.to_candidate = to_candidate
         self.from_candidate = from_candidate
         self.crashed: str | None = None
+        self.iterations: dict[int, _Iteration] = {}
 
     def encode(self, value: Any) -> Any:
         def ref_of(obj: Any) -> int:
@@ -101,7 +133,7 @@ class Connection:
             raise CandidateCrashed(self.crashed)
         try:
             write_frame(self.to_candidate, message)
-            reply = read_frame(self.from_candidate, MAX_REPLY_BYTES)
+            reply = read_frame(self.from_candidate, MAX_FRAME_BYTES)
             if type(reply) is not dict:
                 raise ProtocolError("reply is not an object")
             return reply
@@ -117,12 +149,46 @@ class Connection:
             raise CandidateCrashed(self.crashed) from None
 
     def result(self, reply: dict[str, Any]) -> Any:
+        if "unsendable" in reply:
+            raise CandidateError(
+                f"the program's result cannot be sent: {reply['unsendable']}"[:2000]
+            )
         if "ok" not in reply:
             raise self.rebuild_exception(reply.get("raise"))
         return self.decode(reply["ok"])
 
     def request(self, op: str, **fields: Any) -> Any:
         return self.result(self.exchange({"op": op, **fields}))
+
+    def ask(self, op: str, ref: int, kind: type, **fields: Any) -> Any:
+        """What the program answers about its object ``ref``, which must be a ``kind``."""
+        value = self.request(op, ref=ref, **fields)
+        if type(value) is not kind:
+            raise CandidateError(f"{op}() of a candidate object is not a {kind.__name__}")
+        return value
+
+    def next(self, ref: int) -> Any:
+        """The next item of the candidate iterator ``ref``, from items fetched ahead."""
+        state = self.iterations.setdefault(ref, _Iteration())
+        if not state.items and state.end is None:
+            reply = self.exchange({"op": "next", "ref": ref, "count": state.batch})
+            state.batch = min(2 * state.batch, BATCH_ITEMS)
+            if "items" not in reply:
+                reply.pop("ok", None)
+                self.result(reply)  # raises: the iterator's failure, or unsendable items
+            items = self.decode(reply["items"])
+            if type(items) is not list or not (items or "raise" in reply or reply.get("stop")):
+                self.crashed = "the candidate sent an invalid batch of items"
+                raise CandidateCrashed(self.crashed)
+            state.items.extend(items)
+            if "raise" in reply:
+                state.end = self.rebuild_exception(reply["raise"])
+            elif reply.get("stop"):
+                state.end = StopIteration()
+        if state.items:
+            return state.items.popleft()
+        end, state.end = state.end, StopIteration()  # after raising, an iterator is exhausted
+        raise end
 
     def call(self, ref: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Call a candidate object; what it changed in the arguments changes here too."""
@@ -151,6 +217,10 @@ class Connection:
         bases = [cls for cls in map(builtin_exception, map(str, info["bases"])) if cls]
         if not bases or not name.isidentifier():
             return CandidateError(f"{name}: {message}")
+        if any(issubclass(cls, _ENDS_ITERATION) for cls in bases):
+            exc = RuntimeError(f"the program raised {name}: {message}")
+            exc.from_candidate = True  # type: ignore[attr-defined]
+            return exc
         try:
             args = decode(info.get("args"), lambda ref: RemoteRef(self, ref))
         except (ProtocolError, MemoryError, RecursionError):
@@ -244,6 +314,9 @@ def _is_candidate_failure(exc: BaseException) -> bool:
 
 
 def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: int) -> None:
+    # Nothing an earlier job sent stays: classes made for its exceptions and values included.
+    _exception_class.cache_clear()
+    forget_types()
     conn = Connection(to_candidate, from_candidate)
     judge = job["judge"]
     try:
@@ -262,15 +335,11 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: in
             },
         )
         return
-    namespace: dict[str, Any] = {
-        "__name__": "__judge__",
-        "__builtins__": builtins,
-        "__remote__": conn.get,
-        "__remote_names__": conn.names,
-    }
+    namespace = module_namespace("__judge__")  # a module, as the tests' own harness has
+    namespace.update(__remote__=conn.get, __remote_names__=conn.names)
     setup_failure: BaseException | None = None
     try:
-        exec(compile(judge["setup"], "<judge-setup>", "exec"), namespace)
+        exec(compile(judge["setup"], "<judge-setup>", "exec", dont_inherit=True), namespace)
     except BaseException as exc:
         setup_failure = exc
     names = judge.get("test_names") or [f"test_{i}" for i in range(len(judge["tests"]))]
@@ -279,7 +348,7 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: in
         failure = setup_failure
         if failure is None:
             try:
-                exec(compile(source, f"<{name}>", "exec"), namespace)
+                exec(compile(source, f"<{name}>", "exec", dont_inherit=True), namespace)
             except BaseException as exc:
                 failure = exc
         write_frame(

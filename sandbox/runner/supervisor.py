@@ -11,7 +11,10 @@ Processes inside the container:
 After a job the supervisor kills the candidate; if any process of the sandbox user is still
 alive or a writable directory is not empty, the zygote forks a sweeper as that user which
 kills every such process in one ``kill(-1)`` (atomic against forks) and empties the
-directories, so nothing a program leaves behind reaches the next one.
+directories, so nothing a program leaves behind reaches the next one. The directories
+belong to root (the program cannot change their mode, ACLs or extended attributes), and
+each job starts with their times as the container started; a judge whose memory grew past
+``JUDGE_RESTART_MB`` is replaced after the job.
 """
 
 from __future__ import annotations
@@ -38,8 +41,13 @@ CANDIDATE_UID = int(os.environ.get("CODEPOST_CANDIDATE_UID", "10001"))
 JUDGE_UID = int(os.environ.get("CODEPOST_JUDGE_UID", "10002"))
 EXCERPT_BYTES = 4096
 JUDGE_GRACE_S = 1.0  # after a timeout, how long the judge may take to wind down
+JUDGE_MEMORY_MB = 1024  # the judge's address space
+JUDGE_RESTART_MB = 256  # a judge resident in more memory after a job is replaced
 EXIT_GRACE_S = 1.0  # io: how long output still counts after the program's main process exits
 FETCH_S = 5.0  # io: how long reading the files a job asked for may take
+# While a job runs, the host hears from the supervisor at least this often, so a paused or
+# frozen container is found by its silence long before the job's host deadline.
+HEARTBEAT_S = 1.0
 HELD_NOTE = (
     f"\n[sandbox] processes the program left were still holding stdout/stderr {EXIT_GRACE_S} s "
     "after it exited: they were killed, and anything they would have written later is not "
@@ -107,6 +115,15 @@ def _dirs_clean() -> bool:
         return not any(os.listdir(path) for path in WRITABLE_DIRS)
     except OSError:  # the program made a directory unreadable: sweep it
         return False
+
+
+def resident_mb(pid: int) -> float:
+    """Resident memory of process ``pid`` in MB (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def oom_kills() -> int:
@@ -220,6 +237,21 @@ class Supervisor:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         self.zygote = self.start_zygote()
         self.judge = self.start_judge()
+        self.dir_times = {path: os.stat(path) for path in WRITABLE_DIRS}
+        self.last_beat = 0.0
+
+    def beat(self) -> None:
+        """A heartbeat frame to the host, at most every ``HEARTBEAT_S``."""
+        now = time.monotonic()
+        if now - self.last_beat >= HEARTBEAT_S:
+            write_frame(1, {"heartbeat": True})
+            self.last_beat = now
+
+    def restore_dirs(self) -> None:
+        """The writable directories' times as the container started: writing in them or
+        ``touch`` would otherwise tell the next program something (the sweep empties them)."""
+        for path, stat in self.dir_times.items():
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
     # -- helpers processes
 
@@ -261,7 +293,7 @@ class Supervisor:
                 os.dup2(theirs.fileno(), 3)
                 os.closerange(4, 1024)
                 ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-                set_limits({"memory_mb": 1024, "disk_mb": 1, "processes": 4}, cpu=False)
+                set_limits({"memory_mb": JUDGE_MEMORY_MB, "disk_mb": 1, "processes": 4}, cpu=False)
                 drop_to(JUDGE_UID)
                 judge_side.serve(socket.socket(fileno=3))
             finally:
@@ -369,7 +401,8 @@ class Supervisor:
                 if remaining <= 0:
                     outcome = "timeout"
                     break
-                for key, _ in selector.select(remaining):
+                self.beat()
+                for key, _ in selector.select(min(remaining, HEARTBEAT_S)):
                     fd = key.fd
                     if fd == self.wake_r:
                         with contextlib.suppress(BlockingIOError):
@@ -472,6 +505,8 @@ class Supervisor:
         leftover = self.finish(candidate)
         for fd in streams:
             os.close(fd)
+        if resident_mb(self.judge[0]) > JUDGE_RESTART_MB:  # what one job grew stays with none
+            self.restart_judge()
         if setup_failed:
             raise SetupFailed(_excerpt(streams[err_r]) or "the program's process died in set-up")
         tests = [e for e in events if e.get("event") == "test"]
@@ -527,6 +562,8 @@ class Supervisor:
             budget -= used
             cases.append(case)
             if case["status"] in ("syntax_error", "output_limit"):
+                break
+            if case["status"] != "completed" and job.get("stop_at_failure"):
                 break
         syntax = bool(cases) and cases[-1]["status"] == "syntax_error"
         return {
@@ -653,6 +690,7 @@ class Supervisor:
         if request.get("op") == "ping":
             return {"pong": True, "runner": source_version()}
         job = request["job"]
+        self.restore_dirs()
         return self.run_call(job) if job.get("judge") else self.run_io(job)
 
 

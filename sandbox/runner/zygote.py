@@ -12,6 +12,7 @@ import gc
 import json
 import os
 import signal
+import site
 import socket
 import sys
 from typing import Any
@@ -56,7 +57,8 @@ def _become_candidate(fds: list[int], mode: str, limits: dict[str, Any], uid: in
         # Python before 3.11, which the data sets were written for, printed ints of any size.
         sys.set_int_max_str_digits(0)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        # The program's own streams, on the pipes, for as long as it lives.
+        # The program's own streams, on the pipes, for as long as it lives; ``sys.__stdout__``
+        # is the same object, as in any interpreter, so what is written to it is flushed too.
         sys.stdin, sys.stdout, sys.stderr = (
             open(fd, mode, encoding="utf-8", errors=errors, closefd=False)  # noqa: SIM115
             for fd, mode, errors in (
@@ -65,6 +67,7 @@ def _become_candidate(fds: list[int], mode: str, limits: dict[str, Any], uid: in
                 (2, "w", "backslashreplace"),
             )
         )
+        sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     except BaseException as exc:
         os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
         os._exit(111)
@@ -118,6 +121,11 @@ def main(control_fd: int, uid: int) -> None:
     devnull = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1):  # never let a child inherit the host protocol stream
         os.dup2(devnull, fd)
+    # The builtins `site` adds to every `python3 program.py` (exit, quit, help...): the
+    # interpreter runs with -S, which keeps site-packages out.
+    site.setquit()
+    site.sethelper()
+    site.setcopyright()
     gc.freeze()  # keep the collector from touching (and so copying) inherited pages
     while True:
         message, fds, _, _ = socket.recv_fds(control, 1 << 16, 8)
