@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .problems import Problem, is_docstring
+from .python_ast import parse_python
 
 CompletionStyle = Literal["auto", "continuation", "chat"]
 # Longer completions are failed unread: parsing code costs ~300 times its size in host memory
@@ -142,7 +143,7 @@ def parse(source: str) -> ast.Module | None:
     """The AST of untrusted code, or None when it does not parse (a parser stack overflow on
     deeply nested code is a MemoryError or RecursionError, not a SyntaxError)."""
     try:
-        return ast.parse(source)
+        return parse_python(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
 

@@ -16,6 +16,7 @@ from codepost.sandbox import Job, JudgeSpec, Limits
 
 from .extraction import import_lines, prompt_code
 from .problems import Problem, check_body
+from .python_ast import parse_python
 
 _NAME_CHARS = 100
 # An io job's output budget grows by this many bytes per byte its cases expect (trailing
@@ -105,7 +106,7 @@ def asserts_judge(problem: Problem) -> JudgeSpec:
     called: set[str] = set()
     modules: set[str] = set()
     for line in tests:
-        for node in ast.walk(ast.parse(line)):
+        for node in ast.walk(parse_python(line)):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 used.add(node.id)
             elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):

@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
+from .python_ast import parse_python
+
 HUMANEVAL = "humaneval"
 MBPP = "mbpp"
 MBPP_SANITIZED = "mbpp-sanitized"
@@ -81,7 +83,7 @@ class Problem(BaseModel):
             if not line.strip():
                 raise ValueError(f"test {index} is blank")
             try:
-                ast.parse(line)
+                parse_python(line)
             except SyntaxError as exc:
                 raise ValueError(
                     f"test {index} is not valid Python ({exc.msg}): {line!r}"
@@ -116,7 +118,7 @@ class Problem(BaseModel):
 def check_body(test: str) -> list[ast.stmt]:
     """The statements of ``check(candidate)`` in a HumanEval test module."""
     try:
-        module = ast.parse(test)
+        module = parse_python(test)
     except SyntaxError as exc:
         raise ValueError(f"test is not valid Python: {exc.msg} (line {exc.lineno})") from None
     for node in module.body:
@@ -186,7 +188,7 @@ def _first_called_name(test_list: Any) -> str | None:
         return None
     for line in test_list:
         try:
-            tree = ast.parse(str(line))
+            tree = parse_python(str(line))
         except SyntaxError:
             return None  # the validator reports it
         for node in ast.walk(tree):

@@ -1,0 +1,45 @@
+"""No two ``ast.parse`` calls of the verifier run at once (CPython 3.11's AST converter keeps
+its recursion depth per interpreter: concurrent parses in scoring threads failed a run with
+``SystemError: AST constructor recursion depth mismatch``)."""
+
+from __future__ import annotations
+
+import ast
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from codepost.verifiers import load_problems
+from codepost.verifiers.extraction import parse
+from codepost.verifiers.python_ast import parse_python
+from codepost.verifiers.rewards import syntax_reward
+
+
+def test_parses_from_many_threads_never_overlap(monkeypatch):
+    inside, most = 0, 0
+    count = threading.Lock()
+    real_parse = ast.parse
+
+    def slow_parse(source, *args, **kwargs):
+        nonlocal inside, most
+        with count:
+            inside += 1
+            most = max(most, inside)
+        time.sleep(0.002)  # a thread switch in the middle, every time
+        try:
+            return real_parse(source, *args, **kwargs)
+        finally:
+            with count:
+                inside -= 1
+
+    monkeypatch.setattr(ast, "parse", slow_parse)
+    calls = [
+        lambda: parse("def f(x):\n    return x\n"),
+        lambda: syntax_reward("def f(x) return x\n"),
+        lambda: parse_python("x = 1\n"),
+        lambda: load_problems("mbpp-sanitized"),  # validates every assert line by parsing it
+    ]
+    with ThreadPoolExecutor(8) as pool:
+        for future in [pool.submit(calls[i % len(calls)]) for i in range(32)]:
+            future.result()
+    assert most == 1
