@@ -66,6 +66,12 @@ class PairMiningConfig(BaseModel):
     held_out_fraction: float = Field(
         0.1, ge=0, lt=1, description="share of prompts (with pairs) held out for the eval loss"
     )
+    several_policies: bool = Field(
+        False,
+        description="mine rollouts sampled by several checkpoints (an RL run's) as offline "
+        "pairs, DPO's own model then being their reference; off: such rollouts are refused, "
+        "as DPO's reference should be the policy that sampled the pairs",
+    )
     seed: int = 0
 
 
@@ -195,15 +201,21 @@ def load_rollouts(rollouts: Path) -> list[dict[str, Any]]:
     return dataset.to_list()
 
 
-def sampled_by(rows: list[dict[str, Any]], rollouts: Path) -> dict[str, str]:
-    """``{"sampler_weights": checkpoint}`` when the rows name the checkpoint that sampled them
-    (DPO's reference must be that one); rollouts of several policies cannot share a reference."""
+def sampled_by(
+    rows: list[dict[str, Any]], rollouts: Path, several_policies: bool = False
+) -> dict[str, str]:
+    """``{"sampler_weights": checkpoint}`` when the rows name the one checkpoint that sampled
+    them (DPO's reference must be that one); rollouts of several policies share no reference,
+    and are refused unless ``several_policies`` (then their count is recorded)."""
     weights = {row["sampler_weights"] for row in rows if row.get("sampler_weights")}
-    if len(weights) > 1:
+    if len(weights) > 1 and not several_policies:
         raise ValueError(
             f"rollouts {rollouts}: sampled by {len(weights)} checkpoints ({', '.join(sorted(weights))}); "
-            "mine each policy's rollouts on their own, DPO has one reference"
+            "mine each policy's rollouts on their own (DPO has one reference), or set "
+            "several_policies to mine them as offline pairs"
         )
+    if len(weights) > 1:
+        return {"sampler_policies": str(len(weights))}
     return {"sampler_weights": weights.pop()} if weights else {}
 
 
@@ -215,7 +227,10 @@ def run_pair_mining(config: PairMiningConfig, rollouts: Path, out_dir: Path) -> 
         counts = read_manifest(out_dir).metrics
         return MinedPairs(path=out_dir, counts=counts, message=f"{out_dir} already published")
     rows = load_rollouts(rollouts)
-    data = {"rollouts": sha256_file(Path(rollouts))[:16], **sampled_by(rows, rollouts)}
+    data = {
+        "rollouts": sha256_file(Path(rollouts))[:16],
+        **sampled_by(rows, rollouts, config.several_policies),
+    }
     pairs_by_prompt, counts = mine_pairs(rows, config)
     if not pairs_by_prompt:
         message = (

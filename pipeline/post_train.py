@@ -74,6 +74,11 @@ class PostTrainConfig(BaseModel):
             and "rl" not in stages[: stages.index("dpo")]
         ):
             raise ValueError("dpo_pairs_from='rl' needs an 'rl' stage before 'dpo' in stages")
+        if self.dpo_pairs_from == "rl" and not self.pairs.several_policies:
+            raise ValueError(
+                "dpo_pairs_from='rl' mines the rollouts of every RL iteration's policy: set "
+                "pairs.several_policies to train DPO on them as offline pairs"
+            )
         return self
 
 

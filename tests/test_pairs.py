@@ -114,3 +114,12 @@ def test_bad_rollouts_are_named(tmp_path: Path) -> None:
     rollouts = write_rollouts(tmp_path / "two_policies.parquet", rows)
     with pytest.raises(ValueError, match="sampled by 2 checkpoints"):
         run_pair_mining(PairMiningConfig(), rollouts, tmp_path / "out")
+
+
+def test_rollouts_of_several_policies_are_mined_as_offline_pairs_when_asked(tmp_path: Path):
+    rows = [{**row, "sampler_weights": f"/ckpt/{i % 2}"} for i, row in enumerate(mixed_group("p"))]
+    rollouts = write_rollouts(tmp_path / "rl.parquet", rows)
+    mined = run_pair_mining(PairMiningConfig(several_policies=True), rollouts, tmp_path / "out")
+    data = read_manifest(mined.path).data
+    assert data["sampler_policies"] == "2" and "sampler_weights" not in data
+    assert mined.counts["train_pairs"] > 0

@@ -57,9 +57,12 @@ def test_the_main_job_evaluates_on_all_of_humaneval():
 
 
 def test_dpo_pairs_from_rl_need_an_rl_stage_before_dpo():
+    offline = {"several_policies": True}
     with pytest.raises(ValueError, match="needs an 'rl' stage before 'dpo'"):
-        PostTrainConfig(stages=["dpo", "rl"], dpo_pairs_from="rl")
-    assert PostTrainConfig(stages=["sft", "rl", "dpo"], dpo_pairs_from="rl")
+        PostTrainConfig(stages=["dpo", "rl"], dpo_pairs_from="rl", pairs=offline)
+    with pytest.raises(ValueError, match=r"set pairs\.several_policies"):
+        PostTrainConfig(stages=["sft", "rl", "dpo"], dpo_pairs_from="rl")
+    assert PostTrainConfig(stages=["sft", "rl", "dpo"], dpo_pairs_from="rl", pairs=offline)
 
 
 def test_a_filter_hands_its_problems_to_the_stages_after_it(tmp_path):
