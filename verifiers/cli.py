@@ -220,15 +220,18 @@ def interruptible(command: Callable[[argparse.Namespace], int]) -> Callable[...,
     @functools.wraps(command)
     def run_interruptible(args: argparse.Namespace) -> int:
         main = threading.current_thread() is threading.main_thread()  # only it takes signals
-        previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
+        # SIGINT too: a process started in the background by a script inherits it ignored, and
+        # Python then installs no Ctrl-C handler of its own.
+        signals = (signal.SIGTERM, signal.SIGINT) if main else ()
+        previous = {number: signal.signal(number, _interrupt) for number in signals}
         try:
             return command(args)
         except KeyboardInterrupt:
             Console(stderr=True).print("interrupted")
             return EXIT_INTERRUPTED
         finally:
-            if main:
-                signal.signal(signal.SIGTERM, previous)
+            for number, handler in previous.items():
+                signal.signal(number, handler)
 
     return run_interruptible
 
