@@ -194,14 +194,12 @@ def score_shard(
 ) -> Path:
     """Score the ``shard``-th of ``num_shards`` contiguous slices of a rollouts Parquet file
     (reused when already scored): the unit a task runner fans out."""
-    from datasets import Dataset
-
     if not 0 <= shard < num_shards:
         raise ValueError(f"shard {shard} is not one of {num_shards} shards")
     target = Path(out_dir) / "shards" / f"scored-{shard:04d}-of-{num_shards:04d}.parquet"
     if target.is_file():
         return target
-    rows = Dataset.from_parquet(str(rollouts)).to_list()
+    rows = read_rows(rollouts)
     start, stop = (len(rows) * shard) // num_shards, (len(rows) * (shard + 1)) // num_shards
     rows = rows[start:stop]
     problems = load_problem_set(problem_set)
@@ -215,21 +213,32 @@ def score_shard(
 
 def merge_shards(shards: Sequence[Path], out_dir: Path) -> Path:
     """``scored.parquet``: the scored shards, in order, as one file."""
-    from datasets import Dataset
-
-    rows = [row for shard in shards for row in Dataset.from_parquet(str(shard)).to_list()]
+    rows = [row for shard in shards for row in read_rows(shard)]
     target = scored_path(out_dir)
     _write_parquet(rows, target)
     return target
 
 
+# Shards are read and written from several threads at once (the fan-out's thread runner):
+# pyarrow directly, as datasets' readers and writers share tqdm state that is not thread-safe
+# ("type object 'tqdm' has no attribute '_lock'" ended a run).
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a Parquet file, safe to call from several threads."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(str(path)).to_pylist()
+
+
 def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
     """All or nothing: a reader never sees half a file, a killed run leaves no partial one."""
-    from datasets import Dataset
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.with_suffix(".parquet.tmp")
-    Dataset.from_list(rows).to_parquet(str(staging))
+    pq.write_table(pa.Table.from_pylist(rows), str(staging))
     staging.rename(target)
 
 
