@@ -13,10 +13,15 @@ from __future__ import annotations
 import argparse
 import time
 
-from codepost.pipeline.data import ProblemSet, load_problem_set
+from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
+from codepost.pipeline.data.prompts import build_prompt
+from codepost.pipeline.inference.sampling import (
+    EngineConfig,
+    HFSampler,
+    SamplingConfig,
+    VLLMSampler,
+)
 from codepost.pipeline.model_config import ModelConfig, load_tokenizer
-from codepost.pipeline.prompts import build_prompt
-from codepost.pipeline.sampling import EngineConfig, HFSampler, SamplingConfig, VLLMSampler
 
 
 def timed_sampling(sampler, prompts, config: SamplingConfig) -> tuple[float, int]:

@@ -66,9 +66,9 @@ import torch
 from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from codepost.pipeline.models import char_tokenizer
-from codepost.pipeline.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rollouts import RolloutBatch, collate_rollouts
+from codepost.pipeline.rl.models import char_tokenizer
+from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
+from codepost.pipeline.rl.rollouts import RolloutBatch, collate_rollouts
 
 # Architectures of the models we train, built from their config with random weights (no
 # download): the FLOP and memory profile is the architecture's, not the weights'.

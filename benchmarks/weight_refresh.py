@@ -18,13 +18,13 @@ from pathlib import Path
 
 import torch
 
-from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
-from codepost.pipeline.sampling import (
+from codepost.pipeline.inference.sampling import (
     EngineConfig,
     VLLMSampler,
     check_probe,
     trainer_probe_logprobs,
 )
+from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
 
 
 def perturbed_checkpoint(model: ModelConfig, folder: Path, seed: int) -> tuple[Path, list[float]]:

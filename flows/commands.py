@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from codepost.pipeline.cli import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE, stdout_console
+from ..pipeline.cli import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE, stdout_console
 
 
 def register_run(subparsers: Any) -> argparse.ArgumentParser:
@@ -39,7 +39,7 @@ def register_run(subparsers: Any) -> argparse.ArgumentParser:
 def load_config(path: Path | None, run_dir: str | None) -> Any:
     import yaml
 
-    from codepost.pipeline.post_train import PostTrainConfig, embedded_default
+    from ..pipeline.post_train import PostTrainConfig, embedded_default
 
     if path is None:
         config = embedded_default()
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     _route_logs()
-    from codepost.flows.task_runners import FanOut
+    from .task_runners import FanOut
 
     err = Console(stderr=True)
     try:
@@ -75,16 +75,16 @@ def run(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost run: invalid settings[/red]: {exc}")
         return EXIT_BAD_INPUT
-    from codepost.pipeline.scoring import check_sandbox
-    from codepost.sandbox import SandboxUnavailable
+    from ..pipeline.stages.scoring import check_sandbox
+    from ..sandbox import SandboxUnavailable
 
     try:
         check_sandbox()  # every stage is scored or evaluated in the sandbox
     except SandboxUnavailable as exc:
         err.print(f"[red]codepost run: the sandbox is unavailable[/red]: {exc}")
         return EXIT_SANDBOX_UNAVAILABLE
-    from codepost.flows.ephemeral import start_ephemeral_server
-    from codepost.flows.post_train import post_train
+    from .ephemeral import start_ephemeral_server
+    from .post_train import post_train
 
     start_ephemeral_server()  # stopped with this process, even a SIGKILLed one
     state = post_train(config, fan_out, return_state=True)
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     result = state.result()
     from rich.table import Table
 
-    from codepost.pipeline.report import format_p_value
+    from ..pipeline.reporting.report import format_p_value
 
     table = Table(title=f"greedy pass@1 per stage ({config.run_dir})")
     for column in ("benchmark", "stage", "pass@1", "95% CI", "passed", "p vs prev", "p vs base"):
@@ -148,7 +148,7 @@ def serve(args: argparse.Namespace) -> int:
         )
         return EXIT_BAD_INPUT
     _route_logs()
-    from codepost.flows.serve import serve_forever
+    from .serve import serve_forever
 
     serve_forever(args.cron, args.timezone, args.accelerator_slots)
     return 0

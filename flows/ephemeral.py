@@ -16,7 +16,7 @@ import sys
 
 import psutil
 
-from codepost.flows.stage_worker import signal_on_parent_death
+from .stage_worker import signal_on_parent_death
 
 
 def start_ephemeral_server() -> None:

@@ -21,26 +21,20 @@ from typing import Any
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from codepost.flows.stage_worker import (
-    StageWorkerDied,
-    in_stage_worker,
-    line_level,
-    stage_worker,
-)
-from codepost.flows.task_runners import FanOut
-from codepost.pipeline.data import ProblemSet
-from codepost.pipeline.difficulty import (
+from ..pipeline.data.problem_sets import ProblemSet
+from ..pipeline.inference.sampling import SampleStageConfig, WeightSyncError, run_sample
+from ..pipeline.model_config import ModelNotFoundError
+from ..pipeline.post_train import PostTrainConfig, with_checkpoint, with_problems
+from ..pipeline.reporting.report import stage_rows, write_report
+from ..pipeline.stages.difficulty_filter import (
     DifficultyFilterConfig,
     filtered_problem_set,
     run_difficulty_filter,
 )
-from codepost.pipeline.dpo import DPOResult, DPOStageConfig, run_dpo
-from codepost.pipeline.evaluation import EvalConfig, run_evaluate
-from codepost.pipeline.model_config import ModelNotFoundError
-from codepost.pipeline.pairs import MinedPairs, PairMiningConfig, run_pair_mining
-from codepost.pipeline.post_train import PostTrainConfig, with_checkpoint, with_problems
-from codepost.pipeline.report import stage_rows, write_report
-from codepost.pipeline.rl import (
+from ..pipeline.stages.dpo import DPOResult, DPOStageConfig, run_dpo
+from ..pipeline.stages.evaluation import EvalConfig, run_evaluate
+from ..pipeline.stages.pairs import MinedPairs, PairMiningConfig, run_pair_mining
+from ..pipeline.stages.rl import (
     CURVES_FILE,
     RLConfig,
     UpdateStageConfig,
@@ -48,16 +42,22 @@ from codepost.pipeline.rl import (
     run_rl,
     run_update,
 )
-from codepost.pipeline.sampling import SampleStageConfig, WeightSyncError, run_sample
-from codepost.pipeline.scoring import (
+from ..pipeline.stages.scoring import (
     ScoreConfig,
     merge_shards,
     score_shard,
     scored_path,
     shard_count,
 )
-from codepost.pipeline.sft import SFTStageConfig, run_sft
-from codepost.sandbox import SandboxUnavailable
+from ..pipeline.stages.sft import SFTStageConfig, run_sft
+from ..sandbox import SandboxUnavailable
+from .stage_worker import (
+    StageWorkerDied,
+    in_stage_worker,
+    line_level,
+    stage_worker,
+)
+from .task_runners import FanOut
 
 ACCELERATOR = "accelerator"
 # The stages log progress on `codepost.*` loggers; PREFECT_LOGGING_EXTRA_LOGGERS=codepost

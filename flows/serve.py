@@ -14,7 +14,7 @@ from prefect import serve
 from prefect.client.orchestration import get_client
 from prefect.schedules import Cron
 
-from codepost.flows.post_train import ACCELERATOR, STAGE_FLOWS, post_train
+from .post_train import ACCELERATOR, STAGE_FLOWS, post_train
 
 NIGHTLY = "0 2 * * *"
 

@@ -28,6 +28,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from ..pipeline.resources import close_all
+
 _PR_SET_PDEATHSIG = 1
 PROGRESS_EVERY_S = 15.0
 
@@ -75,10 +77,7 @@ def _serve(connection: Connection, parent_pid: int) -> None:
                 reply = ("error", _picklable(exc))
             connection.send(reply)
     finally:  # close what the stages opened: the engines and the sandbox containers
-        for module, close in (("sampling", "close_samplers"), ("scoring", "close_pools")):
-            loaded = sys.modules.get(f"codepost.pipeline.{module}")
-            if loaded is not None:
-                getattr(loaded, close)()
+        close_all()
 
 
 class StageWorker:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from codepost.pipeline.report import Evaluation
+    from .reporting.report import Evaluation
 
 EXIT_BAD_INPUT = 2
 EXIT_SANDBOX_UNAVAILABLE = 3
@@ -66,7 +66,7 @@ def build_config(args: argparse.Namespace) -> Any:
     """The EvalConfig of a YAML file (if any) with the flags given on top."""
     import yaml
 
-    from codepost.pipeline.evaluation import EvalConfig
+    from .stages.evaluation import EvalConfig
 
     data: dict[str, Any] = {}
     if args.config is not None:
@@ -114,10 +114,10 @@ def evaluate(args: argparse.Namespace) -> int:
         err.print(f"[red]codepost evaluate: invalid settings[/red]: {exc}")
         return EXIT_BAD_INPUT
 
-    from codepost.pipeline.evaluation import run_evaluate
-    from codepost.pipeline.model_config import ModelNotFoundError
-    from codepost.sandbox import SandboxUnavailable
-    from codepost.verifiers import ProblemFormatError
+    from ..sandbox import SandboxUnavailable
+    from ..verifiers import ProblemFormatError
+    from .model_config import ModelNotFoundError
+    from .stages.evaluation import run_evaluate
 
     try:
         results = run_evaluate(config, args.checkpoint, args.output)
@@ -165,7 +165,7 @@ def compare(a: Path, b: Path) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from codepost.pipeline.report import check_same_problems, load_evaluation
+    from .reporting.report import check_same_problems, load_evaluation
 
     err = Console(stderr=True)
     try:
@@ -203,8 +203,8 @@ def compare(a: Path, b: Path) -> int:
 def _print_greedy_comparison(before: Evaluation, after: Evaluation, console: Any) -> None:
     from rich.table import Table
 
-    from codepost.pipeline.report import format_p_value
-    from codepost.pipeline.stats import compare_greedy, wilson_interval
+    from .reporting.report import format_p_value
+    from .reporting.stats import compare_greedy, wilson_interval
 
     result = compare_greedy(before.greedy(), after.greedy())
     table = Table(title="greedy pass@1 (95% Wilson interval; exact McNemar test)")
@@ -231,8 +231,8 @@ def _print_greedy_comparison(before: Evaluation, after: Evaluation, console: Any
 def _print_sampled_comparison(before: Evaluation, after: Evaluation, console: Any) -> None:
     from rich.table import Table
 
-    from codepost.pipeline.report import format_p_value
-    from codepost.pipeline.stats import bootstrap_interval, compare_sampled, pass_at_k_per_problem
+    from .reporting.report import format_p_value
+    from .reporting.stats import bootstrap_interval, compare_sampled, pass_at_k_per_problem
 
     a, b = before.counts["sampled"], after.counts["sampled"]
     fewest = min(n for counts in (a, b) for n, _ in counts.values())
@@ -320,8 +320,8 @@ def checkpoints(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from codepost.pipeline import registry
-    from codepost.pipeline.checkpoints import verify
+    from .checkpoints import registry
+    from .checkpoints.manifest import verify
 
     console, err = stdout_console(), Console(stderr=True)
     try:

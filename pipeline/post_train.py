@@ -17,16 +17,16 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from codepost.pipeline.data import ProblemSet
-from codepost.pipeline.difficulty import DifficultyFilterConfig
-from codepost.pipeline.dpo import DPOStageConfig
-from codepost.pipeline.evaluation import EvalConfig
-from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.pairs import PairMiningConfig
-from codepost.pipeline.rl import RLConfig
-from codepost.pipeline.sampling import SampleStageConfig
-from codepost.pipeline.sft import SFTStageConfig
-from codepost.verifiers.problems import MBPP
+from ..verifiers.problems import MBPP
+from .data.problem_sets import ProblemSet
+from .inference.sampling import SampleStageConfig
+from .model_config import ModelConfig
+from .stages.difficulty_filter import DifficultyFilterConfig
+from .stages.dpo import DPOStageConfig
+from .stages.evaluation import EvalConfig
+from .stages.pairs import PairMiningConfig
+from .stages.rl import RLConfig
+from .stages.sft import SFTStageConfig
 
 Stage = Literal["sft", "filter", "rl", "dpo"]
 StageConfig = TypeVar("StageConfig", bound=BaseModel)
@@ -99,9 +99,9 @@ def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
     cores): SFT on 32 MBPP training references, 3 GRPO iterations with dynamic sampling on
     MBPP training problems, DPO on pairs mined from fresh rollouts, greedy pass@1 on all 164
     HumanEval problems (with intervals and paired tests) before and after each stage."""
-    from codepost.pipeline.policy_update import UpdateConfig
-    from codepost.pipeline.sampling import SamplingConfig
-    from codepost.pipeline.training import TrainingSettings
+    from .inference.sampling import SamplingConfig
+    from .rl.policy_update import UpdateConfig
+    from .training import TrainingSettings
 
     mbpp_train = ProblemSet(source=MBPP, split="train", shuffle_seed=0)
     return PostTrainConfig(

@@ -11,13 +11,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
-from codepost.pipeline.checkpoints import (
+from .checkpoints.manifest import (
     CheckpointManifest,
     is_published,
     publish_model,
     read_manifest,
 )
-from codepost.pipeline.model_config import ModelConfig
+from .model_config import ModelConfig
 
 console = Console(stderr=True)
 

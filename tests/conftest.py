@@ -32,9 +32,6 @@ def prefect_api():
 def _close_process_wide_engines():
     """Stop the engines and pools the stages cache per process, once the session ends."""
     yield
-    import sys
+    from codepost.pipeline.resources import close_all
 
-    if "codepost.pipeline.sampling" in sys.modules:
-        sys.modules["codepost.pipeline.sampling"].close_samplers()
-    if "codepost.pipeline.scoring" in sys.modules:
-        sys.modules["codepost.pipeline.scoring"].close_pools()
+    close_all()

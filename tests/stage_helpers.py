@@ -11,9 +11,9 @@ from typing import Any
 
 from datasets import Dataset
 
-from codepost.pipeline.data import ProblemSet
+from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.models import char_tokenizer, tiny_causal_lm
+from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
 
 # A chat template in the tokenizer's own characters, so chat-style prompts work on tiny models.
 CHAT_TEMPLATE = (

@@ -1,4 +1,4 @@
-"""Tests for codepost.pipeline.algorithms: the seed documents' worked numbers, then properties."""
+"""Tests for codepost.pipeline.rl.algorithms: the seed documents' worked numbers, then properties."""
 
 import itertools
 import math
@@ -8,7 +8,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from codepost.pipeline.algorithms import (
+from codepost.pipeline.rl.algorithms import (
     ADVANTAGE_ESTIMATORS,
     AGG_MODES,
     AdaptiveKLController,

@@ -7,9 +7,9 @@ import json
 import pytest
 from transformers import AutoModelForCausalLM
 
-from codepost.pipeline import checkpoints
-from codepost.pipeline.checkpoints import CheckpointManifest
-from codepost.pipeline.models import char_tokenizer, tiny_causal_lm
+from codepost.pipeline.checkpoints import manifest as checkpoints
+from codepost.pipeline.checkpoints.manifest import CheckpointManifest
+from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
 
 
 @pytest.fixture

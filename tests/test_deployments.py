@@ -18,7 +18,7 @@ import pytest
 from engines import TEST_ENGINE, saved_tiny_model
 from processes import gone, wait_until
 
-from codepost.pipeline.prompts import reference_answer
+from codepost.pipeline.data.prompts import reference_answer
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -114,7 +114,7 @@ def _run_in(api: str, env: dict, code: str) -> subprocess.CompletedProcess:
 def test_a_run_triggered_through_the_api_with_parameters_completes(served, tmp_path):
     from datasets import Dataset
 
-    from codepost.pipeline.data import ProblemSet, load_problem_set
+    from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
 
     api, env, *_ = served
     (problem,) = load_problem_set(ProblemSet(limit=1)).values()
@@ -177,8 +177,8 @@ def _running(api: str, run_id: str) -> bool:
 
 
 def test_a_cancelled_run_stops_its_processes_and_their_logs_reach_the_run(served, tmp_path):
-    from codepost.pipeline.data import ProblemSet
-    from codepost.pipeline.evaluation import EvalConfig
+    from codepost.pipeline.data.problem_sets import ProblemSet
+    from codepost.pipeline.stages.evaluation import EvalConfig
 
     api, env, _, serve_pid = served
     model = saved_tiny_model(tmp_path / "tiny", hidden_size=128)

@@ -9,15 +9,15 @@ import pytest
 from stage_helpers import rollout, save_tiny_model, tiny_problem_set, write_rollouts
 
 from codepost.pipeline import checkpoints
-from codepost.pipeline.data import ProblemSet, load_problem_set
-from codepost.pipeline.difficulty import (
+from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
+from codepost.pipeline.inference.sampling import SamplingConfig
+from codepost.pipeline.stages.difficulty_filter import (
     DifficultyFilterConfig,
     filtered_problem_set,
     run_difficulty_filter,
     select_problems,
 )
-from codepost.pipeline.sampling import SamplingConfig
-from codepost.pipeline.scoring import ScoreConfig
+from codepost.pipeline.stages.scoring import ScoreConfig
 
 ADD = "```python\ndef add(a, b):\n    return a + b\n```"
 DOUBLE = "```python\ndef double(x):\n    return 2 * x\n```"

@@ -12,12 +12,12 @@ from datasets import Dataset, DatasetDict
 from stage_helpers import mixed_group, save_tiny_model, write_rollouts
 from transformers import AutoModelForCausalLM
 
-from codepost.pipeline.checkpoints import CheckpointManifest, publish, read_manifest
-from codepost.pipeline.data import ProblemSet, load_problem_set
-from codepost.pipeline.dpo import DPOStageConfig, dpo_trainer, run_dpo
+from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish, read_manifest
+from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
+from codepost.pipeline.data.prompts import build_prompt
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
-from codepost.pipeline.pairs import PairMiningConfig, run_pair_mining
-from codepost.pipeline.prompts import build_prompt
+from codepost.pipeline.stages.dpo import DPOStageConfig, dpo_trainer, run_dpo
+from codepost.pipeline.stages.pairs import PairMiningConfig, run_pair_mining
 from codepost.pipeline.training import TrainingSettings
 from codepost.verifiers.problems import MBPP
 

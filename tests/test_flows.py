@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from engines import saved_tiny_model
 
-from codepost.pipeline.data import ProblemSet
-from codepost.pipeline.evaluation import EvalConfig
-from codepost.pipeline.policy_update import UpdateConfig
+from codepost.pipeline.data.problem_sets import ProblemSet
+from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.post_train import PostTrainConfig
-from codepost.pipeline.rl import RLConfig
-from codepost.pipeline.sampling import EngineConfig, SamplingConfig
-from codepost.pipeline.scoring import ScoreConfig
+from codepost.pipeline.rl.policy_update import UpdateConfig
+from codepost.pipeline.stages.evaluation import EvalConfig
+from codepost.pipeline.stages.rl import RLConfig
+from codepost.pipeline.stages.scoring import ScoreConfig
 from codepost.verifiers import RewardConfig
 
 HF = EngineConfig(backend="hf")
@@ -83,7 +83,7 @@ def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_c
     assert json.loads(Path(f"{run_dir}/rl/eval/tiny/evaluation.json").read_text()) != eval_before
 
     from codepost.flows.post_train import update_flow
-    from codepost.pipeline.checkpoints import read_manifest
+    from codepost.pipeline.checkpoints.manifest import read_manifest
 
     update = {"model": {"name_or_path": result["checkpoint"]}, "update": {"lr": 1e-2}}
     updated = update_flow(f"{run_dir}/rl/rollouts/iteration-0003.parquet", update, f"{run_dir}/u")
@@ -107,8 +107,8 @@ def test_scoring_fans_out_in_shards_and_merges_them_in_order(prefect_api, tmp_pa
 
     from codepost.flows.post_train import score_flow
     from codepost.flows.task_runners import FanOut
-    from codepost.pipeline.data import load_problem_set
-    from codepost.pipeline.prompts import reference_answer
+    from codepost.pipeline.data.problem_sets import load_problem_set
+    from codepost.pipeline.data.prompts import reference_answer
 
     first, second = load_problem_set(ProblemSet(limit=2)).values()
     failing = "```python\ndef nothing():\n    return None\n```"

@@ -13,9 +13,9 @@ import pytest
 import torch
 from datasets import Dataset
 
-from codepost.pipeline.models import ValueModel, char_tokenizer, tiny_causal_lm
-from codepost.pipeline.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rollouts import collate_rollouts, generate_rollouts
+from codepost.pipeline.rl.models import ValueModel, char_tokenizer, tiny_causal_lm
+from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
+from codepost.pipeline.rl.rollouts import collate_rollouts, generate_rollouts
 from codepost.sandbox import Limits
 from codepost.verifiers import Problem, RewardConfig, Verifier
 

@@ -13,7 +13,7 @@ from codepost.pipeline.model_config import (
     load_tokenizer,
     resolve_model,
 )
-from codepost.pipeline.models import char_tokenizer, tiny_causal_lm
+from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
 
 
 def test_a_missing_local_model_is_named(tmp_path):

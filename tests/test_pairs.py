@@ -16,9 +16,9 @@ from stage_helpers import (
     write_rollouts,
 )
 
-from codepost.pipeline.checkpoints import read_manifest
-from codepost.pipeline.dpo import load_pairs
-from codepost.pipeline.pairs import (
+from codepost.pipeline.checkpoints.manifest import read_manifest
+from codepost.pipeline.stages.dpo import load_pairs
+from codepost.pipeline.stages.pairs import (
     PairMiningConfig,
     mine_pairs,
     normalize_code,

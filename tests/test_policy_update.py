@@ -12,17 +12,17 @@ from accelerate.state import AcceleratorState
 from pydantic import ValidationError
 from update_cases import ALPHABET, minibatch_gradients, random_rows, tiny_case, weights
 
-from codepost.pipeline.algorithms import AGG_MODES, get_advantage_estimator, kl_penalty
 from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.models import (
+from codepost.pipeline.rl.algorithms import AGG_MODES, get_advantage_estimator, kl_penalty
+from codepost.pipeline.rl.models import (
     ValueModel,
     char_tokenizer,
     completion_logits,
     completion_logprobs,
     tiny_causal_lm,
 )
-from codepost.pipeline.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rollouts import collate_rollouts, generate_rollouts
+from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
+from codepost.pipeline.rl.rollouts import collate_rollouts, generate_rollouts
 
 # --------------------------------------------------------------------------------------------
 # Rollouts -> batches

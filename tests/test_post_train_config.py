@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from codepost.pipeline.data import ProblemSet, load_problem_set
-from codepost.pipeline.difficulty import filtered_problem_set
+from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
 from codepost.pipeline.post_train import PostTrainConfig, embedded_default, with_problems
-from codepost.pipeline.rl import RLConfig
+from codepost.pipeline.stages.difficulty_filter import filtered_problem_set
+from codepost.pipeline.stages.rl import RLConfig
 
 REPO = Path(__file__).resolve().parents[1]
 

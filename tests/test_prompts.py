@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from codepost.pipeline.data import ProblemSet, fingerprint, load_problem_set
-from codepost.pipeline.prompts import build_prompt, reference_answer, user_message
+from codepost.pipeline.data.problem_sets import ProblemSet, fingerprint, load_problem_set
+from codepost.pipeline.data.prompts import build_prompt, reference_answer, user_message
 from codepost.verifiers import Problem, build_program
 from codepost.verifiers.problems import MBPP
 

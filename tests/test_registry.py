@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from codepost.flows.cli import main
-from codepost.pipeline import registry
-from codepost.pipeline.checkpoints import CheckpointManifest, publish
+from codepost.pipeline.checkpoints import registry
+from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish
 
 
 def publish_fake(root, name: str, stage: str, created: str) -> None:

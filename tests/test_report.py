@@ -8,8 +8,8 @@ import json
 import pytest
 from evaluation_helpers import BASE, SFT, outcomes, write_evaluation
 
-from codepost.pipeline.report import stage_rows, write_report
-from codepost.pipeline.stats import wilson_interval
+from codepost.pipeline.reporting.report import stage_rows, write_report
+from codepost.pipeline.reporting.stats import wilson_interval
 
 
 @pytest.fixture

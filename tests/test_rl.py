@@ -13,9 +13,10 @@ from engines import TEST_ENGINE, saved_tiny_model
 from safetensors.torch import load_file
 
 from codepost.pipeline import checkpoints
-from codepost.pipeline.data import ProblemSet
-from codepost.pipeline.policy_update import UpdateConfig
-from codepost.pipeline.rl import (
+from codepost.pipeline.data.problem_sets import ProblemSet
+from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
+from codepost.pipeline.rl.policy_update import UpdateConfig
+from codepost.pipeline.stages.rl import (
     METRICS_FILE,
     RLConfig,
     UpdateStageConfig,
@@ -25,8 +26,7 @@ from codepost.pipeline.rl import (
     run_rl,
     run_update,
 )
-from codepost.pipeline.sampling import EngineConfig, SamplingConfig
-from codepost.pipeline.scoring import ScoreConfig
+from codepost.pipeline.stages.scoring import ScoreConfig
 from codepost.verifiers import RewardConfig
 
 # A length penalty past a tiny budget varies within every group: there is always a signal.

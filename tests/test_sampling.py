@@ -8,12 +8,9 @@ import pytest
 import torch
 from engines import ROLLOUT_KEYS, TEST_ENGINE, perturbed_copy, recomputed_logprobs
 
-from codepost.pipeline.data import ProblemSet, load_problem_set
-from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
-from codepost.pipeline.models import char_tokenizer, tiny_causal_lm
-from codepost.pipeline.prompts import Prompt, build_prompt
-from codepost.pipeline.rollouts import collate_rollouts
-from codepost.pipeline.sampling import (
+from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
+from codepost.pipeline.data.prompts import Prompt, build_prompt
+from codepost.pipeline.inference.sampling import (
     EngineConfig,
     HFSampler,
     SamplingConfig,
@@ -22,6 +19,9 @@ from codepost.pipeline.sampling import (
     get_sampler,
     trainer_probe_logprobs,
 )
+from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
+from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
+from codepost.pipeline.rl.rollouts import collate_rollouts
 
 
 def test_check_probe_fails_loudly_past_the_tolerance():

@@ -9,9 +9,9 @@ from concurrent.futures import Future
 import pytest
 from fake_executors import InProcessExecutor
 
-from codepost.pipeline.data import ProblemSet, load_problem_set
-from codepost.pipeline.prompts import reference_answer
-from codepost.pipeline.scoring import ScoreConfig, run_score, score_rollouts, summarize
+from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
+from codepost.pipeline.data.prompts import reference_answer
+from codepost.pipeline.stages.scoring import ScoreConfig, run_score, score_rollouts, summarize
 from codepost.sandbox import ExecStatus, ExecutionResult, Job
 from codepost.verifiers import RewardConfig
 

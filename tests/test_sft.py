@@ -10,11 +10,11 @@ import torch
 from stage_helpers import TINY_PROBLEMS, save_tiny_model, tiny_problem_set
 from transformers import AutoModelForCausalLM
 
-from codepost.pipeline.checkpoints import read_manifest, verify
-from codepost.pipeline.data import ProblemSet, fingerprint, load_problem_set
+from codepost.pipeline.checkpoints.manifest import read_manifest, verify
+from codepost.pipeline.data.problem_sets import ProblemSet, fingerprint, load_problem_set
+from codepost.pipeline.data.prompts import build_prompt, reference_answer
 from codepost.pipeline.model_config import ModelConfig, load_tokenizer
-from codepost.pipeline.prompts import build_prompt, reference_answer
-from codepost.pipeline.sft import SFTStageConfig, run_sft, sft_dataset, sft_trainer
+from codepost.pipeline.stages.sft import SFTStageConfig, run_sft, sft_dataset, sft_trainer
 from codepost.pipeline.training import TrainingSettings
 from codepost.verifiers.problems import MBPP
 

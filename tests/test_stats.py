@@ -7,7 +7,7 @@ from statistics import NormalDist
 
 import pytest
 
-from codepost.pipeline.stats import (
+from codepost.pipeline.reporting.stats import (
     bootstrap_interval,
     compare_greedy,
     compare_sampled,

@@ -18,9 +18,9 @@ from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 from update_cases import ALPHABET, gradients, random_rows
 
-from codepost.pipeline.models import char_tokenizer, tiny_causal_lm
-from codepost.pipeline.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rollouts import collate_rollouts
+from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
+from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
+from codepost.pipeline.rl.rollouts import collate_rollouts
 
 GROUP_SIZE = 4
 MAX_COMPLETION = 7

@@ -12,7 +12,7 @@ import pytest
 import torch
 from update_cases import minibatch_gradients, tiny_case, weights
 
-from codepost.pipeline.policy_update import UpdateConfig
+from codepost.pipeline.rl.policy_update import UpdateConfig
 
 REPO = Path(__file__).resolve().parents[1]
 

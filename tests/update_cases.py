@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.models import ValueModel, char_tokenizer, tiny_causal_lm
-from codepost.pipeline.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rollouts import RolloutBatch, collate_rollouts
+from codepost.pipeline.rl.models import ValueModel, char_tokenizer, tiny_causal_lm
+from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
+from codepost.pipeline.rl.rollouts import RolloutBatch, collate_rollouts
 
 ALPHABET = "def():\n rtun0123456789+"
 

@@ -31,8 +31,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from codepost.sandbox import Limits, SandboxUnavailable
-
+from ..sandbox import Limits, SandboxUnavailable
 from .extraction import COMPLETION_STYLES
 from .pass_at_k import PassAtK, pass_at_k
 from .problems import HUMANEVAL, Problem, ProblemFormatError, jsonl_records, load_problems

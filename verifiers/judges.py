@@ -12,8 +12,7 @@ import builtins
 import dataclasses
 import sys
 
-from codepost.sandbox import Job, JudgeSpec, Limits
-
+from ..sandbox import Job, JudgeSpec, Limits
 from .extraction import import_lines, prompt_code
 from .problems import Problem, check_body
 from .python_ast import parse_python

@@ -15,8 +15,7 @@ from typing import Any
 
 import httpx
 
-from codepost.sandbox import Limits, SandboxUnavailable
-
+from ..sandbox import Limits, SandboxUnavailable
 from .extraction import CompletionStyle
 from .problems import NAMED_PROBLEMS, Problem
 from .rewards import RewardConfig

@@ -41,7 +41,7 @@ from prometheus_client import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from codepost.sandbox import (
+from ..sandbox import (
     ExecStatus,
     ExecutionResult,
     Job,
@@ -50,7 +50,6 @@ from codepost.sandbox import (
     SandboxPool,
     SandboxUnavailable,
 )
-
 from .cli import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE, TOKEN_ENV
 from .extraction import CompletionStyle
 from .problems import (

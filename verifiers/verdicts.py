@@ -8,8 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from codepost.sandbox import CaseOutcome, ExecStatus, ExecutionResult, Job
-
+from ..sandbox import CaseOutcome, ExecStatus, ExecutionResult, Job
 from .judges import outputs_match
 from .problems import Problem
 

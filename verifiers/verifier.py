@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from codepost.sandbox import (
+from ..sandbox import (
     ExecutionResult,
     Job,
     Limits,
@@ -23,7 +23,6 @@ from codepost.sandbox import (
     SandboxPool,
     SandboxUnavailable,
 )
-
 from .extraction import (
     MAX_COMPLETION_CHARS,
     CompletionStyle,

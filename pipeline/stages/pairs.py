@@ -29,9 +29,9 @@ from typing import Any, Literal
 from datasets import Dataset, DatasetDict, Features, Value
 from pydantic import BaseModel, ConfigDict, Field
 
-from codepost.pipeline.checkpoints import publish, read_manifest, sha256_file
-from codepost.pipeline.training import already_published, console, stage_manifest
-from codepost.verifiers import extract_code
+from ...verifiers import extract_code
+from ..checkpoints.manifest import publish, read_manifest, sha256_file
+from ..training import already_published, console, stage_manifest
 
 Strategy = Literal["best_vs_worst", "shortest_passing", "all_pairs"]
 REQUIRED_COLUMNS = ("prompt_id", "prompt", "completion", "completion_style", "reward", "passed")

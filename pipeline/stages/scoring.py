@@ -22,9 +22,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from codepost.pipeline.data import ProblemSet, load_problem_set
-from codepost.sandbox import Limits, PoolConfig, SandboxPool, connect_hosts
-from codepost.verifiers import Problem, RewardConfig, Verdict, VerdictStatus, Verifier
+from ...sandbox import Limits, PoolConfig, SandboxPool, connect_hosts
+from ...verifiers import Problem, RewardConfig, Verdict, VerdictStatus, Verifier
+from ..data.problem_sets import ProblemSet, load_problem_set
+from ..resources import on_close
 
 SCORE_COLUMNS = ("reward", "passed", "status", "pass_fraction", "excluded")
 
@@ -70,6 +71,7 @@ def check_sandbox() -> None:
         client.close()
 
 
+@on_close
 def close_pools() -> None:
     with _POOLS_LOCK:
         pools = list(_POOLS.values())

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 
 if TYPE_CHECKING:
-    from codepost.pipeline.rollouts import ModelInputs
+    from .rollouts import ModelInputs
 
 PAD_TOKEN = "<pad>"
 EOS_TOKEN = "<eos>"

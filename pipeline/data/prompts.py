@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from codepost.verifiers import Problem
+from ...verifiers import Problem
 
 PromptStyle = Literal["chat", "continuation"]
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from codepost.pipeline.evaluation import RESULTS_FILE, SAMPLES_FILE, problem_counts
-from codepost.pipeline.plots import plot_curves
-from codepost.pipeline.stats import GreedyComparison, compare_greedy, wilson_interval
+from ..stages.evaluation import RESULTS_FILE, SAMPLES_FILE, problem_counts
+from .plots import plot_curves
+from .stats import GreedyComparison, compare_greedy, wilson_interval
 
 REPORT_FILE = "report.md"
 PASS_PLOT_FILE = "pass_at_1.png"

@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from codepost.verifiers import Problem, load_problems
-from codepost.verifiers.problems import HUMANEVAL, packaged_path
+from ...verifiers import Problem, load_problems
+from ...verifiers.problems import HUMANEVAL, packaged_path
 
 Split = Literal["train", "validation", "test", "prompt", "all"]
 MBPP_SPLITS: dict[str, range] = {

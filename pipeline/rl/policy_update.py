@@ -1,7 +1,7 @@
 """The policy update: scored rollouts + policy (+ reference, + critic) -> new weights + metrics.
 
 One :class:`PolicyUpdater` serves GRPO, RLOO, REINFORCE++ and PPO; they differ only in the
-advantage estimator (a registry entry in :mod:`codepost.pipeline.algorithms`), in where the KL to the
+advantage estimator (a registry entry in :mod:`codepost.pipeline.rl.algorithms`), in where the KL to the
 reference goes (reward or loss) and in whether a critic trains alongside. ``update`` reads top
 to bottom like CleanRL's ``ppo.py``:
 
@@ -30,7 +30,8 @@ from accelerate import Accelerator
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor, nn
 
-from codepost.pipeline.algorithms import (
+from ..model_config import ModelConfig
+from .algorithms import (
     AdaptiveKLController,
     FixedKLController,
     aggregate_loss,
@@ -46,15 +47,14 @@ from codepost.pipeline.algorithms import (
     truncated_is_weights,
     value_loss,
 )
-from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.models import (
+from .models import (
     ActorCritic,
     ValueModel,
     completion_logits,
     completion_logprobs,
     disable_dropout,
 )
-from codepost.pipeline.rollouts import RolloutBatch
+from .rollouts import RolloutBatch
 
 Algorithm = Literal["grpo", "rloo", "reinforce++", "reinforce++_baseline", "ppo"]
 AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]

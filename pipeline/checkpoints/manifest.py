@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-import codepost
+from ... import __version__
 
 MANIFEST = "manifest.json"
 
@@ -44,7 +44,7 @@ class CheckpointManifest(BaseModel):
 
 def code_version() -> str:
     """``git describe`` of the source tree when it is a checkout, else the package version."""
-    root = Path(codepost.__file__).resolve().parent
+    root = Path(__file__).resolve().parents[2]
     try:
         described = subprocess.run(
             ["git", "-C", str(root), "describe", "--always", "--dirty"],
@@ -55,7 +55,7 @@ def code_version() -> str:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         described = ""
-    return f"{codepost.__version__}+{described}" if described else codepost.__version__
+    return f"{__version__}+{described}" if described else __version__
 
 
 def sha256_file(path: Path) -> str:

@@ -24,11 +24,12 @@ from typing import Any, Literal, Protocol
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from codepost.pipeline.data import ProblemSet, load_problem_set
-from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
-from codepost.pipeline.prompts import Prompt, PromptStyle, build_prompt
-from codepost.pipeline.rollouts import generate_rollouts
-from codepost.verifiers.problems import MBPP
+from ...verifiers.problems import MBPP
+from ..data.problem_sets import ProblemSet, load_problem_set
+from ..data.prompts import Prompt, PromptStyle, build_prompt
+from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
+from ..resources import on_close
+from ..rl.rollouts import generate_rollouts
 
 # A fixed, tokenizer-independent probe: token ids spread over the vocabulary.
 PROBE_LENGTH = 48
@@ -174,7 +175,7 @@ class VLLMSampler:
             enforce_eager=engine.enforce_eager,
             # Logprobs of the distribution actually sampled from (temperature, top-p applied).
             logprobs_mode="processed_logprobs",
-            worker_extension_cls="codepost.pipeline.vllm_worker.WeightRefreshExtension",
+            worker_extension_cls="codepost.pipeline.inference.vllm_worker.WeightRefreshExtension",
             **memory,
         )
         self.tokenizer = self.llm.get_tokenizer()
@@ -363,6 +364,7 @@ def get_sampler(model: ModelConfig, engine: EngineConfig, checkpoint: str | None
     return sampler
 
 
+@on_close
 def close_samplers() -> None:
     """Shut every cached engine down (vLLM holds processes and memory)."""
     with _SAMPLERS_LOCK:

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from scipy.stats import binomtest
 
-from codepost.verifiers import estimate_pass_at_k
+from ...verifiers import estimate_pass_at_k
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 10_000

@@ -29,23 +29,30 @@ from typing import Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from codepost.pipeline import checkpoints
-from codepost.pipeline.data import ProblemSet, fingerprint, load_problem_set
-from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
-from codepost.pipeline.models import ValueModel
-from codepost.pipeline.plots import plot_curves
-from codepost.pipeline.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.prompts import PromptStyle, build_prompt
-from codepost.pipeline.rollouts import collate_rollouts
-from codepost.pipeline.sampling import (
+from ...verifiers import RewardConfig
+from ...verifiers.problems import MBPP
+from ..checkpoints.manifest import (
+    CheckpointManifest,
+    is_published,
+    publish,
+    read_manifest,
+    sha256_file,
+    write_model,
+)
+from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
+from ..data.prompts import PromptStyle, build_prompt
+from ..inference.sampling import (
     EngineConfig,
     SamplingConfig,
     get_sampler,
     trainer_probe_logprobs,
 )
-from codepost.pipeline.scoring import ScoreConfig, score_rollouts, summarize
-from codepost.verifiers import RewardConfig
-from codepost.verifiers.problems import MBPP
+from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
+from ..reporting.plots import plot_curves
+from ..rl.models import ValueModel
+from ..rl.policy_update import PolicyUpdater, UpdateConfig
+from ..rl.rollouts import collate_rollouts
+from .scoring import ScoreConfig, score_rollouts, summarize
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +148,7 @@ def last_published_iteration(out_dir: Path) -> int:
     done = [
         int(path.name.removeprefix("iteration-"))
         for path in (out_dir / "checkpoints").glob("iteration-*")
-        if checkpoints.is_published(path)
+        if is_published(path)
     ]
     return max(done, default=0)
 
@@ -271,7 +278,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             **update_metrics,
         }
         target = iteration_dir(out_dir, iteration)
-        manifest = checkpoints.CheckpointManifest(
+        manifest = CheckpointManifest(
             stage=f"rl-{config.update.algorithm}",
             version=f"iteration-{iteration:04d}",
             parent=parent,
@@ -306,7 +313,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
 def _batches_drawn(checkpoint: Path) -> int:
     """Prompt batches the schedule had handed out when ``checkpoint`` was published (one per
     iteration before dynamic sampling recorded it)."""
-    manifest = checkpoints.read_manifest(checkpoint)
+    manifest = read_manifest(checkpoint)
     drawn = manifest.metrics.get("schedule_batches")
     return int(drawn) if drawn is not None else int(manifest.version.removeprefix("iteration-"))
 
@@ -346,7 +353,7 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     published in ``out_dir`` (reused when it is already there for this config)."""
     from datasets import Dataset
 
-    from codepost.pipeline.training import already_published
+    from ..training import already_published
 
     stage = f"update-{config.update.algorithm}"
     out_dir = Path(out_dir)
@@ -371,12 +378,12 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
         **summarize(rows),
         **updater.update(collate_rollouts(kept, pad_token_id=tokenizer.pad_token_id)),
     }
-    manifest = checkpoints.CheckpointManifest(
+    manifest = CheckpointManifest(
         stage=stage,
         version=f"policy-{version:04d}",
         parent=parent,
         config=config.model_dump(mode="json"),
-        data={"rollouts": checkpoints.sha256_file(Path(scored))},
+        data={"rollouts": sha256_file(Path(scored))},
         metrics=metrics,
     )
     _publish(updater, tokenizer, out_dir, manifest, version)
@@ -404,13 +411,13 @@ def _publish(
     updater: PolicyUpdater,
     tokenizer: Any,
     target: Path,
-    manifest: checkpoints.CheckpointManifest,
+    manifest: CheckpointManifest,
     policy_version: int,
 ) -> None:
     """A checkpoint of the policy (LoRA merged) and the state to continue from."""
 
     def write(folder: Path) -> None:
-        checkpoints.write_model(folder, updater.policy, tokenizer)
+        write_model(folder, updater.policy, tokenizer)
         torch.save(
             {
                 "policy_version": policy_version,
@@ -422,7 +429,7 @@ def _publish(
             folder / TRAINER_STATE,
         )
 
-    checkpoints.publish(target, write, manifest)
+    publish(target, write, manifest)
 
 
 def _load_trainer_state(updater: PolicyUpdater, path: Path) -> None:

@@ -19,9 +19,9 @@ from datasets import Dataset, DatasetDict, load_from_disk
 from pydantic import BaseModel, ConfigDict, Field
 from trl import DPOConfig, DPOTrainer
 
-from codepost.pipeline.checkpoints import read_manifest
-from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
-from codepost.pipeline.training import (
+from ..checkpoints.manifest import read_manifest
+from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
+from ..training import (
     TrainingSettings,
     already_published,
     console,

@@ -16,12 +16,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from codepost.pipeline.data import ProblemSet, fingerprint, load_problem_set
-from codepost.pipeline.model_config import ModelConfig, load_tokenizer
-from codepost.pipeline.prompts import PromptStyle, build_prompt
-from codepost.pipeline.sampling import EngineConfig, SamplingConfig, get_sampler
-from codepost.pipeline.scoring import ScoreConfig, progress_bar, score_rollouts
-from codepost.pipeline.stats import bootstrap_interval, pass_at_k_per_problem, wilson_interval
+from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
+from ..data.prompts import PromptStyle, build_prompt
+from ..inference.sampling import EngineConfig, SamplingConfig, get_sampler
+from ..model_config import ModelConfig, load_tokenizer
+from ..reporting.stats import bootstrap_interval, pass_at_k_per_problem, wilson_interval
+from .scoring import ScoreConfig, progress_bar, score_rollouts
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from codepost.pipeline.checkpoints import MANIFEST, CheckpointManifest, read_manifest
+from .manifest import MANIFEST, CheckpointManifest, read_manifest
 
 TAGS_FILE = "tags.json"
 

@@ -16,10 +16,12 @@ from datasets import Dataset
 from pydantic import BaseModel, ConfigDict, Field
 from trl import SFTConfig, SFTTrainer
 
-from codepost.pipeline.data import ProblemSet, fingerprint, load_problem_set
-from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
-from codepost.pipeline.prompts import PromptStyle, build_prompt, reference_answer
-from codepost.pipeline.training import (
+from ...verifiers import Problem
+from ...verifiers.problems import MBPP
+from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
+from ..data.prompts import PromptStyle, build_prompt, reference_answer
+from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
+from ..training import (
     TrainingSettings,
     already_published,
     console,
@@ -27,8 +29,6 @@ from codepost.pipeline.training import (
     stage_manifest,
     trainer_arguments,
 )
-from codepost.verifiers import Problem
-from codepost.verifiers.problems import MBPP
 
 
 class SFTStageConfig(BaseModel):

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
-from codepost.pipeline.algorithms import response_mask_from_lengths
+from .algorithms import response_mask_from_lengths
 
 REQUIRED_FIELDS = (
     "prompt_id",

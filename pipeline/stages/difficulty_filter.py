@@ -19,15 +19,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from codepost.pipeline import checkpoints
-from codepost.pipeline.data import ProblemSet, fingerprint, load_problem_set
-from codepost.pipeline.evaluation import problem_counts
-from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.prompts import PromptStyle
-from codepost.pipeline.sampling import EngineConfig, SampleStageConfig, SamplingConfig, run_sample
-from codepost.pipeline.scoring import ScoreConfig, run_score
-from codepost.pipeline.training import already_published, stage_version
-from codepost.verifiers.problems import MBPP
+from ...verifiers.problems import MBPP
+from ..checkpoints.manifest import CheckpointManifest, publish, sha256_file
+from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
+from ..data.prompts import PromptStyle
+from ..inference.sampling import EngineConfig, SampleStageConfig, SamplingConfig, run_sample
+from ..model_config import ModelConfig
+from ..training import already_published, stage_version
+from .evaluation import problem_counts
+from .scoring import ScoreConfig, run_score
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def run_difficulty_filter(config: DifficultyFilterConfig, out_dir: Path) -> Path
         "mean_pass_rate": sum(r["pass_rate"] for r in rates.values()) / len(rates),
         "kept_mean_pass_rate": sum(rates[t]["pass_rate"] for t in kept) / len(kept),
     }
-    data = {"problems": fingerprint(problems), "scored": checkpoints.sha256_file(scored)}
+    data = {"problems": fingerprint(problems), "scored": sha256_file(scored)}
 
     def write(folder: Path) -> None:
         with (folder / PROBLEMS_FILE).open("w") as stream:
@@ -135,7 +135,7 @@ def run_difficulty_filter(config: DifficultyFilterConfig, out_dir: Path) -> Path
         report = {"histogram": histogram, "problems": rates}
         (folder / PASS_RATES_FILE).write_text(json.dumps(report, indent=2) + "\n")
 
-    manifest = checkpoints.CheckpointManifest(
+    manifest = CheckpointManifest(
         stage=STAGE,
         version=stage_version(STAGE, config, data),
         parent=config.model.name_or_path,
@@ -143,7 +143,7 @@ def run_difficulty_filter(config: DifficultyFilterConfig, out_dir: Path) -> Path
         data=data,
         metrics=metrics,
     )
-    checkpoints.publish(published, write, manifest)
+    publish(published, write, manifest)
     log.info(
         "%s: kept %d of %d problems (never passed %d, always passed %d)",
         STAGE,

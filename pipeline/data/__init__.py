@@ -1,0 +1,1 @@
+"""What the stages read: problem sets and the prompts built from them."""

@@ -1,0 +1,1 @@
+"""Sampling engines: vLLM (with the in-place weight refresh) and transformers."""

@@ -1,0 +1,1 @@
+"""What a run shows people: intervals and paired tests, the report, the plots."""

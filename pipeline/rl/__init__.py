@@ -1,0 +1,1 @@
+"""The RL core: advantage estimators and losses, rollout batches, the policy update."""

@@ -1,0 +1,1 @@
+"""The stages of a post-training run, one module each: ``run_...(config, paths)``."""
