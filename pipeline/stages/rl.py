@@ -52,6 +52,8 @@ from ..reporting.plots import plot_curves
 from ..rl.models import ValueModel
 from ..rl.policy_update import PolicyUpdater, UpdateConfig
 from ..rl.rollouts import collate_rollouts
+from .difficulty_filter import kept_problems
+from .registry import Artifacts, Stage, register, with_weights
 from .scoring import ScoreConfig, score_rollouts, summarize
 
 log = logging.getLogger(__name__)
@@ -459,3 +461,41 @@ def _record(out_dir: Path, metrics: dict[str, Any]) -> None:
         },
         title="RL iterations",
     )
+
+
+def _rl_stage(config: RLConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    config = kept_problems(with_weights(config, inputs.checkpoint), inputs.problems)
+    checkpoint = run_rl(config, out_dir)
+    return Artifacts(checkpoint=str(checkpoint), scored=str(merge_rollouts(out_dir)))
+
+
+def _update_stage(config: UpdateStageConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    if inputs.scored is None:
+        raise ValueError("update: no scored rollouts to update on")
+    updated = run_update(with_weights(config, inputs.checkpoint), Path(inputs.scored), out_dir)
+    return Artifacts(checkpoint=str(updated))
+
+
+RL_STAGE = register(
+    Stage(
+        name="rl",
+        config=RLConfig,
+        run=_rl_stage,
+        needs=(),
+        uses=("checkpoint", "problems"),
+        makes=("checkpoint", "scored"),
+        extendable=("iterations", "epochs"),
+        description="sample, score and update in a loop (GRPO, RLOO, REINFORCE++, PPO)",
+    )
+)
+UPDATE_STAGE = register(
+    Stage(
+        name="update",
+        config=UpdateStageConfig,
+        run=_update_stage,
+        needs=("scored",),
+        uses=("checkpoint",),
+        makes=("checkpoint",),
+        description="one policy update on scored rollouts",
+    )
+)
