@@ -1,9 +1,11 @@
 """The RL trainer state: safetensors + JSON that round-trip the optimizer, critic, generator and
-KL coefficient exactly, and a pickled state in a run folder that is refused, never unpickled."""
+KL coefficient exactly; a pickle in a run folder (trainer state, model weights) is refused,
+never unpickled."""
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from update_cases import tiny_case, weights
 from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish, write_model
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.inference.sampling import EngineConfig
-from codepost.pipeline.model_config import load_causal_lm, load_tokenizer
+from codepost.pipeline.model_config import ModelNotFoundError, load_causal_lm, load_tokenizer
 from codepost.pipeline.rl.policy_update import UpdateConfig
 from codepost.pipeline.rl.trainer_state import (
     PICKLED,
@@ -90,7 +92,7 @@ class _Payload:
     def __init__(self, marker: Path) -> None:
         self.marker = marker
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[object, tuple[str]]:
         return os.system, (f"touch {shlex.quote(str(self.marker))}",)
 
 
@@ -122,11 +124,23 @@ def test_a_pickled_trainer_state_in_a_run_folder_is_refused_never_unpickled(tmp_
         prompts_per_iteration=2,
         engine=EngineConfig(backend="hf"),
     )
-    with pytest.raises(ValueError, match=f"{first / PICKLED}: a pickled trainer state"):
+    refused = re.escape(f"{first / PICKLED}: a pickled trainer state")
+    with pytest.raises(ValueError, match=refused):
         run_rl(config, out)
     rows = tmp_path / "rows.parquet"
     Dataset.from_list([{"reward": 1.0, "excluded": False}]).to_parquet(str(rows))
     resumed_from = model.model_copy(update={"name_or_path": str(first)})
-    with pytest.raises(ValueError, match=f"{first / PICKLED}: a pickled trainer state"):
+    with pytest.raises(ValueError, match=refused):
         run_update(UpdateStageConfig(model=resumed_from), rows, tmp_path / "update")
+    assert not marker.exists()
+
+
+def test_a_checkpoint_whose_weights_are_a_pickle_is_refused_never_unpickled(tmp_path):
+    marker = tmp_path / "pwned"
+    model = saved_tiny_model(tmp_path / "tiny")
+    folder = Path(model.name_or_path)
+    (folder / "model.safetensors").unlink()
+    torch.save({"model.norm.weight": _Payload(marker)}, folder / "pytorch_model.bin")
+    with pytest.raises(ModelNotFoundError, match=r"no file named model\.safetensors"):
+        load_causal_lm(model)
     assert not marker.exists()
