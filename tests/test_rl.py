@@ -16,6 +16,7 @@ from codepost.pipeline.checkpoints import manifest as checkpoints
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.rl.policy_update import UpdateConfig
+from codepost.pipeline.rl.trainer_state import SCALARS, TENSORS
 from codepost.pipeline.stages.rl import (
     METRICS_FILE,
     RLConfig,
@@ -69,6 +70,7 @@ def test_iterations_publish_checkpoints_and_a_rerun_resumes_after_the_last_one(
     first = [checkpoints.read_manifest(iteration_dir(out, i)) for i in (1, 2)]
     assert [m.version for m in first] == ["iteration-0001", "iteration-0002"]
     assert first[1].parent == str(iteration_dir(out, 1)) and first[0].stage == "rl-grpo"
+    assert {TENSORS, SCALARS} <= first[1].files.keys()  # the trainer state is hashed too
     rows = metrics(out)
     assert [r["iteration"] for r in rows] == [1, 2]
     assert all(r["optimizer_steps"] >= 1 and r["samples"] == 6 for r in rows)

@@ -52,13 +52,13 @@ from ..reporting.plots import plot_curves
 from ..rl.models import ValueModel
 from ..rl.policy_update import PolicyUpdater, UpdateConfig
 from ..rl.rollouts import collate_rollouts
+from ..rl.trainer_state import has_trainer_state, load_trainer_state, save_trainer_state
 from .difficulty_filter import kept_problems
 from .registry import Artifacts, Stage, register, with_weights
 from .scoring import ScoreConfig, score_rollouts, summarize
 
 log = logging.getLogger(__name__)
 
-TRAINER_STATE = "trainer_state.pt"
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "reward_curve.png"
 
@@ -217,7 +217,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
     policy = load_causal_lm(config.model.model_copy(update={"name_or_path": parent}))
     updater = _updater(config.update, config.model, policy)
     if start:
-        _load_trainer_state(updater, Path(parent) / TRAINER_STATE)
+        load_trainer_state(updater, Path(parent))
         log.info("resuming after iteration %d (%s)", start, parent)
     sampler = get_sampler(config.model, config.engine, checkpoint=parent)
     vocab_size = policy.config.vocab_size
@@ -372,9 +372,8 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     parent = config.model.resolve()
     tokenizer = load_tokenizer(config.model)
     updater = _updater(config.update, config.model, load_causal_lm(config.model))
-    state = Path(parent) / TRAINER_STATE
-    if state.is_file():
-        _load_trainer_state(updater, state)
+    if has_trainer_state(Path(parent)):
+        load_trainer_state(updater, Path(parent))
     version = max(int(row.get("policy_version") or 0) for row in kept) + 1
     metrics = {
         **summarize(rows),
@@ -420,27 +419,9 @@ def _publish(
 
     def write(folder: Path) -> None:
         write_model(folder, updater.policy, tokenizer)
-        torch.save(
-            {
-                "policy_version": policy_version,
-                "optimizer": updater.optimizer.state_dict(),
-                "kl_coef": updater.kl_controller.value,
-                "generator": updater.generator.get_state(),
-                "critic": updater.critic.state_dict() if updater.critic is not None else None,
-            },
-            folder / TRAINER_STATE,
-        )
+        save_trainer_state(updater, folder, policy_version=policy_version)
 
     publish(target, write, manifest)
-
-
-def _load_trainer_state(updater: PolicyUpdater, path: Path) -> None:
-    state = torch.load(path, weights_only=False)
-    updater.optimizer.load_state_dict(state["optimizer"])
-    updater.kl_controller.value = state["kl_coef"]
-    updater.generator.set_state(state["generator"])
-    if state["critic"] is not None and updater.critic is not None:
-        updater.critic.load_state_dict(state["critic"])
 
 
 def _record(out_dir: Path, metrics: dict[str, Any]) -> None:
