@@ -81,8 +81,14 @@ def test_iterations_publish_checkpoints_and_a_rerun_resumes_after_the_last_one(
     assert (out / "reward_curve.png").stat().st_size > 10_000
     assert (out / "rollouts" / "iteration-0002.parquet").is_file()
 
+    # Killed between publishing iteration 2 and recording its metrics row (issue 17, class 8):
+    # the rerun restores the row from the iteration's manifest.
+    recorded = (out / METRICS_FILE).read_text().splitlines()
+    (out / METRICS_FILE).write_text(recorded[0] + "\n")
     run_rl(config.model_copy(update={"iterations": 3}), out)  # resume: only iteration 3 runs
-    assert [r["iteration"] for r in metrics(out)] == [1, 2, 3]
+    rows = metrics(out)
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    assert rows[1]["reward_mean"] == json.loads(recorded[1])["reward_mean"]
     assert [checkpoints.read_manifest(iteration_dir(out, i)) for i in (1, 2)] == first
     assert checkpoints.read_manifest(iteration_dir(out, 3)).parent == str(iteration_dir(out, 2))
     for i in (1, 2, 3):

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...verifiers import RewardConfig
 from ...verifiers.problems import MBPP
+from .. import atomic
 from ..checkpoints.manifest import (
     CheckpointManifest,
     is_published,
@@ -194,8 +195,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
     """Train ``config.num_iterations`` iterations into ``out_dir``; returns the last
     checkpoint."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.json").write_text(config.model_dump_json(indent=2))
+    atomic.write_text(out_dir / "config.json", config.model_dump_json(indent=2))
     torch.manual_seed(config.seed)
 
     # Problems and prompts.
@@ -210,6 +210,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
 
     # Resume after the last published iteration, with the trainer state it saved.
     start = last_published_iteration(out_dir)
+    _metrics_of_published(out_dir, start)
     parent = str(iteration_dir(out_dir, start)) if start else config.model.resolve()
     batches_drawn = _batches_drawn(Path(parent)) if start else 0
     for _ in range(batches_drawn):  # the schedule continues where it was
@@ -310,6 +311,22 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
         )
         parent = str(target)
     return iteration_dir(out_dir, iterations)
+
+
+def _metrics_of_published(out_dir: Path, last: int) -> None:
+    """``metrics.jsonl`` with exactly one row per published iteration: a run killed between
+    publishing an iteration and recording its row gets the row back from the iteration's
+    manifest (without the times measured after it), and rows of iterations that were never
+    published are dropped."""
+    path = out_dir / METRICS_FILE
+    lines = path.read_text().splitlines() if path.is_file() else []
+    rows = {row["iteration"]: row for row in map(json.loads, filter(str.strip, lines))}
+    kept = [
+        rows.get(i) or {"iteration": i, **read_manifest(iteration_dir(out_dir, i)).metrics}
+        for i in range(1, last + 1)
+    ]
+    if kept != [json.loads(line) for line in lines if line.strip()]:
+        atomic.write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
 
 
 def _batches_drawn(checkpoint: Path) -> int:
@@ -427,8 +444,7 @@ def _publish(
 def _record(out_dir: Path, metrics: dict[str, Any]) -> None:
     """Append the iteration's metrics and redraw the curves from the whole file."""
     path = out_dir / METRICS_FILE
-    with path.open("a") as stream:
-        stream.write(json.dumps(metrics) + "\n")
+    atomic.append_line(path, json.dumps(metrics))
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     plot_curves(
         rows,
