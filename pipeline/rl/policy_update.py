@@ -208,9 +208,12 @@ class UpdateConfig(BaseModel):
 
     def loss(self) -> tuple[PolicyLoss, Hyperparameters]:
         """The policy loss with its hyperparameters: the preset's, then the fields."""
-        name = self.policy_loss or _RATIO_LEVEL_LOSSES.get(
-            self.ratio_level or "", self.recipe.policy_loss
-        )
+        if self.policy_loss is not None:
+            name = self.policy_loss
+        elif self.ratio_level is not None:
+            name = _RATIO_LEVEL_LOSSES[self.ratio_level]
+        else:
+            name = self.recipe.policy_loss
         loss = get_policy_loss(name)
         params = self._params(
             loss.params, self.recipe.policy_loss_args, _LOSS_FIELDS, self.policy_loss_args
