@@ -35,7 +35,7 @@ def _stage(config: RescoreConfig, inputs: Artifacts, out_dir: Path) -> Artifacts
     )
 
 
-STAGE = register(
+register(
     Stage(
         name="rescore",
         config=RescoreConfig,

@@ -473,7 +473,7 @@ def _update_stage(config: UpdateStageConfig, inputs: Artifacts, out_dir: Path) -
     return Artifacts(checkpoint=str(updated))
 
 
-RL_STAGE = register(
+register(
     Stage(
         name="rl",
         config=RLConfig,
@@ -485,7 +485,7 @@ RL_STAGE = register(
         description="sample, score and update in a loop (GRPO, RLOO, REINFORCE++, PPO)",
     )
 )
-UPDATE_STAGE = register(
+register(
     Stage(
         name="update",
         config=UpdateStageConfig,
