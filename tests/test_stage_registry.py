@@ -152,3 +152,28 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
         holder.join()
     with run_folder_lock(tmp_path):
         assert f"pid {os.getpid()}" in (tmp_path / ".lock").read_text()
+
+
+def publish_weights(config: CountConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish
+
+    def write(folder: Path) -> None:
+        (folder / "model.safetensors").write_bytes(bytes(range(256)) * config.step)
+
+    publish(out_dir, write, CheckpointManifest(stage="toy", version="v1"))
+    return Artifacts(checkpoint=str(out_dir))
+
+
+def test_a_corrupted_checkpoint_is_refused_naming_the_file_its_manifest_lists(tmp_path):
+    stage = Stage(name="toy-weights", config=CountConfig, run=publish_weights, needs=(),
+                  makes=("checkpoint",), accelerator=False)  # fmt: skip
+    first = run_stage(stage, CountConfig(), Artifacts(), tmp_path)
+    weights = Path(first.checkpoint) / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[10] ^= 0xFF  # a flipped byte, the manifest untouched
+    weights.write_bytes(bytes(data))
+    with pytest.raises(StaleOutputError, match=r"model\.safetensors"):
+        run_stage(stage, CountConfig(), Artifacts(), tmp_path)
+    (Path(first.checkpoint) / "manifest.json").unlink()  # a deleted manifest
+    with pytest.raises(StaleOutputError, match="differs from the digest"):
+        run_stage(stage, CountConfig(), Artifacts(), tmp_path)
