@@ -9,7 +9,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..pipeline.cli import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE, stdout_console
+from ..pipeline.cli import (
+    EXIT_BAD_INPUT,
+    EXIT_SANDBOX_UNAVAILABLE,
+    read_settings,
+    stdout_console,
+)
 
 
 def register_run(subparsers: Any) -> argparse.ArgumentParser:
@@ -28,17 +33,12 @@ def register_run(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def load_config(path: Path | None, run_dir: str | None) -> Any:
-    import yaml
-
     from ..pipeline.post_train import PostTrainConfig, embedded_default
 
     if path is None:
         config = embedded_default()
     else:
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a mapping of PostTrainConfig settings")
-        config = PostTrainConfig.model_validate(data)
+        config = PostTrainConfig.model_validate(read_settings(path, "PostTrainConfig"))
     return config.model_copy(update={"run_dir": run_dir}) if run_dir else config
 
 

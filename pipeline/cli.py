@@ -62,17 +62,26 @@ def register_evaluate(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def build_config(args: argparse.Namespace) -> Any:
-    """The EvalConfig of a YAML file (if any) with the flags given on top."""
+def read_settings(path: Path, config_name: str) -> dict[str, Any]:
+    """The mapping of settings in YAML file ``path``; ValueError names the file, and the line
+    where it stops being YAML, so a command refuses it as bad input."""
     import yaml
 
+    with path.open() as stream:  # read from the stream, yaml's messages name the file
+        try:
+            data = yaml.safe_load(stream) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of {config_name} settings")
+    return data
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    """The EvalConfig of a YAML file (if any) with the flags given on top."""
     from .stages.evaluation import EvalConfig
 
-    data: dict[str, Any] = {}
-    if args.config is not None:
-        data = yaml.safe_load(args.config.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{args.config}: expected a mapping of EvalConfig settings")
+    data = {} if args.config is None else read_settings(args.config, "EvalConfig")
     problems = dict(data.get("problems") or {})
     for flag, key in (("problems", "source"), ("split", "split"), ("limit", "limit")):
         if getattr(args, flag) is not None:

@@ -1,5 +1,5 @@
 """``codepost evaluate --compare A B`` on evaluation folders written here (no model, no
-Docker), and the evaluation table's intervals."""
+Docker), the evaluation table's intervals, and settings refused before any model loads."""
 
 from __future__ import annotations
 
@@ -81,3 +81,21 @@ def test_the_evaluation_table_shows_each_interval():
     text = console.export_text()
     assert re.search(r"pass@1\s*│\s*0\.0938\s*│\s*\[0\.0324, 0\.2422\]", text)
     assert "_ci95" not in text
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("max_tokens: [8\n", "line 2"),
+        ("engine: {cpu_kv_cache_gib: 0.5}\n", "engine.cpu_kv_cache_gib"),
+        ("max_tokens: 2048\n", "max_tokens=2048"),
+    ],
+)
+def test_evaluate_refuses_settings_it_cannot_use_naming_them(tmp_path, capsys, text, named):
+    config = tmp_path / "eval.yaml"
+    config.write_text(text)
+    argv = ["evaluate", "--config", str(config), "--output", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert named in err, err
+    assert not (tmp_path / "out").exists()

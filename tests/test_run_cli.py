@@ -36,6 +36,28 @@ def _config(tmp_path: Path, settings: object) -> str:
         ({"stages": ["sft", "dpo"]}, "(dpo) needs pairs"),
         ({"model": {"name_or_path": "/nonexistent/model"}}, "'/nonexistent/model'"),
         (["sft", "rl"], "expected a mapping"),
+        # vLLM takes the CPU KV cache as whole GiB: 0.5 failed inside the first evaluation
+        (
+            {"evaluations": {"humaneval": {"engine": {"cpu_kv_cache_gib": 0.5}}}},
+            "evaluations.humaneval.engine.cpu_kv_cache_gib",
+        ),
+        ({"rl": {"sampling": {"temperature": 2.5}}}, "rl.sampling.temperature"),
+        ({"evaluations": {"humaneval": {"temperature": 3}}}, "evaluations.humaneval.temperature"),
+        ({"rl": {"sampling": {"temperature": 0}}}, "sampling.temperature=0"),
+        (
+            {"rl": {"sampling": {"num_generations": 1}, "update": {"algorithm": "rloo"}}},
+            "sampling.num_generations=1",
+        ),
+        ({"rl": {"sampling": {"max_tokens": 2048}}}, "sampling.max_tokens=2048"),
+        ({"dpo_rollouts": {"sampling": {"max_tokens": 4096}}}, "sampling.max_tokens=4096"),
+        (
+            {"evaluations": {"humaneval": {"max_tokens": 4000, "engine": {"max_model_len": 4000}}}},
+            "max_tokens=4000",
+        ),
+        (
+            {"difficulty_filter": {"engine": {"max_model_len": 256}}},
+            "engine.max_model_len=256",
+        ),
     ],
 )
 def test_settings_it_cannot_use_are_refused_naming_the_problem(tmp_path, capsys, settings, named):
@@ -43,6 +65,16 @@ def test_settings_it_cannot_use_are_refused_naming_the_problem(tmp_path, capsys,
     assert cli.main(argv) == EXIT_BAD_INPUT
     assert named in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / "run").exists()  # refused before anything started
+
+
+def test_a_config_that_is_not_yaml_is_refused_naming_the_file_and_line(tmp_path, capsys):
+    config = tmp_path / "config.yaml"
+    config.write_text("run_dir: x\nstages: [sft\n")
+    argv = ["run", "--config", str(config), "--run-dir", str(tmp_path / "run")]
+    assert cli.main(argv) == EXIT_BAD_INPUT
+    err = " ".join(capsys.readouterr().err.split())
+    assert str(config) in err and "line 3" in err, err
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_failing_stage_ends_the_run_with_its_error_and_how_to_resume(

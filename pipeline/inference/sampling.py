@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...verifiers.problems import MBPP
 from ..data.problem_sets import ProblemSet, load_problem_set
@@ -46,7 +46,7 @@ class SamplingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     num_generations: int = Field(8, ge=1, le=512, description="completions per prompt (G)")
-    temperature: float = Field(1.0, ge=0, le=10, description="0 = greedy")
+    temperature: float = Field(1.0, ge=0, le=2, description="0 = greedy; vLLM takes [0, 2]")
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int = Field(384, ge=1, le=32768, description="completion tokens at most")
     stop: list[str] = Field(default_factory=list, description="stop strings (EOS always stops)")
@@ -61,7 +61,9 @@ class EngineConfig(BaseModel):
     backend: Literal["vllm", "hf"] = Field("vllm", description="hf = transformers generate")
     max_model_len: int = Field(2048, ge=64)
     enforce_eager: bool = Field(True, description="skip graph compilation (faster start)")
-    cpu_kv_cache_gib: float = Field(2.0, gt=0, description="CPU: KV cache space (GiB)")
+    cpu_kv_cache_gib: int = Field(
+        2, ge=1, description="CPU: KV cache space in whole GiB (vLLM's VLLM_CPU_KVCACHE_SPACE)"
+    )
     gpu_memory_utilization: float = Field(0.4, gt=0, le=0.95, description="GPU: share for vLLM")
     hf_max_sequences: int = Field(
         64, ge=1, description="hf backend: sequences per generate call (memory bound)"
@@ -70,6 +72,17 @@ class EngineConfig(BaseModel):
         2e-3, gt=0, description="refresh check: max mean |logprob diff| engine vs trainer"
     )
     seed: int = 0
+
+
+def check_room(max_tokens: int, engine: EngineConfig, setting: str = "max_tokens") -> None:
+    """Refuse a completion budget the engine's context cannot hold next to a prompt: vLLM
+    would cut every completion short (or refuse the prompt) inside the stage."""
+    if max_tokens >= engine.max_model_len:
+        raise ValueError(
+            f"{setting}={max_tokens} leaves no room for the prompt within "
+            f"engine.max_model_len={engine.max_model_len}: lower {setting} or raise "
+            "engine.max_model_len"
+        )
 
 
 class Sampler(Protocol):
@@ -160,7 +173,7 @@ class VLLMSampler:
         self.engine_config = engine
         self.is_cpu = current_platform.is_cpu()
         if self.is_cpu:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{engine.cpu_kv_cache_gib:g}")
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(engine.cpu_kv_cache_gib))
             memory: dict[str, Any] = {}
         else:
             memory = {"gpu_memory_utilization": engine.gpu_memory_utilization}
@@ -390,6 +403,11 @@ class SampleStageConfig(BaseModel):
     prompt_style: PromptStyle = "chat"
     sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(max_tokens=256))
     engine: EngineConfig = Field(default_factory=EngineConfig)
+
+    @model_validator(mode="after")
+    def _fits(self) -> SampleStageConfig:
+        check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
+        return self
 
 
 def run_sample(config: SampleStageConfig, out_dir: Path) -> Path:

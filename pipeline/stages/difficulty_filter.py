@@ -24,7 +24,13 @@ from ...verifiers.problems import MBPP
 from ..checkpoints.manifest import CheckpointManifest, publish, sha256_file
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle
-from ..inference.sampling import EngineConfig, SampleStageConfig, SamplingConfig, run_sample
+from ..inference.sampling import (
+    EngineConfig,
+    SampleStageConfig,
+    SamplingConfig,
+    check_room,
+    run_sample,
+)
 from ..model_config import ModelConfig
 from ..training import already_published, stage_version
 from .evaluation import problem_counts
@@ -62,6 +68,7 @@ class DifficultyFilterConfig(BaseModel):
                 f"min_pass_rate={self.min_pass_rate} must be below max_pass_rate="
                 f"{self.max_pass_rate}: no pass rate lies strictly between them"
             )
+        check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
         return self
 
 

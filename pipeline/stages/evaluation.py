@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle, build_prompt
-from ..inference.sampling import EngineConfig, SamplingConfig, get_sampler
+from ..inference.sampling import EngineConfig, SamplingConfig, check_room, get_sampler
 from ..model_config import ModelConfig, load_tokenizer
 from ..reporting.stats import bootstrap_interval, pass_at_k_per_problem, wilson_interval
 from .registry import Artifacts, Stage, register
@@ -39,7 +39,7 @@ class EvalConfig(BaseModel):
     prompt_style: PromptStyle = "chat"
     greedy: bool = Field(True, description="greedy pass@1")
     num_samples: int = Field(0, ge=0, le=1024, description="sampled completions per problem")
-    temperature: float = Field(0.8, gt=0, le=10)
+    temperature: float = Field(0.8, gt=0, le=2, description="vLLM takes [0, 2]")
     top_p: float = Field(1.0, gt=0, le=1)
     ks: list[int] = Field(default_factory=lambda: [1, 8], description="k of sampled pass@k")
     max_tokens: int = Field(384, ge=1)
@@ -55,6 +55,7 @@ class EvalConfig(BaseModel):
         too_large = [k for k in self.ks if self.num_samples and k > self.num_samples]
         if too_large:
             raise ValueError(f"pass@k for k={too_large} needs num_samples >= {max(too_large)}")
+        check_room(self.max_tokens, self.engine)
         return self
 
 

@@ -45,6 +45,7 @@ from ..data.prompts import PromptStyle, build_prompt
 from ..inference.sampling import (
     EngineConfig,
     SamplingConfig,
+    check_room,
     get_sampler,
     trainer_probe_logprobs,
 )
@@ -114,11 +115,22 @@ class RLConfig(BaseModel):
     seed: int = 0
 
     @model_validator(mode="after")
-    def _one_length(self) -> RLConfig:
+    def _consistent(self) -> RLConfig:
         if (self.iterations is None) == (self.epochs is None):
             raise ValueError(
                 "set the run's length once: `iterations` or `epochs` (with iterations: null)"
             )
+        if self.sampling.temperature == 0:
+            raise ValueError(
+                "sampling.temperature=0 samples greedily: the update needs the probabilities "
+                "of a sampled distribution (temperature > 0)"
+            )
+        if self.update.algorithm == "rloo" and self.sampling.num_generations < 2:
+            raise ValueError(
+                f"sampling.num_generations={self.sampling.num_generations}: rloo's "
+                "leave-one-out baseline needs at least 2 completions per prompt"
+            )
+        check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
         return self
 
     def num_iterations(self, num_problems: int) -> int:
