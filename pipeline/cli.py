@@ -329,6 +329,7 @@ def checkpoints(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from .atomic import WriteError
     from .checkpoints import registry
     from .checkpoints.manifest import verify
 
@@ -377,6 +378,9 @@ def checkpoints(args: argparse.Namespace) -> int:
     except (LookupError, ValueError, FileNotFoundError) as exc:
         err.print(f"[red]codepost checkpoints[/red]: {exc}")
         return EXIT_BAD_INPUT
+    except WriteError as exc:  # a full disk, a read-only folder: named, not a traceback
+        err.print(f"[red]codepost checkpoints[/red]: {exc}")
+        return 1
     return 0
 
 

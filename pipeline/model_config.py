@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from .atomic import staged
 
 if TYPE_CHECKING:
     import torch
@@ -155,16 +155,10 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
+    # A concurrent conversion's folder, the same weights, is replaced.
+    with staged(target, folder=True) as staging:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        if target.exists():  # a concurrent conversion won
-            return
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def load_tokenizer(config: ModelConfig) -> PreTrainedTokenizerBase:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 
 import pytest
+import torch
 from transformers import AutoModelForCausalLM
 
+from codepost.pipeline.atomic import WriteError
 from codepost.pipeline.checkpoints import manifest as checkpoints
 from codepost.pipeline.checkpoints.manifest import CheckpointManifest
 from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
@@ -87,3 +90,18 @@ def test_lora_is_merged_into_the_published_weights_and_training_goes_on(tiny, tm
 def test_reading_a_folder_without_manifest_names_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a published checkpoint"):
         checkpoints.read_manifest(tmp_path)
+
+
+def test_a_full_disk_names_the_checkpoint_and_publishes_nothing(full_disk):
+    """torch's own zip writer reports ENOSPC as "unexpected pos N vs M"; publish names it."""
+
+    def write(folder):
+        torch.save(torch.zeros(1 << 19), folder / "optimizer.pt")  # 2 MiB into 1 MiB
+
+    target = full_disk / "rl" / "iteration-0001"
+    with pytest.raises(WriteError) as caught:
+        checkpoints.publish(target, write, manifest())
+    assert caught.value.errno == errno.ENOSPC
+    assert f"No space left on device (writing {target}" in str(caught.value)
+    assert [p.name for p in full_disk.iterdir()] == ["rl"]
+    assert not list((full_disk / "rl").iterdir())

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 from pydantic import ValidationError
 
+from codepost.pipeline.atomic import WriteError
 from codepost.pipeline.model_config import (
     DEFAULT_MODEL,
     ModelConfig,
@@ -64,3 +67,13 @@ def test_the_embedded_smollm2_converts_once_and_loads_with_its_chat_template():
     assert tokenizer.chat_template and tokenizer.eos_token == "<|im_end|>"
     model = load_causal_lm(config)
     assert model.config.model_type == "llama" and model.num_parameters() == 134_515_008
+
+
+@pytest.mark.slow
+def test_a_conversion_into_a_full_disk_names_the_folder_and_leaves_none(full_disk, monkeypatch):
+    monkeypatch.setenv("CODEPOST_CACHE", str(full_disk))
+    with pytest.raises(WriteError) as caught:
+        ModelConfig().resolve()
+    assert caught.value.errno == errno.ENOSPC
+    assert f"No space left on device (writing {full_disk / 'models'}" in str(caught.value)
+    assert not list((full_disk / "models").iterdir())

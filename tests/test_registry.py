@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import pytest
 
 from codepost.flows.cli import main
@@ -74,3 +77,24 @@ def test_the_command_lists_whole_version_names_when_piped(tmp_path, capsys):
     publish_fake(tmp_path, "iteration-0001", "rl-grpo-with-a-long-stage-name", "2026-01-01")
     assert main(["checkpoints", "--root", str(tmp_path), "list"]) == 0
     assert "rl-grpo-with-a-long-stage-name/iteration-0001" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "action", [["list"], ["verify"], ["show", "best"], ["prune", "--keep-last", "1"]]
+)
+def test_the_command_refuses_a_root_that_is_not_a_folder(tmp_path, capsys, action):
+    for root in (tmp_path / "nowhere", tmp_path / "file"):
+        (tmp_path / "file").write_text("")
+        assert main(["checkpoints", "--root", str(root), *action]) == 2
+        assert str(root) in "".join(capsys.readouterr().err.split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_the_command_names_a_full_disk_and_leaves_the_tags_as_they_were(full_disk, capsys):
+    publish_fake(full_disk, "final", "sft", "2026-01-01")
+    with contextlib.suppress(OSError), (full_disk / "filler").open("wb") as filler:
+        filler.write(os.urandom(2 << 20))  # the rest of the 1 MiB
+    assert main(["checkpoints", "--root", str(full_disk), "tag", "sft/final", "best"]) == 1
+    err = "".join(capsys.readouterr().err.split())  # rich folds long lines
+    assert f"Nospaceleftondevice(writing{full_disk / 'tags.json'})" in err, err
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler", "sft"]

@@ -14,9 +14,7 @@ import copy
 import datetime as dt
 import hashlib
 import json
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ... import __version__
+from ..atomic import staged
 
 MANIFEST = "manifest.json"
 
@@ -74,9 +73,9 @@ def publish(
     target = Path(target)
     if (target / MANIFEST).exists():
         raise FileExistsError(f"checkpoint {target} is already published")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+    # An unpublished leftover at ``target`` (no manifest) is replaced; a full disk is a
+    # WriteError naming ``target``, not torch's "unexpected pos N vs M".
+    with staged(target, folder=True) as staging:
         write(staging)
         files = {
             str(path.relative_to(staging)): sha256_file(path)
@@ -92,11 +91,6 @@ def publish(
             }
         )
         (staging / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
-        if target.exists():  # an unpublished leftover (no manifest): replace it
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return manifest
 
 

@@ -8,12 +8,11 @@ newest K versions and every tagged one, and never touches an unpublished folder.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic import write_json
 from .manifest import MANIFEST, CheckpointManifest, read_manifest
 
 TAGS_FILE = "tags.json"
@@ -35,16 +34,12 @@ def read_tags(root: Path) -> dict[str, str]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def _write_tags(root: Path, tags: dict[str, str]) -> None:
-    handle, staging = tempfile.mkstemp(prefix=".tags-", dir=root)
-    with os.fdopen(handle, "w") as stream:
-        json.dump(tags, stream, indent=2, sort_keys=True)
-    os.replace(staging, Path(root) / TAGS_FILE)
-
-
 def list_checkpoints(root: Path) -> list[Entry]:
-    """Every published checkpoint under ``root``, oldest first."""
+    """Every published checkpoint under ``root``, oldest first. A ``root`` that is not a
+    folder is a mistyped path, not an empty registry: FileNotFoundError names it."""
     root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: {'not a folder' if root.exists() else 'no such folder'}")
     tags = read_tags(root)
     entries = []
     for manifest_path in root.rglob(MANIFEST):
@@ -75,7 +70,7 @@ def tag(root: Path, ref: str, name: str) -> Entry:
     entry = resolve(root, ref)
     tags = read_tags(root)
     tags[name] = str(entry.path.relative_to(root))
-    _write_tags(Path(root), tags)
+    write_json(Path(root) / TAGS_FILE, tags)
     return resolve(root, name)
 
 
