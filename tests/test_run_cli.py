@@ -28,6 +28,10 @@ def _config(tmp_path: Path, settings: object) -> str:
     return str(path)
 
 
+def _stage(stage: str, **config: object) -> dict[str, object]:
+    return {"stage": stage, "config": config}
+
+
 @pytest.mark.parametrize(
     ("settings", "named"),
     [
@@ -41,23 +45,30 @@ def _config(tmp_path: Path, settings: object) -> str:
             {"evaluations": {"humaneval": {"engine": {"cpu_kv_cache_gib": 0.5}}}},
             "evaluations.humaneval.engine.cpu_kv_cache_gib",
         ),
-        ({"rl": {"sampling": {"temperature": 2.5}}}, "rl.sampling.temperature"),
-        ({"evaluations": {"humaneval": {"temperature": 3}}}, "evaluations.humaneval.temperature"),
-        ({"rl": {"sampling": {"temperature": 0}}}, "sampling.temperature=0"),
         (
-            {"rl": {"sampling": {"num_generations": 1}, "update": {"algorithm": "rloo"}}},
+            {"stages": [_stage("rl", sampling={"temperature": 2.5})]},
+            "rl.config.sampling.temperature",
+        ),
+        ({"evaluations": {"humaneval": {"temperature": 3}}}, "evaluations.humaneval.temperature"),
+        ({"stages": [_stage("rl", sampling={"temperature": 0})]}, "sampling.temperature=0"),
+        (
+            {
+                "stages": [
+                    _stage("rl", sampling={"num_generations": 1}, update={"algorithm": "rloo"})
+                ]
+            },
             "sampling.num_generations=1",
         ),
-        ({"rl": {"sampling": {"max_tokens": 2048}}}, "sampling.max_tokens=2048"),
-        ({"dpo_rollouts": {"sampling": {"max_tokens": 4096}}}, "sampling.max_tokens=4096"),
+        ({"stages": [_stage("rl", sampling={"max_tokens": 2048})]}, "sampling.max_tokens=2048"),
+        (
+            {"stages": [_stage("rollouts", sampling={"max_tokens": 4096})]},
+            "sampling.max_tokens=4096",
+        ),
         (
             {"evaluations": {"humaneval": {"max_tokens": 4000, "engine": {"max_model_len": 4000}}}},
             "max_tokens=4000",
         ),
-        (
-            {"difficulty_filter": {"engine": {"max_model_len": 256}}},
-            "engine.max_model_len=256",
-        ),
+        ({"stages": [_stage("filter", engine={"max_model_len": 256})]}, "engine.max_model_len=256"),
     ],
 )
 def test_settings_it_cannot_use_are_refused_naming_the_problem(tmp_path, capsys, settings, named):

@@ -125,10 +125,10 @@ class RLConfig(BaseModel):
                 "sampling.temperature=0 samples greedily: the update needs the probabilities "
                 "of a sampled distribution (temperature > 0)"
             )
-        if self.update.algorithm == "rloo" and self.sampling.num_generations < 2:
+        if self.update.recipe.advantage == "rloo" and self.sampling.num_generations < 2:
             raise ValueError(
-                f"sampling.num_generations={self.sampling.num_generations}: rloo's "
-                "leave-one-out baseline needs at least 2 completions per prompt"
+                f"sampling.num_generations={self.sampling.num_generations}: the rloo "
+                "estimator's leave-one-out baseline needs at least 2 completions per prompt"
             )
         check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
         return self
