@@ -30,6 +30,7 @@ def start_ephemeral_server() -> None:
         return
     server = SubprocessASGIServer()
     server.start()
+    assert server.server_process is not None  # start() sets it
     pid = server.server_process.pid
     if sys.platform.startswith("linux"):
         subprocess.Popen(

@@ -21,6 +21,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from pydantic import BaseModel
 
 from ..pipeline.data.problem_sets import ProblemSet
 from ..pipeline.inference.sampling import WeightSyncError
@@ -80,14 +81,13 @@ def _stage_task(stage: Stage) -> Any:
         return outputs
 
     return task(
-        run,
         name=stage.name,
         tags=[ACCELERATOR] if stage.accelerator else [],
         retries=2,
         retry_delay_seconds=10,
         retry_condition_fn=_transient,
         timeout_seconds=STAGE_TIMEOUT_S,
-    )
+    )(run)
 
 
 STAGE_TASKS = {name: _stage_task(stage) for name, stage in STAGES.items()}
@@ -145,7 +145,7 @@ def _with_plots_inlined(markdown: str, folder: Path) -> str:
     return re.sub(r"!\[([^\]]*)\]\(([^)]+\.png)\)", inline, markdown)
 
 
-def _validated(config: Any, kind: type) -> Any:
+def _validated(config: Any, kind: type[BaseModel]) -> Any:
     """The UI sends plain data and cannot run validators: validate here, naming the problem."""
     return kind.model_validate(config if isinstance(config, dict) else config.model_dump())
 
@@ -199,7 +199,7 @@ def _flow_for(stage: Stage) -> Any:
     run.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": str | None}
     run.__name__ = run.__qualname__ = f"{stage.name}_flow"
     run.__doc__ = f"The {stage.name} stage: {stage.description}."
-    return flow(run, name=stage.name, description=run.__doc__)
+    return flow(name=stage.name, description=run.__doc__)(run)
 
 
 @flow(name="post-train")

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..pipeline.resources import close_all
 
@@ -210,7 +210,7 @@ _LEVEL_AT_START = re.compile(r"(?:\(\w+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CR
 def line_level(line: str) -> int:
     """The logging level a forwarded line was logged at; INFO for raw output (progress bars)."""
     match = _LEVEL_AT_START.match(line)
-    return logging.getLevelName(match[1]) if match else logging.INFO
+    return cast(int, logging.getLevelName(match[1])) if match else logging.INFO  # a level name
 
 
 def in_stage_worker(

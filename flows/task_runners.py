@@ -4,7 +4,7 @@ points at a remote Dask scheduler to score on several machines."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,7 +24,7 @@ class FanOut(BaseModel):
         None, description="a running Dask scheduler (tcp://host:8786); None = a local cluster"
     )
 
-    def build(self) -> TaskRunner:
+    def build(self) -> TaskRunner[Any]:
         if self.task_runner == "threads":
             return ThreadPoolTaskRunner(max_workers=self.workers)
         from prefect_dask import DaskTaskRunner

@@ -215,7 +215,9 @@ def _print_greedy_comparison(before: Evaluation, after: Evaluation, console: Any
     from .reporting.report import format_p_value
     from .reporting.stats import compare_greedy, wilson_interval
 
-    result = compare_greedy(before.greedy(), after.greedy())
+    greedy_before, greedy_after = before.greedy(), after.greedy()
+    assert greedy_before is not None and greedy_after is not None  # "greedy" in both runs
+    result = compare_greedy(greedy_before, greedy_after)
     table = Table(title="greedy pass@1 (95% Wilson interval; exact McNemar test)")
     for column in ("A", "A 95% CI", "B", "B 95% CI", "B - A", "gained", "lost", "p"):
         table.add_column(column)

@@ -69,7 +69,7 @@ class ModelConfig(BaseModel):
 
         return LoraConfig(
             r=self.lora_r,
-            lora_alpha=self.lora_alpha,
+            lora_alpha=self.lora_alpha,  # type: ignore[arg-type]  # peft says int; only divides it
             lora_dropout=self.lora_dropout,
             target_modules=self.lora_target_modules,
             task_type="CAUSAL_LM",

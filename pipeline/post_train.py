@@ -20,7 +20,7 @@ import datetime as dt
 import hashlib
 import logging
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
@@ -44,7 +44,7 @@ def _entry_model(stage: Stage) -> type[BaseModel]:
         "".join(part.title() for part in stage.name.split("-")) + "Entry",
         __config__=ConfigDict(extra="forbid", frozen=True),
         __doc__=stage.description,
-        stage=(Literal[stage.name], ...),  # type: ignore[valid-type]
+        stage=(Literal[stage.name], ...),  # type: ignore[arg-type]
         name=(
             str | None,
             Field(None, pattern=r"^[a-z0-9][a-z0-9_-]*$", description="folder; default: stage"),
@@ -53,10 +53,13 @@ def _entry_model(stage: Stage) -> type[BaseModel]:
     )
 
 
-StageEntry = Annotated[
-    Union[tuple(_entry_model(stage) for stage in STAGES.values())],  # noqa: UP007
-    Field(discriminator="stage"),
-]
+if TYPE_CHECKING:  # a union built from the registry at import time: opaque to type checkers
+    StageEntry = Any
+else:
+    StageEntry = Annotated[
+        Union[tuple(_entry_model(stage) for stage in STAGES.values())],  # noqa: UP007
+        Field(discriminator="stage"),
+    ]
 
 
 class PostTrainConfig(BaseModel):
@@ -190,7 +193,9 @@ def run_post_train(config: PostTrainConfig, execute: Executor | None = None) -> 
             outputs = run_stage(stage, stage_config, inputs, run_dir / name, execute, label=name)
             # A kind the stage makes but did not make this time (no pairs mined) is gone; the
             # checkpoint stays the last one trained.
-            made = {kind: getattr(outputs, kind) for kind in stage.makes if kind != "checkpoint"}
+            made: dict[str, Any] = {
+                kind: getattr(outputs, kind) for kind in stage.makes if kind != "checkpoint"
+            }
             artifacts = artifacts.model_copy(update=made).updated(outputs)
             done.append(
                 {"name": name, "stage": stage.name, "seed": stage_seed, **outputs.present()}

@@ -190,7 +190,8 @@ class _Container:
         self.next_id = 0
         try:  # a container that never becomes healthy is removed, not left running
             stream = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stream": 1})
-            self.sock: socket.socket = stream._sock
+            # a local Docker socket's stream is a socket.SocketIO over this socket
+            self.sock: socket.socket = stream._sock  # type: ignore[union-attr]
             runner = self.request({"op": "ping"}, timeout=30.0).get("runner")
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             self.remove()

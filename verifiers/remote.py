@@ -48,7 +48,8 @@ class RemoteVerifier:
         # No read time-out: a batch waits for its turn on the server's containers.
         self.client = httpx.Client(headers=headers, timeout=httpx.Timeout(None, connect=10.0))
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
+        """``abort`` as in ``Verifier.close``: a batch in flight is the server's to finish."""
         self.client.close()
 
     def __enter__(self) -> RemoteVerifier:

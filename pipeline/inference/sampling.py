@@ -225,7 +225,8 @@ class VLLMSampler:
                     completion.text,
                     list(completion.token_ids),
                     [
-                        step[token].logprob
+                        # a sampled position always has its logprob; vLLM types them optional
+                        step[token].logprob  # type: ignore[index]
                         for token, step in zip(
                             completion.token_ids, completion.logprobs or [], strict=True
                         )
@@ -256,8 +257,9 @@ class VLLMSampler:
             SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0),
             use_tqdm=False,
         )
+        assert output.prompt_logprobs is not None  # asked for: prompt_logprobs=0
         return [
-            step[token].logprob
+            step[token].logprob  # type: ignore[index]  # only the first position has none
             for token, step in zip(ids[1:], output.prompt_logprobs[1:], strict=True)
         ]
 

@@ -7,9 +7,16 @@ stale prepacked copy of the embeddings, so it is packed again here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 
 class WeightRefreshExtension:
     """Mixed into vLLM's worker class; called with ``llm.collective_rpc("refresh_weights")``."""
+
+    # the worker's own, declared for type checkers only (no class attribute shadows them)
+    model_runner: Any
+    reload_weights: Callable[..., None]
 
     def refresh_weights(self, weights_path: str) -> None:
         from vllm.platforms import current_platform

@@ -155,13 +155,19 @@ def _rows(loaded: Mapping[str, Mapping[str, Evaluation]]) -> list[dict[str, Any]
         for stage, evaluation in stages.items():
             greedy = evaluation.greedy()
             passed = None if greedy is None else sum(greedy.values())
-            low, high = (None, None) if not greedy else wilson_interval(passed, len(greedy))
+            low, high = (
+                (None, None)
+                if passed is None or not greedy
+                else wilson_interval(passed, len(greedy))
+            )
             rows.append(
                 {
                     "benchmark": benchmark,
                     "stage": stage,
                     "checkpoint": evaluation.results.get("checkpoint", ""),
-                    "greedy pass@1": passed / len(greedy) if greedy else None,
+                    "greedy pass@1": passed / len(greedy)
+                    if passed is not None and greedy
+                    else None,
                     "ci95 low": low,
                     "ci95 high": high,
                     "passed": passed,
@@ -183,7 +189,7 @@ def _versus(name: str, before: Evaluation | None, after: Evaluation) -> dict[str
     outcomes = (None if before is None else before.greedy(), after.greedy())
     if before is not None and outcomes[0] and outcomes[1]:
         check_same_problems(before, after)
-        comparison = compare_greedy(*outcomes)
+        comparison = compare_greedy(outcomes[0], outcomes[1])
     fields = ("difference", "gained", "lost", "p_value")
     return {
         f"{field.removesuffix('_value')} vs {name}": getattr(comparison, field, None)

@@ -24,7 +24,7 @@ import contextlib
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import torch
 from accelerate import Accelerator
@@ -61,6 +61,10 @@ from .models import (
     disable_dropout,
 )
 from .rollouts import RolloutBatch
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel
 
 AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
 
@@ -359,7 +363,9 @@ class PolicyUpdater:
                 continue
             disable_dropout(module)
             if model_config.gradient_checkpointing:
+                # the policy is a causal LM (or its PeftModel, which forwards the call)
                 target = module.backbone if isinstance(module, ValueModel) else module
+                target = cast("PreTrainedModel", target)
                 target.gradient_checkpointing_enable(
                     gradient_checkpointing_kwargs={"use_reentrant": False}
                 )
@@ -470,9 +476,11 @@ class PolicyUpdater:
         # 3. Rewards: the verifier score on the last token, minus the per-token KL (PPO style).
         token_rewards = outcome_to_token_rewards(batch.rewards, response_mask)
         if cfg.kl_in == "reward":
+            assert old_logprobs is not None and ref_logprobs is not None  # needs_old, reference
             kl = kl_penalty(old_logprobs, ref_logprobs, cfg.kl_estimator) * response_mask
             metrics["kl_ref"] = masked_mean(kl, response_mask).item()
             token_rewards = token_rewards - self.kl_controller.value * kl
+        returns: Tensor | None
         advantages, returns = self.estimator(
             token_rewards,
             response_mask,
@@ -481,6 +489,7 @@ class PolicyUpdater:
             values=old_values,
         )
         if self.critic is not None:
+            assert old_values is not None and returns is not None  # needs_old with a critic
             metrics["explained_variance"] = explained_variance(
                 old_values, returns, response_mask
             ).item()
@@ -489,6 +498,7 @@ class PolicyUpdater:
             returns = None
         if cfg.sampler_is_cap is not None:
             # A positive per-token weight on the advantage scales that token's clipped loss.
+            assert old_logprobs is not None  # needs_old
             weights, is_metrics = truncated_is_weights(
                 old_logprobs, batch.sampling_logprobs, response_mask, cfg.sampler_is_cap
             )
@@ -532,7 +542,15 @@ class PolicyUpdater:
                 inputs = batch.model_inputs(micro_rows)
                 width = inputs.completion_ids.shape[1]
 
-                def take(x: Tensor | None, rows: Tensor = micro_rows, width: int = width) -> Tensor:
+                @overload
+                def take(x: Tensor, rows: Tensor = ..., width: int = ...) -> Tensor: ...
+                @overload
+                def take(
+                    x: Tensor | None, rows: Tensor = ..., width: int = ...
+                ) -> Tensor | None: ...
+                def take(
+                    x: Tensor | None, rows: Tensor = micro_rows, width: int = width
+                ) -> Tensor | None:
                     return None if x is None else x[rows, :width]
 
                 mask = take(prepared.loss_mask) * real
@@ -565,6 +583,7 @@ class PolicyUpdater:
                 totals.mean("entropy", masked_mean(entropy, mask), tokens)
 
                 if cfg.kl_in == "loss":
+                    assert prepared.ref_logprobs is not None  # prepare() scored the reference
                     kl = kl_penalty(logprobs, take(prepared.ref_logprobs), cfg.kl_estimator)
                     totals.mean("kl_ref", masked_mean(kl, mask), tokens)
                     if cfg.kl_ratio_weighted:
@@ -578,6 +597,7 @@ class PolicyUpdater:
                     )
 
                 if values is not None:
+                    assert prepared.old_values is not None and prepared.returns is not None
                     vf_loss, vf_metrics = value_loss(
                         values,
                         take(prepared.old_values),
@@ -650,7 +670,7 @@ class PolicyUpdater:
         ):
             inputs = batch.model_inputs(rows)
             width = inputs.completion_ids.shape[1]
-            if policy:
+            if old is not None:
                 logits, micro_values = self.model(inputs)
                 old[rows, :width] = completion_logprobs(logits, inputs.completion_ids)
                 _add_sampler_mismatch(
@@ -661,7 +681,7 @@ class PolicyUpdater:
                 )
                 if values is not None:
                     values[rows, :width] = micro_values
-            if reference:
+            if ref is not None:
                 ref[rows, :width] = completion_logprobs(
                     self._reference_logits(inputs), inputs.completion_ids
                 )
@@ -669,13 +689,17 @@ class PolicyUpdater:
         if world > 1:
             shared = self.accelerator.reduce(shared, reduction="sum")
         shared_iter = iter(shared)
-        return tuple(next(shared_iter) if x is not None else None for x in (old, values, ref))
+        old, values, ref = (
+            next(shared_iter) if x is not None else None for x in (old, values, ref)
+        )
+        return old, values, ref
 
     def _reference_logits(self, inputs) -> Tensor:
         with self.accelerator.autocast():
             if not self._adapter_reference:
+                assert self.ref_model is not None  # __init__ checked it
                 return completion_logits(self.ref_model, inputs)
-            with self.policy.disable_adapter():
+            with cast("PeftModel", self.policy).disable_adapter():
                 return completion_logits(self.policy, inputs)
 
 
@@ -688,6 +712,10 @@ def _select(prepared: PreparedBatch, rows: Tensor) -> PreparedBatch:
     batch = prepared.batch.select(rows)
     width = batch.completion_ids.shape[1]
 
+    @overload
+    def take(x: Tensor) -> Tensor: ...
+    @overload
+    def take(x: Tensor | None) -> Tensor | None: ...
     def take(x: Tensor | None) -> Tensor | None:
         return None if x is None else x[rows, :width]
 

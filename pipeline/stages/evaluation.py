@@ -8,6 +8,7 @@ failures unless ``exclude_sandbox_errors``, and are reported either way. Writes
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -140,7 +141,7 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> dict[str
         with progress_bar(f"scoring {name}") as bar:
             task = bar.add_task("score", total=len(rows))
             scored = score_rollouts(
-                rows, problems, config.scoring, progress=lambda n, task=task: bar.advance(task, n)
+                rows, problems, config.scoring, progress=functools.partial(bar.advance, task)
             )
         ks = [1] if name == "greedy" else config.ks
         scores = pass_at_k_of_rows(scored, ks, exclude_sandbox_errors=config.exclude_sandbox_errors)

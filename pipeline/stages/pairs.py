@@ -56,7 +56,7 @@ class PairMiningConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     strategies: list[Strategy] = Field(
-        default_factory=lambda: ["best_vs_worst", "shortest_passing", "all_pairs"],
+        default_factory=lambda: list[Strategy](["best_vs_worst", "shortest_passing", "all_pairs"]),
         min_length=1,
         description="in priority order: a pair two strategies find counts for the first",
     )

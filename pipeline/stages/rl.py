@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -58,6 +58,9 @@ from ..rl.trainer_state import has_trainer_state, load_trainer_state, save_train
 from .difficulty_filter import kept_problems
 from .registry import Artifacts, Stage, register, with_weights
 from .scoring import ScoreConfig, score_rollouts, summarize
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -421,7 +424,7 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     return out_dir
 
 
-def _updater(update: UpdateConfig, model: ModelConfig, policy: torch.nn.Module) -> PolicyUpdater:
+def _updater(update: UpdateConfig, model: ModelConfig, policy: PreTrainedModel) -> PolicyUpdater:
     """The updater of ``policy``: a critic when the algorithm trains one, and ``model`` as the
     frozen reference when the KL needs one (with LoRA the reference is the policy without its
     adapter)."""

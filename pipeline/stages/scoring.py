@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ...sandbox import Limits, PoolConfig, SandboxPool, connect_hosts
-from ...verifiers import Problem, RewardConfig, Verdict, VerdictStatus, Verifier
+from ...verifiers import CompletionStyle, Problem, RewardConfig, Verdict, VerdictStatus, Verifier
 from ..data.problem_sets import ProblemSet, load_problem_set
 from ..resources import on_close
 
@@ -107,7 +107,7 @@ def score_rollouts(
     scored: list[dict[str, Any] | None] = [None] * len(rows)
     pending = list(range(len(rows)))
     for attempt in range(config.sandbox_retries + 1):
-        by_style: dict[str, list[int]] = {}
+        by_style: dict[CompletionStyle, list[int]] = {}
         for index in pending:
             by_style.setdefault(rows[index].get("completion_style", "auto"), []).append(index)
         retry = []
