@@ -8,7 +8,7 @@ import json
 import pytest
 from stage_helpers import rollout, save_tiny_model, tiny_problem_set, write_rollouts
 
-from codepost.pipeline import checkpoints
+from codepost.pipeline.checkpoints import manifest as checkpoints
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
 from codepost.pipeline.inference.sampling import SamplingConfig
 from codepost.pipeline.stages.difficulty_filter import (

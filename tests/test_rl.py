@@ -12,7 +12,7 @@ import torch
 from engines import TEST_ENGINE, saved_tiny_model
 from safetensors.torch import load_file
 
-from codepost.pipeline import checkpoints
+from codepost.pipeline.checkpoints import manifest as checkpoints
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.rl.policy_update import UpdateConfig

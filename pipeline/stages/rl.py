@@ -41,6 +41,7 @@ from ..checkpoints.manifest import (
 )
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle, build_prompt
+from ..data.rows import SCORED_COLUMNS, TO_TRAIN, read_rows, read_table, write_rows, write_table
 from ..inference.sampling import (
     EngineConfig,
     SamplingConfig,
@@ -253,7 +254,9 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
         trained_ids = {id(row) for row in trained}
         for row in scored:
             row["trained"] = id(row) in trained_ids
-        _save_rollouts(scored, out_dir / "rollouts" / f"iteration-{iteration:04d}.parquet")
+        write_rows(
+            scored, out_dir / "rollouts" / f"iteration-{iteration:04d}.parquet", SCORED_COLUMNS
+        )
         with phases("update"):
             update_metrics = (
                 updater.update(collate_rollouts(trained, pad_token_id=tokenizer.pad_token_id))
@@ -321,16 +324,15 @@ def _batches_drawn(checkpoint: Path) -> int:
 def merge_rollouts(out_dir: Path) -> Path:
     """Every iteration's scored rollouts as one Parquet file (``rollouts.parquet``), e.g. to
     mine DPO pairs from what RL sampled."""
-    from datasets import Dataset, concatenate_datasets
+    import pyarrow as pa
 
     files = sorted((Path(out_dir) / "rollouts").glob("iteration-*.parquet"))
     if not files:
         raise FileNotFoundError(f"{out_dir}/rollouts: no RL rollouts to merge")
-    target = Path(out_dir) / "rollouts.parquet"
-    staging = target.with_suffix(".parquet.tmp")
-    concatenate_datasets([Dataset.from_parquet(str(f)) for f in files]).to_parquet(str(staging))
-    staging.rename(target)
-    return target
+    # Files of older runs lack the `trained` column: null there.
+    tables = [read_table(f, SCORED_COLUMNS) for f in files]
+    merged = pa.concat_tables(tables, promote_options="default")
+    return write_table(merged, Path(out_dir) / "rollouts.parquet", SCORED_COLUMNS)
 
 
 class UpdateStageConfig(BaseModel):
@@ -351,17 +353,13 @@ class UpdateStageConfig(BaseModel):
 def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     """One update of ``config.model`` on a scored rollouts Parquet file; the new checkpoint is
     published in ``out_dir`` (reused when it is already there for this config)."""
-    from datasets import Dataset
-
     from ..training import already_published
 
     stage = f"update-{config.update.algorithm}"
     out_dir = Path(out_dir)
     if already_published(out_dir, stage, config):
         return out_dir
-    rows = Dataset.from_parquet(str(scored)).to_list()
-    if "reward" not in (rows[0] if rows else {}):
-        raise ValueError(f"{scored}: no scored rollouts (score them first: the score stage)")
+    rows = read_rows(scored, (*TO_TRAIN, "excluded"))
     # The rows the loop trained on (dynamic sampling drops uniform groups); all, in older files.
     kept = [row for row in rows if not row["excluded"] and row.get("trained", True)]
     if not kept:
@@ -398,13 +396,6 @@ def _updater(update: UpdateConfig, model: ModelConfig, policy: torch.nn.Module) 
     needs_reference = update.kl_in != "none" and not model.lora_r
     reference = load_causal_lm(model) if needs_reference else None
     return PolicyUpdater(update, policy, model_config=model, ref_model=reference, critic=critic)
-
-
-def _save_rollouts(rows: list[dict[str, Any]], path: Path) -> None:
-    from datasets import Dataset
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Dataset.from_list(rows).to_parquet(str(path))
 
 
 def _publish(

@@ -25,9 +25,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ...sandbox import Limits, PoolConfig, SandboxPool, connect_hosts
 from ...verifiers import Problem, RewardConfig, Verdict, VerdictStatus, Verifier
 from ..data.problem_sets import ProblemSet, load_problem_set
+from ..data.rows import (
+    REWARD_COMPONENT_PREFIX,
+    SCORE_OUTPUT,
+    TO_SCORE,
+    read_table,
+    write_rows,
+    write_table,
+)
 from ..resources import on_close
-
-SCORE_COLUMNS = ("reward", "passed", "status", "pass_fraction", "excluded")
 
 
 class ScoreConfig(BaseModel):
@@ -90,7 +96,7 @@ def _scores(verdict: Verdict) -> dict[str, Any]:
         "excluded": excluded,
     }
     for name, value in verdict.reward_components.items():
-        scores[f"reward_{name}"] = math.nan if value is None else value
+        scores[f"{REWARD_COMPONENT_PREFIX}{name}"] = math.nan if value is None else value
     return scores
 
 
@@ -201,47 +207,25 @@ def score_shard(
     target = Path(out_dir) / "shards" / f"scored-{shard:04d}-of-{num_shards:04d}.parquet"
     if target.is_file():
         return target
-    rows = read_rows(rollouts)
-    start, stop = (len(rows) * shard) // num_shards, (len(rows) * (shard + 1)) // num_shards
-    rows = rows[start:stop]
+    table = read_table(rollouts, TO_SCORE)
+    start, stop = (len(table) * shard) // num_shards, (len(table) * (shard + 1)) // num_shards
+    rows = table.slice(start, stop - start).to_pylist()
     problems = load_problem_set(problem_set)
     label = "scoring" if num_shards == 1 else f"scoring shard {shard + 1}/{num_shards}"
     with progress_bar(label) as bar:
         task = bar.add_task(label, total=len(rows))
         scored = score_rollouts(rows, problems, config, progress=lambda n: bar.advance(task, n))
-    _write_parquet(scored, target)
-    return target
+    return write_rows(scored, target, SCORE_OUTPUT)
 
 
 def merge_shards(shards: Sequence[Path], out_dir: Path) -> Path:
     """``scored.parquet``: the scored shards, in order, as one file."""
-    rows = [row for shard in shards for row in read_rows(shard)]
-    target = scored_path(out_dir)
-    _write_parquet(rows, target)
-    return target
-
-
-# Shards are read and written from several threads at once (the fan-out's thread runner):
-# pyarrow directly, as datasets' readers and writers share tqdm state that is not thread-safe
-# ("type object 'tqdm' has no attribute '_lock'" ended a run).
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a Parquet file, safe to call from several threads."""
-    import pyarrow.parquet as pq
-
-    return pq.read_table(str(path)).to_pylist()
-
-
-def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
-    """All or nothing: a reader never sees half a file, a killed run leaves no partial one."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_suffix(".parquet.tmp")
-    pq.write_table(pa.Table.from_pylist(rows), str(staging))
-    staging.rename(target)
+    tables = [read_table(shard, SCORE_OUTPUT) for shard in shards]
+    return write_table(
+        pa.concat_tables(tables, promote_options="default"), scored_path(out_dir), SCORE_OUTPUT
+    )
 
 
 def run_score(config: ScoreConfig, rollouts: Path, problem_set: ProblemSet, out_dir: Path) -> Path:
