@@ -205,7 +205,7 @@ def evaluate_task(
         key=_key(f"eval-{stage}-{benchmark}"),
         description=checkpoint,
     )
-    return results
+    return results.to_json()
 
 
 def create_link_artifact_for(stage: str, checkpoint: str) -> None:
