@@ -370,7 +370,10 @@ def checkpoints(args: argparse.Namespace) -> int:
 
 
 def _key_metrics(metrics: dict[str, Any]) -> str:
-    shown = ("reward_mean", "pass_rate", "train_loss", "pass@1")
+    from .rl.metric_names import Reward, lookup
+
+    shown = {name: lookup(metrics, name) for name in (Reward.MEAN, Reward.PASS_RATE)}
+    shown |= {name: metrics.get(name) for name in ("train_loss", "pass@1")}
     return ", ".join(
-        f"{name} {metrics[name]:.3f}" for name in shown if isinstance(metrics.get(name), float)
+        f"{name} {value:.3f}" for name, value in shown.items() if isinstance(value, float)
     )

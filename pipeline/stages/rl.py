@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...verifiers import RewardConfig
 from ...verifiers.problems import MBPP
+from ..atomic import append_line
 from ..checkpoints.manifest import (
     CheckpointManifest,
     is_published,
@@ -50,6 +51,7 @@ from ..inference.sampling import (
 )
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
 from ..reporting.plots import plot_curves
+from ..rl.metric_names import ITERATION, Data, Reward, Sampler, Time, Update, lookup
 from ..rl.models import ValueModel
 from ..rl.policy_update import PolicyUpdater, UpdateConfig
 from ..rl.rollouts import collate_rollouts
@@ -133,11 +135,11 @@ class Phases:
         self.seconds: dict[str, float] = {}
 
     @contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
+    def __call__(self, metric: str) -> Iterator[None]:
+        """Time the block as ``metric`` (one of :attr:`Time.PHASES`)."""
         start = time.perf_counter()
         yield
-        key = f"time_{name}_s"
-        self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
+        self.seconds[metric] = self.seconds.get(metric, 0.0) + time.perf_counter() - start
 
 
 def iteration_dir(out_dir: Path, iteration: int) -> Path:
@@ -234,11 +236,11 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             sampling = config.sampling.model_copy(
                 update={"seed": config.sampling.seed + batches_drawn}
             )
-            with phases("sample"):
+            with phases(Time.SAMPLE):
                 rows = sampler.sample(
                     [prompts[t] for t in task_ids], sampling, policy_version=iteration - 1
                 )
-            with phases("score"):
+            with phases(Time.SCORE):
                 new = score_rollouts(rows, problems, config.scoring)
             scored += new
             # A prompt drawn again in a later round (the schedule wraps) stays one group.
@@ -257,11 +259,11 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
         write_rows(
             scored, out_dir / "rollouts" / f"iteration-{iteration:04d}.parquet", SCORED_COLUMNS
         )
-        with phases("update"):
+        with phases(Time.UPDATE):
             update_metrics = (
                 updater.update(collate_rollouts(trained, pad_token_id=tokenizer.pad_token_id))
                 if trained
-                else {"update_skipped": 1.0}
+                else {Update.SKIPPED: 1.0}
             )
         if not trained:
             log.warning(
@@ -270,14 +272,14 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
                 rounds,
             )
         metrics = {
-            "iteration": iteration,
+            ITERATION: iteration,
             **summarize(scored),
-            "sampling_rounds": float(rounds),
-            "groups_sampled": float(len({row["prompt_id"] for row in scored})),
-            "groups_trained": float(len(groups)) if trained else 0.0,
-            "groups_dropped": float(dropped),
-            "schedule_batches": float(batches_drawn),
-            "epoch": batches_drawn * config.prompts_per_iteration / len(problems),
+            Data.SAMPLING_ROUNDS: float(rounds),
+            Data.GROUPS_SAMPLED: float(len({row["prompt_id"] for row in scored})),
+            Data.GROUPS_TRAINED: float(len(groups)) if trained else 0.0,
+            Data.GROUPS_DROPPED: float(dropped),
+            Data.SCHEDULE_BATCHES: float(batches_drawn),
+            Data.EPOCH: batches_drawn * config.prompts_per_iteration / len(problems),
             **update_metrics,
         }
         target = iteration_dir(out_dir, iteration)
@@ -289,11 +291,11 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             data=data,
             metrics=metrics,
         )
-        with phases("save"):
+        with phases(Time.SAVE):
             _publish(updater, tokenizer, target, manifest, iteration)
-        with phases("refresh"):
+        with phases(Time.REFRESH):
             expected = trainer_probe_logprobs(updater.policy, vocab_size)
-            metrics["refresh_probe_diff"] = sampler.refresh(target, expected)
+            metrics[Sampler.REFRESH_PROBE_DIFF] = sampler.refresh(target, expected)
         metrics.update(phases.seconds)
         _record(out_dir, metrics)
         log.info(
@@ -301,13 +303,13 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             "%d rounds), sampler/trainer |dlogp| %.2g, %s",
             iteration,
             iterations,
-            metrics["reward_mean"],
-            metrics["pass_rate"],
-            metrics["groups_trained"],
+            metrics[Reward.MEAN],
+            metrics[Reward.PASS_RATE],
+            metrics[Data.GROUPS_TRAINED],
             dropped,
             rounds,
-            metrics.get("sampler_logprob_diff_mean", float("nan")),
-            ", ".join(f"{k[5:-2]} {v:.1f}s" for k, v in phases.seconds.items()),
+            metrics.get(Sampler.LOGPROB_DIFF_MEAN, float("nan")),
+            ", ".join(f"{k} {v:.1f}" for k, v in phases.seconds.items()),
         )
         parent = str(target)
     return iteration_dir(out_dir, iterations)
@@ -317,7 +319,7 @@ def _batches_drawn(checkpoint: Path) -> int:
     """Prompt batches the schedule had handed out when ``checkpoint`` was published (one per
     iteration before dynamic sampling recorded it)."""
     manifest = read_manifest(checkpoint)
-    drawn = manifest.metrics.get("schedule_batches")
+    drawn = lookup(manifest.metrics, Data.SCHEDULE_BATCHES)
     return int(drawn) if drawn is not None else int(manifest.version.removeprefix("iteration-"))
 
 
@@ -435,18 +437,17 @@ def _load_trainer_state(updater: PolicyUpdater, path: Path) -> None:
 def _record(out_dir: Path, metrics: dict[str, Any]) -> None:
     """Append the iteration's metrics and redraw the curves from the whole file."""
     path = out_dir / METRICS_FILE
-    with path.open("a") as stream:
-        stream.write(json.dumps(metrics) + "\n")
+    append_line(path, json.dumps(metrics))
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     plot_curves(
         rows,
         out_dir / CURVES_FILE,
-        x="iteration",
+        x=ITERATION,
         panels={
-            "reward and pass rate": ["reward_mean", "pass_rate"],
-            "groups per update": ["groups_sampled", "groups_trained", "groups_dropped"],
-            "sampler vs trainer": ["sampler_logprob_diff_mean", "kl_ref", "approx_kl"],
-            "seconds per phase": [k for k in rows[-1] if k.startswith("time_")],
+            "reward and pass rate": [Reward.MEAN, Reward.PASS_RATE],
+            "groups per update": [Data.GROUPS_SAMPLED, Data.GROUPS_TRAINED, Data.GROUPS_DROPPED],
+            "sampler vs trainer": [Sampler.LOGPROB_DIFF_MEAN, Update.KL_REF, Update.APPROX_KL],
+            "seconds per phase": list(Time.PHASES),
         },
         title="RL iterations",
     )

@@ -34,6 +34,7 @@ from ..data.rows import (
     write_table,
 )
 from ..resources import on_close
+from ..rl.metric_names import Data, Reward, reward_component, status_count
 
 
 class ScoreConfig(BaseModel):
@@ -147,19 +148,22 @@ def score_rollouts(
 
 
 def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Reward mean, pass rate, components and status counts of scored rows. Sandbox errors are
-    counted and named, and fail in the pass rate; reward means are over the rows kept."""
+    """Reward mean, pass rate, components and status counts of scored rows (the ``data/`` and
+    ``reward/`` metrics). Sandbox errors are counted and named, and fail in the pass rate;
+    reward means are over the rows kept."""
     kept = [row for row in rows if not row["excluded"]]
     statuses = Counter(row["status"] for row in rows)
     summary: dict[str, float] = {
-        "samples": float(len(rows)),
-        "sandbox_errors": float(statuses.get(VerdictStatus.SANDBOX_ERROR.value, 0)),
-        "reward_mean": _mean([row["reward"] for row in kept]),
-        "pass_rate": _mean([float(row["passed"]) for row in rows]),
+        Data.SAMPLES: float(len(rows)),
+        Data.SANDBOX_ERRORS: float(statuses.get(VerdictStatus.SANDBOX_ERROR.value, 0)),
+        Reward.MEAN: _mean([row["reward"] for row in kept]),
+        Reward.PASS_RATE: _mean([float(row["passed"]) for row in rows]),
     }
-    for name in sorted({key for row in kept for key in row if key.startswith("reward_")}):
-        summary[f"{name}_mean"] = _mean([row[name] for row in kept])
-    summary.update({f"status_{status}": float(count) for status, count in statuses.items()})
+    components = {key for row in kept for key in row if key.startswith(REWARD_COMPONENT_PREFIX)}
+    for column in sorted(components):
+        name = column.removeprefix(REWARD_COMPONENT_PREFIX)
+        summary[reward_component(name)] = _mean([row[column] for row in kept])
+    summary.update({status_count(status): float(n) for status, n in statuses.items()})
     return summary
 
 
