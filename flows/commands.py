@@ -18,20 +18,11 @@ def register_run(subparsers: Any) -> argparse.ArgumentParser:
         help="run the whole pipeline (SFT, RL, DPO, evaluation after each) as a Prefect flow",
         description="Run the post-train flow with no server to start. Without --config: the "
         "embedded default (SmolLM2-135M on the CPU, MBPP training problems, HumanEval "
-        "evaluation, small settings). A run folder that exists resumes after its last "
-        "finished stage.",
+        "evaluation, small settings). A run folder that exists resumes: every finished stage "
+        "whose config, inputs and code are unchanged is reused.",
     )
     parser.add_argument("--config", type=Path, help="YAML file of PostTrainConfig settings")
     parser.add_argument("--run-dir", help="the run folder (default runs/post-train)")
-    parser.add_argument(
-        "--task-runner",
-        choices=["threads", "dask"],
-        default="threads",
-        help="where scoring shards run: threads here, or a local Dask cluster (prefect-dask)",
-    )
-    parser.add_argument(
-        "--fan-out-workers", type=int, default=2, help="threads or Dask workers for scoring"
-    )
     parser.set_defaults(func=run)
     return parser
 
@@ -65,15 +56,20 @@ def run(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     _route_logs()
-    from .task_runners import FanOut
+    from ..pipeline.run_lock import RunFolderLocked, run_folder_lock
 
     err = Console(stderr=True)
     try:
         config = load_config(args.config, args.run_dir)
-        fan_out = FanOut(task_runner=args.task_runner, workers=args.fan_out_workers)
         config.model.resolve()  # a missing model is found before Prefect starts
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost run: invalid settings[/red]: {exc}")
+        return EXIT_BAD_INPUT
+    try:
+        with run_folder_lock(Path(config.run_dir)):
+            pass  # refused at once, not after Prefect has started; the run takes it again
+    except RunFolderLocked as exc:
+        err.print(f"[red]codepost run[/red]: {exc}")
         return EXIT_BAD_INPUT
     from ..pipeline.stages.scoring import check_sandbox
     from ..sandbox import SandboxUnavailable
@@ -87,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from .post_train import post_train
 
     start_ephemeral_server()  # stopped with this process, even a SIGKILLed one
-    state = post_train(config, fan_out, return_state=True)
+    state = post_train(config, return_state=True)
     if not state.is_completed():  # Prefect has logged the traceback
         err.print(
             f"[red]codepost run: {state.message}[/red]\nFinished stages are kept in "

@@ -96,6 +96,12 @@ def resolve_model(name_or_path: str) -> str:
     return name_or_path  # a hub id: transformers/vLLM resolve it (cache or download)
 
 
+def safetensors_only(source: str) -> bool:
+    """Whether the weights of ``source`` load from safetensors only: yes for a local folder (a
+    run folder someone sent, say), where a ``pytorch_model.bin`` would be unpickled."""
+    return Path(source).is_dir()
+
+
 def cache_dir() -> Path:
     """Where converted models live: ``$CODEPOST_CACHE`` or ``~/.cache/codepost``."""
     root = (
@@ -182,6 +188,10 @@ def load_causal_lm(config: ModelConfig) -> PreTrainedModel:
 
     source = config.resolve()
     try:
-        return AutoModelForCausalLM.from_pretrained(source, dtype=config.torch_dtype)
+        return AutoModelForCausalLM.from_pretrained(
+            source,
+            dtype=config.torch_dtype,
+            use_safetensors=True if safetensors_only(source) else None,
+        )
     except OSError as exc:
         raise ModelNotFoundError(f"model {config.name_or_path!r}: {exc}") from exc

@@ -28,23 +28,34 @@ def tiny_config(tmp_path):
     return PostTrainConfig(
         run_dir=str(tmp_path / "run"),
         model=saved_tiny_model(tmp_path / "tiny"),
-        stages=["rl"],
-        rl=RLConfig(
-            problems=problems,
-            prompt_style="continuation",
-            iterations=2,
-            prompts_per_iteration=2,
-            sampling=SamplingConfig(num_generations=2, max_tokens=8),
-            engine=HF,
-            scoring=ScoreConfig(workers=2, reward=RewardConfig(length_weight=1.0, length_budget=1)),
-            update=UpdateConfig(lr=1e-2),
-        ),
+        stages=[
+            {
+                "stage": "rl",
+                "config": RLConfig(
+                    problems=problems,
+                    prompt_style="continuation",
+                    iterations=2,
+                    prompts_per_iteration=2,
+                    sampling=SamplingConfig(num_generations=2, max_tokens=8),
+                    engine=HF,
+                    scoring=ScoreConfig(
+                        workers=2, reward=RewardConfig(length_weight=1.0, length_budget=1)
+                    ),
+                    update=UpdateConfig(lr=1e-2),
+                ),
+            }
+        ],
         evaluations={
             "tiny": EvalConfig(
                 problems=problems, prompt_style="continuation", max_tokens=8, engine=HF
             )
         },
     )
+
+
+def _evaluation(run_dir: str, stage: str) -> Path:
+    (found,) = Path(run_dir).glob(f"{stage}/eval/tiny/*/evaluation.json")
+    return found
 
 
 @pytest.mark.docker
@@ -55,7 +66,9 @@ def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_c
 
     result = post_train(tiny_config)
     run_dir = tiny_config.run_dir
-    assert result["checkpoint"].endswith("rl/checkpoints/iteration-0002")
+    rl_dir = Path(result["checkpoint"]).parents[1]  # rl/<key>/checkpoints/iteration-0002
+    assert rl_dir.parent == Path(run_dir) / "rl"
+    assert result["checkpoint"] == str(rl_dir / "checkpoints" / "iteration-0002")
     assert [(row["benchmark"], row["stage"]) for row in result["rows"]] == [
         ("tiny", "base"),
         ("tiny", "rl"),
@@ -67,26 +80,31 @@ def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_c
     assert "![reward curve](data:image/png;base64," in Artifact.get("rl-summary").data
     assert Artifact.get("eval-rl-tiny") is not None
 
-    metrics_before = Path(f"{run_dir}/rl/metrics.jsonl").read_text()
-    eval_before = json.loads(Path(f"{run_dir}/rl/eval/tiny/evaluation.json").read_text())
-    base_before = Path(f"{run_dir}/base/eval/tiny/evaluation.json").read_text()
-    longer = tiny_config.model_copy(
-        update={"rl": tiny_config.rl.model_copy(update={"iterations": 3})}
+    metrics_before = (rl_dir / "metrics.jsonl").read_text()
+    eval_before = _evaluation(run_dir, "rl")
+    base_before = _evaluation(run_dir, "base").read_text()
+    (entry,) = tiny_config.stages
+    longer_rl = entry.model_copy(
+        update={"config": entry.config.model_copy(update={"iterations": 3})}
     )
+    longer = tiny_config.model_copy(update={"stages": [longer_rl]})
     result = post_train(longer)
-    metrics_after = Path(f"{run_dir}/rl/metrics.jsonl").read_text()
+    metrics_after = (rl_dir / "metrics.jsonl").read_text()
     assert metrics_after.startswith(metrics_before)  # iterations 1-2 were not recomputed
     assert len(metrics_after.splitlines()) == 3
-    assert result["checkpoint"].endswith("iteration-0003")
-    base_after = Path(f"{run_dir}/base/eval/tiny/evaluation.json").read_text()
-    assert base_after == base_before  # the base evaluation was reused
-    assert json.loads(Path(f"{run_dir}/rl/eval/tiny/evaluation.json").read_text()) != eval_before
+    assert result["checkpoint"] == str(rl_dir / "checkpoints" / "iteration-0003")
+    assert _evaluation(run_dir, "base").read_text() == base_before  # the base evaluation was reused
+    # the new checkpoint is evaluated into a folder of its own; the old evaluation is kept
+    (eval_after,) = set(Path(run_dir).glob("rl/eval/tiny/*/evaluation.json")) - {eval_before}
+    assert json.loads(eval_after.read_text())["checkpoint"] == result["checkpoint"]
+    assert eval_before.is_file()
 
     from codepost.flows.post_train import update_flow
     from codepost.pipeline.checkpoints.manifest import read_manifest
 
     update = {"model": {"name_or_path": result["checkpoint"]}, "update": {"lr": 1e-2}}
-    updated = update_flow(f"{run_dir}/rl/rollouts/iteration-0003.parquet", update, f"{run_dir}/u")
+    rollouts = rl_dir / "rollouts" / "iteration-0003.parquet"
+    updated = update_flow(str(rollouts), update, f"{run_dir}/u")
     assert read_manifest(Path(updated)).version == "policy-0003"
     assert "update" in Path(f"{run_dir}/logs/u-stage-worker.log").read_text()  # its output
 
@@ -95,7 +113,7 @@ def test_invalid_parameters_are_refused_naming_the_field(prefect_api):
     from codepost.flows.post_train import post_train
 
     with pytest.raises(Exception, match="iterations"):
-        post_train({"rl": {"iterations": 0}})
+        post_train({"stages": [{"stage": "rl", "config": {"iterations": 0}}]})
     with pytest.raises(Exception, match="no such folder"):
         post_train({"model": {"name_or_path": "/nonexistent/model"}, "stages": []})
 

@@ -9,8 +9,14 @@ import pytest
 import yaml
 
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
-from codepost.pipeline.post_train import PostTrainConfig, embedded_default, with_problems
-from codepost.pipeline.stages.difficulty_filter import filtered_problem_set
+from codepost.pipeline.post_train import (
+    PostTrainConfig,
+    derive_seed,
+    embedded_default,
+    seeded,
+    with_run_model,
+)
+from codepost.pipeline.stages.difficulty_filter import kept_problems
 from codepost.pipeline.stages.rl import RLConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,19 +62,54 @@ def test_the_main_job_evaluates_on_all_of_humaneval():
     assert len(load_problem_set(evaluation.problems)) == 164
 
 
-def test_dpo_pairs_from_rl_need_an_rl_stage_before_dpo():
-    offline = {"several_policies": True}
-    with pytest.raises(ValueError, match="needs an 'rl' stage before 'dpo'"):
-        PostTrainConfig(stages=["dpo", "rl"], dpo_pairs_from="rl", pairs=offline)
-    with pytest.raises(ValueError, match=r"set pairs\.several_policies"):
-        PostTrainConfig(stages=["sft", "rl", "dpo"], dpo_pairs_from="rl")
-    assert PostTrainConfig(stages=["sft", "rl", "dpo"], dpo_pairs_from="rl", pairs=offline)
+def test_a_stage_whose_inputs_no_earlier_stage_makes_is_refused():
+    with pytest.raises(ValueError, match=r"stages\[1\] \(dpo\) needs pairs"):
+        PostTrainConfig(stages=["sft", "dpo"])
+    with pytest.raises(ValueError, match=r"stages\[0\] \(pairs\) needs scored"):
+        PostTrainConfig(stages=["pairs", "rl", "dpo"])
+    assert PostTrainConfig(stages=["sft", "rollouts", "pairs", "dpo"])
+
+
+def test_pairs_from_rl_rollouts_need_several_policies():
+    with pytest.raises(ValueError, match="set several_policies"):
+        PostTrainConfig(stages=["sft", "rl", "pairs", "dpo"])
+    offline = {"stage": "pairs", "config": {"several_policies": True}}
+    assert PostTrainConfig(stages=["sft", "rl", offline, "dpo"])
+
+
+def test_the_same_stage_twice_needs_a_name_of_its_own():
+    with pytest.raises(ValueError, match="a second 'rl' stage needs a `name`"):
+        PostTrainConfig(stages=["rl", "rl"])
+    config = PostTrainConfig(
+        stages=["rl", {"stage": "rl", "name": "rl-2", "config": {"iterations": 2}}]
+    )
+    assert config.entry("rl-2").config.iterations == 2
+    with pytest.raises(ValueError, match=r"Input tag 'nope'"):
+        PostTrainConfig(stages=["nope"])
+
+
+def test_a_stage_keeps_its_own_model_settings_and_takes_the_run_model_otherwise():
+    from codepost.pipeline.model_config import ModelConfig
+
+    run_model = ModelConfig(name_or_path="base", dtype="bfloat16")
+    rl = RLConfig.model_validate({"model": {"lora_r": 16, "name_or_path": "ignored"}})
+    model = with_run_model(rl, run_model).model
+    assert (model.name_or_path, model.lora_r, model.dtype) == ("base", 16, "bfloat16")
+    assert with_run_model(RLConfig(), run_model).model == run_model
+
+
+def test_every_stage_seed_derives_from_the_run_seed_unless_set():
+    rl = RLConfig.model_validate({"sampling": {"seed": 7}})
+    seeded_rl = seeded(rl, derive_seed(3, "rl"))
+    assert seeded_rl.seed == derive_seed(3, "rl") != derive_seed(3, "sft") != derive_seed(4, "rl")
+    assert seeded_rl.sampling.seed == 7  # set explicitly: kept
+    assert seeded_rl.engine.seed == derive_seed(3, "rl")
 
 
 def test_a_filter_hands_its_problems_to_the_stages_after_it(tmp_path):
     rl = RLConfig(problems=ProblemSet(source="mbpp", split="train", shuffle_seed=4, limit=8))
-    assert with_problems(rl, None) is rl
-    handed = with_problems(rl, filtered_problem_set(tmp_path / "filter", rl.problems))
+    assert kept_problems(rl, None) is rl
+    handed = kept_problems(rl, str(tmp_path / "filter" / "problems"))
     assert handed.problems.source == str(tmp_path / "filter" / "problems" / "problems.jsonl")
     assert (handed.problems.split, handed.problems.shuffle_seed, handed.problems.limit) == (
         "all",

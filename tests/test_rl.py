@@ -17,6 +17,7 @@ from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.rl.metric_names import is_declared
 from codepost.pipeline.rl.policy_update import UpdateConfig
+from codepost.pipeline.rl.trainer_state import SCALARS, TENSORS
 from codepost.pipeline.stages.rl import (
     METRICS_FILE,
     RLConfig,
@@ -70,12 +71,11 @@ def test_iterations_publish_checkpoints_and_a_rerun_resumes_after_the_last_one(
     first = [checkpoints.read_manifest(iteration_dir(out, i)) for i in (1, 2)]
     assert [m.version for m in first] == ["iteration-0001", "iteration-0002"]
     assert first[1].parent == str(iteration_dir(out, 1)) and first[0].stage == "rl-grpo"
+    assert {TENSORS, SCALARS} <= first[1].files.keys()  # the trainer state is hashed too
     rows = metrics(out)
     assert [r["iteration"] for r in rows] == [1, 2]
     assert all(r["update/optimizer_steps"] >= 1 and r["data/samples"] == 6 for r in rows)
-    assert all(
-        r["sampler/refresh_probe_diff"] < 1e-5 for r in rows
-    )  # the sampler serves the update
+    assert all(r["sampler/refresh_probe_diff"] < 1e-5 for r in rows)  # serves the update
     for key in ("reward/mean", "reward/pass_rate", "reward/length/mean", "sampler/logprob_diff/mean",
                 "sampler/is_weight/mean", "time/sample_s", "time/score_s", "time/update_s"):  # fmt: skip
         assert key in rows[0]
@@ -83,8 +83,14 @@ def test_iterations_publish_checkpoints_and_a_rerun_resumes_after_the_last_one(
     assert (out / "reward_curve.png").stat().st_size > 10_000
     assert (out / "rollouts" / "iteration-0002.parquet").is_file()
 
+    # Killed between publishing iteration 2 and recording its metrics row (issue 17, class 8):
+    # the rerun restores the row from the iteration's manifest.
+    recorded = (out / METRICS_FILE).read_text().splitlines()
+    (out / METRICS_FILE).write_text(recorded[0] + "\n")
     run_rl(config.model_copy(update={"iterations": 3}), out)  # resume: only iteration 3 runs
-    assert [r["iteration"] for r in metrics(out)] == [1, 2, 3]
+    rows = metrics(out)
+    assert [r["iteration"] for r in rows] == [1, 2, 3]
+    assert rows[1]["reward/mean"] == json.loads(recorded[1])["reward/mean"]
     assert [checkpoints.read_manifest(iteration_dir(out, i)) for i in (1, 2)] == first
     assert checkpoints.read_manifest(iteration_dir(out, 3)).parent == str(iteration_dir(out, 2))
     for i in (1, 2, 3):

@@ -28,7 +28,7 @@ from ...verifiers.problems import MBPP
 from ..data.problem_sets import ProblemSet, load_problem_set
 from ..data.prompts import Prompt, PromptStyle, build_prompt
 from ..data.rows import RolloutRow, write_rows
-from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
+from ..model_config import ModelConfig, load_causal_lm, load_tokenizer, safetensors_only
 from ..resources import on_close
 from ..rl.rollouts import generate_rollouts
 
@@ -171,6 +171,8 @@ class VLLMSampler:
         self.llm = LLM(
             model=checkpoint,
             dtype=model.dtype,
+            # Also what refresh reads: a local folder's weights never come from a pickle.
+            load_format="safetensors" if safetensors_only(checkpoint) else "auto",
             seed=engine.seed,
             max_model_len=engine.max_model_len,
             enforce_eager=engine.enforce_eager,

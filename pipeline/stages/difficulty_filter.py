@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -28,6 +29,7 @@ from ..inference.sampling import EngineConfig, SampleStageConfig, SamplingConfig
 from ..model_config import ModelConfig
 from ..training import already_published, stage_version
 from .evaluation import problem_counts
+from .registry import Artifacts, Stage, register, with_weights
 from .scoring import ScoreConfig, run_score
 
 log = logging.getLogger(__name__)
@@ -159,3 +161,30 @@ def _histogram(rates: list[float], bins: int = 10) -> dict[str, int]:
     for rate in rates:
         counts[min(int(rate * bins), bins - 1)] += 1
     return {f"{i / bins:.1f}-{(i + 1) / bins:.1f}": n for i, n in enumerate(counts)}
+
+
+def _stage(config: DifficultyFilterConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    run_difficulty_filter(with_weights(config, inputs.checkpoint), out_dir)
+    return Artifacts(problems=str(Path(out_dir) / "problems"))
+
+
+def kept_problems(config: Any, problems: str | None) -> Any:
+    """``config`` with the problems a filter kept (``problems``, its published folder), in the
+    order and limit of ``config.problems``; unchanged without a filter."""
+    if problems is None:
+        return config
+    kept = filtered_problem_set(Path(problems).parent, config.problems)
+    return config.model_copy(update={"problems": kept})
+
+
+STAGE = register(
+    Stage(
+        name="filter",
+        config=DifficultyFilterConfig,
+        run=_stage,
+        needs=(),
+        uses=("checkpoint",),
+        makes=("problems",),
+        description="rate problems by pass rate and keep those the model sometimes solves",
+    )
+)

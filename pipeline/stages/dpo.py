@@ -29,6 +29,7 @@ from ..training import (
     stage_manifest,
     trainer_arguments,
 )
+from .registry import Artifacts, Stage, register, with_weights
 
 EVAL_METRICS = (
     "loss",
@@ -154,3 +155,22 @@ def run_dpo(config: DPOStageConfig, pairs: Path | None, out_dir: Path) -> DPORes
     manifest = stage_manifest("dpo", config, config.model.name_or_path, data, metrics)
     publish_trained(out_dir, trainer.model, trainer.processing_class, manifest)
     return DPOResult(checkpoint=out_dir, metrics=metrics)
+
+
+def _stage(config: DPOStageConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    pairs = Path(inputs.pairs) if inputs.pairs else None
+    result = run_dpo(with_weights(config, inputs.checkpoint), pairs, out_dir)
+    return Artifacts(checkpoint=str(result.checkpoint) if result.checkpoint else None)
+
+
+STAGE = register(
+    Stage(
+        name="dpo",
+        config=DPOStageConfig,
+        run=_stage,
+        needs=("pairs",),
+        uses=("checkpoint",),
+        makes=("checkpoint",),
+        description="DPO / IPO on mined pairs (skipped when mining found none)",
+    )
+)

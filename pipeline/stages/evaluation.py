@@ -22,6 +22,7 @@ from ..data.prompts import PromptStyle, build_prompt
 from ..inference.sampling import EngineConfig, SamplingConfig, get_sampler
 from ..model_config import ModelConfig, load_tokenizer
 from ..reporting.stats import bootstrap_interval, pass_at_k_per_problem, wilson_interval
+from .registry import Artifacts, Stage, register
 from .scoring import ScoreConfig, progress_bar, score_rollouts
 
 log = logging.getLogger(__name__)
@@ -245,3 +246,22 @@ def _headline(results: EvaluationResults) -> str:
         for name, run in results.runs().items()
         for k, value in run.pass_at_k.items()
     )
+
+
+def _stage(config: EvalConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    if inputs.checkpoint is None:
+        raise ValueError("evaluate: no checkpoint to evaluate")
+    run_evaluate(config, inputs.checkpoint, out_dir)
+    return Artifacts(evaluation=str(out_dir))
+
+
+STAGE = register(
+    Stage(
+        name="evaluate",
+        config=EvalConfig,
+        run=_stage,
+        needs=("checkpoint",),
+        makes=("evaluation",),
+        description="pass@k of a checkpoint, with intervals",
+    )
+)

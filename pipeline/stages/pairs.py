@@ -33,6 +33,7 @@ from ...verifiers import extract_code
 from ..checkpoints.manifest import publish, read_manifest, sha256_file
 from ..data.rows import TO_PAIR, read_rows
 from ..training import already_published, console, stage_manifest
+from .registry import Artifacts, Stage, register
 
 Strategy = Literal["best_vs_worst", "shortest_passing", "all_pairs"]
 PAIR_FEATURES = Features(
@@ -252,3 +253,32 @@ def run_pair_mining(config: PairMiningConfig, rollouts: Path, out_dir: Path) -> 
     manifest = stage_manifest("pairs", config, str(rollouts), data, counts)
     publish(out_dir, lambda folder: dataset.save_to_disk(str(folder)), manifest)
     return MinedPairs(path=out_dir, counts=dict(counts), message=message)
+
+
+def _stage(config: PairMiningConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    if inputs.scored is None:
+        raise ValueError("pairs: no scored rollouts to mine")
+    mined = run_pair_mining(config, Path(inputs.scored), out_dir)
+    return Artifacts(pairs=str(mined.path) if mined.path else None)
+
+
+def _check_inputs(config: PairMiningConfig, makers: dict[str, str]) -> None:
+    if makers.get("scored") == "rl" and not config.several_policies:
+        raise ValueError(
+            "pairs mined from an RL stage's rollouts come from every iteration's policy: set "
+            "several_policies to train DPO on them as offline pairs"
+        )
+
+
+STAGE = register(
+    Stage(
+        name="pairs",
+        config=PairMiningConfig,
+        run=_stage,
+        needs=("scored",),
+        makes=("pairs",),
+        accelerator=False,
+        description="mine (prompt, chosen, rejected) pairs from scored rollouts",
+        check_inputs=_check_inputs,
+    )
+)

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...verifiers import RewardConfig
 from ...verifiers.problems import MBPP
-from ..atomic import append_line
+from .. import atomic
 from ..checkpoints.manifest import (
     CheckpointManifest,
     is_published,
@@ -55,11 +55,13 @@ from ..rl.metric_names import ITERATION, Data, Reward, Sampler, Time, Update, lo
 from ..rl.models import ValueModel
 from ..rl.policy_update import PolicyUpdater, UpdateConfig
 from ..rl.rollouts import collate_rollouts
+from ..rl.trainer_state import has_trainer_state, load_trainer_state, save_trainer_state
+from .difficulty_filter import kept_problems
+from .registry import Artifacts, Stage, register, with_weights
 from .scoring import ScoreConfig, score_rollouts, summarize
 
 log = logging.getLogger(__name__)
 
-TRAINER_STATE = "trainer_state.pt"
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "reward_curve.png"
 
@@ -195,8 +197,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
     """Train ``config.num_iterations`` iterations into ``out_dir``; returns the last
     checkpoint."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.json").write_text(config.model_dump_json(indent=2))
+    atomic.write_text(out_dir / "config.json", config.model_dump_json(indent=2))
     torch.manual_seed(config.seed)
 
     # Problems and prompts.
@@ -211,6 +212,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
 
     # Resume after the last published iteration, with the trainer state it saved.
     start = last_published_iteration(out_dir)
+    _metrics_of_published(out_dir, start)
     parent = str(iteration_dir(out_dir, start)) if start else config.model.resolve()
     batches_drawn = _batches_drawn(Path(parent)) if start else 0
     for _ in range(batches_drawn):  # the schedule continues where it was
@@ -218,7 +220,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
     policy = load_causal_lm(config.model.model_copy(update={"name_or_path": parent}))
     updater = _updater(config.update, config.model, policy)
     if start:
-        _load_trainer_state(updater, Path(parent) / TRAINER_STATE)
+        load_trainer_state(updater, Path(parent))
         log.info("resuming after iteration %d (%s)", start, parent)
     sampler = get_sampler(config.model, config.engine, checkpoint=parent)
     vocab_size = policy.config.vocab_size
@@ -315,6 +317,22 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
     return iteration_dir(out_dir, iterations)
 
 
+def _metrics_of_published(out_dir: Path, last: int) -> None:
+    """``metrics.jsonl`` with exactly one row per published iteration: a run killed between
+    publishing an iteration and recording its row gets the row back from the iteration's
+    manifest (without the times measured after it), and rows of iterations that were never
+    published are dropped."""
+    path = out_dir / METRICS_FILE
+    lines = path.read_text().splitlines() if path.is_file() else []
+    rows = {row[ITERATION]: row for row in map(json.loads, filter(str.strip, lines))}
+    kept = [
+        rows.get(i) or {ITERATION: i, **read_manifest(iteration_dir(out_dir, i)).metrics}
+        for i in range(1, last + 1)
+    ]
+    if kept != [json.loads(line) for line in lines if line.strip()]:
+        atomic.write_text(path, "".join(json.dumps(row) + "\n" for row in kept))
+
+
 def _batches_drawn(checkpoint: Path) -> int:
     """Prompt batches the schedule had handed out when ``checkpoint`` was published (one per
     iteration before dynamic sampling recorded it)."""
@@ -370,9 +388,8 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     parent = config.model.resolve()
     tokenizer = load_tokenizer(config.model)
     updater = _updater(config.update, config.model, load_causal_lm(config.model))
-    state = Path(parent) / TRAINER_STATE
-    if state.is_file():
-        _load_trainer_state(updater, state)
+    if has_trainer_state(Path(parent)):
+        load_trainer_state(updater, Path(parent))
     version = max(int(row.get("policy_version") or 0) for row in kept) + 1
     metrics = {
         **summarize(rows),
@@ -411,33 +428,15 @@ def _publish(
 
     def write(folder: Path) -> None:
         write_model(folder, updater.policy, tokenizer)
-        torch.save(
-            {
-                "policy_version": policy_version,
-                "optimizer": updater.optimizer.state_dict(),
-                "kl_coef": updater.kl_controller.value,
-                "generator": updater.generator.get_state(),
-                "critic": updater.critic.state_dict() if updater.critic is not None else None,
-            },
-            folder / TRAINER_STATE,
-        )
+        save_trainer_state(updater, folder, policy_version=policy_version)
 
     publish(target, write, manifest)
-
-
-def _load_trainer_state(updater: PolicyUpdater, path: Path) -> None:
-    state = torch.load(path, weights_only=False)
-    updater.optimizer.load_state_dict(state["optimizer"])
-    updater.kl_controller.value = state["kl_coef"]
-    updater.generator.set_state(state["generator"])
-    if state["critic"] is not None and updater.critic is not None:
-        updater.critic.load_state_dict(state["critic"])
 
 
 def _record(out_dir: Path, metrics: dict[str, Any]) -> None:
     """Append the iteration's metrics and redraw the curves from the whole file."""
     path = out_dir / METRICS_FILE
-    append_line(path, json.dumps(metrics))
+    atomic.append_line(path, json.dumps(metrics))
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     plot_curves(
         rows,
@@ -451,3 +450,41 @@ def _record(out_dir: Path, metrics: dict[str, Any]) -> None:
         },
         title="RL iterations",
     )
+
+
+def _rl_stage(config: RLConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    config = kept_problems(with_weights(config, inputs.checkpoint), inputs.problems)
+    checkpoint = run_rl(config, out_dir)
+    return Artifacts(checkpoint=str(checkpoint), scored=str(merge_rollouts(out_dir)))
+
+
+def _update_stage(config: UpdateStageConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    if inputs.scored is None:
+        raise ValueError("update: no scored rollouts to update on")
+    updated = run_update(with_weights(config, inputs.checkpoint), Path(inputs.scored), out_dir)
+    return Artifacts(checkpoint=str(updated))
+
+
+RL_STAGE = register(
+    Stage(
+        name="rl",
+        config=RLConfig,
+        run=_rl_stage,
+        needs=(),
+        uses=("checkpoint", "problems"),
+        makes=("checkpoint", "scored"),
+        extendable=("iterations", "epochs"),
+        description="sample, score and update in a loop (GRPO, RLOO, REINFORCE++, PPO)",
+    )
+)
+UPDATE_STAGE = register(
+    Stage(
+        name="update",
+        config=UpdateStageConfig,
+        run=_update_stage,
+        needs=("scored",),
+        uses=("checkpoint",),
+        makes=("checkpoint",),
+        description="one policy update on scored rollouts",
+    )
+)

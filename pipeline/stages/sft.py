@@ -29,6 +29,7 @@ from ..training import (
     stage_manifest,
     trainer_arguments,
 )
+from .registry import Artifacts, Stage, register, with_weights
 
 
 class SFTStageConfig(BaseModel):
@@ -110,3 +111,20 @@ def run_sft(config: SFTStageConfig, out_dir: Path) -> Path:
     manifest = stage_manifest("sft", config, config.model.name_or_path, data, metrics)
     publish_trained(out_dir, trainer.model, tokenizer, manifest)
     return out_dir
+
+
+def _stage(config: SFTStageConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    return Artifacts(checkpoint=str(run_sft(with_weights(config, inputs.checkpoint), out_dir)))
+
+
+STAGE = register(
+    Stage(
+        name="sft",
+        config=SFTStageConfig,
+        run=_stage,
+        needs=(),
+        uses=("checkpoint",),
+        makes=("checkpoint",),
+        description="supervised fine-tuning on reference solutions (the warm start)",
+    )
+)

@@ -1,0 +1,281 @@
+"""The stage registry and the one resume rule every stage follows.
+
+A stage declares its name, its config class, the artifacts it needs and makes, whether it
+needs the accelerator, and its ``run(config, inputs, out_dir) -> outputs``. :func:`run_stage`
+runs it under the resume rule (Prefect's INPUTS + TASK_SOURCE cache policy, on disk): every
+output is keyed by the stage's config, its inputs' content digests and its module's source.
+
+- The output of key K lives in ``<out_root>/<K[:12]>/``; its record ``<K[:12]>.json``, beside
+  the folder, is written last and marks it finished.
+- A finished output with the same key is reused, after its files are checked against the
+  digests recorded (a corrupt or edited output is refused, naming the file).
+- Another key is computed into a new folder: nothing is overwritten, and the run says what
+  changed. Config fields a stage declares ``extendable`` (RL's ``iterations``) only append work,
+  so they are left out of the key: more iterations continue in the same folder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import inspect
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from ... import __version__
+from .. import atomic
+from ..checkpoints.manifest import MANIFEST, sha256_file, verify
+
+log = logging.getLogger("codepost.stages")
+
+Kind = Literal["checkpoint", "problems", "scored", "pairs", "evaluation"]
+
+
+class Artifacts(BaseModel):
+    """What stages hand each other, by kind: paths (a checkpoint may also be a model name)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    checkpoint: str | None = None
+    problems: str | None = None
+    scored: str | None = None
+    pairs: str | None = None
+    evaluation: str | None = None
+
+    def present(self) -> dict[str, str]:
+        return {kind: path for kind, path in self.model_dump().items() if path is not None}
+
+    def updated(self, newer: Artifacts) -> Artifacts:
+        """These artifacts with every kind ``newer`` has replaced by its own."""
+        return self.model_copy(update=newer.present())
+
+
+RunFunction = Callable[[Any, Artifacts, Path], Artifacts]
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    config: type[BaseModel]
+    run: RunFunction
+    needs: tuple[Kind, ...]
+    makes: tuple[Kind, ...]
+    uses: tuple[Kind, ...] = ()  # optional inputs (a filter's problems)
+    accelerator: bool = True
+    extendable: tuple[str, ...] = ()
+    description: str = ""
+    # Raises ValueError when ``config`` cannot take inputs made by these stages (kind -> the
+    # stage that makes it), so a run is refused before it starts, not after hours.
+    check_inputs: Callable[[Any, dict[str, str]], None] | None = None
+
+    def source_digest(self) -> str:
+        """The code version of the stage: its module's source and the package version."""
+        source = Path(inspect.getsourcefile(self.run) or "").read_bytes()
+        return hashlib.sha256(source + __version__.encode()).hexdigest()[:16]
+
+
+class Executor(Protocol):
+    """Runs a stage somewhere (here, or as a Prefect task in a stage worker); ``label`` names
+    the run of it (``sft``, ``rl/humaneval`` for an evaluation)."""
+
+    def __call__(
+        self, stage: Stage, config: Any, inputs: Artifacts, out_dir: Path, label: str
+    ) -> Artifacts: ...
+
+
+STAGES: dict[str, Stage] = {}
+
+
+def register(stage: Stage) -> Stage:
+    if stage.name in STAGES and STAGES[stage.name].run is not stage.run:
+        raise ValueError(f"stage {stage.name!r} is already registered")
+    STAGES[stage.name] = stage
+    return stage
+
+
+def get_stage(name: str) -> Stage:
+    try:
+        return STAGES[name]
+    except KeyError:
+        raise KeyError(f"no stage {name!r}; registered: {', '.join(sorted(STAGES))}") from None
+
+
+class StaleOutputError(RuntimeError):
+    """A finished output no longer matches what was recorded for it (corrupt or edited)."""
+
+
+def digest(path: str) -> str:
+    """A content digest of an artifact: a published folder by its manifest (which holds every
+    file's hash), a file by its bytes, a folder without a manifest by all its files, and
+    anything else (a hub id, ``embedded:...``) by its name."""
+    target = Path(path)
+    if (target / MANIFEST).is_file():
+        return sha256_file(target / MANIFEST)
+    if target.is_file():
+        return sha256_file(target)
+    if target.is_dir():
+        files = sorted(p for p in target.rglob("*") if p.is_file())
+        payload = json.dumps([[str(p.relative_to(target)), sha256_file(p)] for p in files])
+        return hashlib.sha256(payload.encode()).hexdigest()
+    return hashlib.sha256(f"name:{path}".encode()).hexdigest()
+
+
+def stage_key(stage: Stage, config: BaseModel, inputs: Artifacts) -> tuple[str, dict[str, Any]]:
+    """The key of ``stage``'s output for ``config`` and ``inputs``, and what it was made of."""
+    keyed = config.model_dump(mode="json", exclude=set(stage.extendable))
+    parts = {
+        "stage": stage.name,
+        "config": keyed,
+        "inputs": {kind: digest(path) for kind, path in sorted(inputs.present().items())},
+        "code": stage.source_digest(),
+    }
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    return key, parts
+
+
+def run_stage(
+    stage: Stage,
+    config: BaseModel,
+    inputs: Artifacts,
+    out_root: Path,
+    execute: Executor | None = None,
+    label: str | None = None,
+) -> Artifacts:
+    """``stage`` on ``inputs`` under the resume rule; ``execute`` runs it (default: here)."""
+    out_root = Path(out_root)
+    key, parts = stage_key(stage, config, inputs)
+    out_dir = out_root / key[:12]
+    record_path = out_root / f"{key[:12]}.json"
+    full_config = config.model_dump(mode="json")
+    if record_path.is_file():
+        record = json.loads(record_path.read_text())
+        if record["config"] == full_config:
+            outputs = _checked_outputs(record, out_root, record_path)
+            log.info("%s: reusing %s (same config, inputs and code)", stage.name, out_dir)
+            return outputs
+        why = _changes(record, parts, full_config, stage)
+        log.info("%s: continuing %s (%s)", stage.name, out_dir, why)
+    else:
+        why = _why_new(out_root, parts, full_config, stage)
+        log.info("%s: computing %s%s", stage.name, out_dir, f" ({why})" if why else "")
+    outputs = (execute or execute_here)(stage, config, inputs, out_dir, label or stage.name)
+    record = {
+        "stage": stage.name,
+        "key": key,
+        "config": full_config,
+        "inputs": {
+            kind: {"path": path, "digest": parts["inputs"][kind]}
+            for kind, path in inputs.present().items()
+        },
+        "outputs": {
+            kind: {"path": _relative(path, out_root), "digest": digest(path)}
+            for kind, path in outputs.present().items()
+        },
+        "code": parts["code"],
+        "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    atomic.write_json(record_path, record)
+    return outputs
+
+
+def finished_record(out_root: Path, key: str) -> dict[str, Any] | None:
+    path = Path(out_root) / f"{key[:12]}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def execute_here(
+    stage: Stage, config: Any, inputs: Artifacts, out_dir: Path, label: str
+) -> Artifacts:
+    return stage.run(config, inputs, out_dir)
+
+
+def _relative(path: str, root: Path) -> str:
+    """Paths under the run folder are recorded relative to it: the folder can move."""
+    try:
+        return str(Path(path).resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(Path(path).resolve())
+
+
+def _checked_outputs(record: dict[str, Any], out_root: Path, record_path: Path) -> Artifacts:
+    """The recorded outputs, each checked against its digest (and a checkpoint's files against
+    its manifest) before anything is built on them."""
+    outputs = {}
+    for kind, output in record["outputs"].items():
+        path = out_root / output["path"]  # an absolute recorded path stays as it is
+        if not path.exists():
+            problems = [f"{path}: missing"]
+        elif (path / MANIFEST).is_file() and (problems := verify(path)):
+            pass
+        elif digest(str(path)) != output["digest"]:
+            problems = [f"{path}: differs from the digest recorded when it was made"]
+        else:
+            problems = []
+        if problems:
+            folder = record_path.with_suffix("")
+            raise StaleOutputError(
+                f"{record['stage']}: the finished output in {folder} does not match its record "
+                f"({'; '.join(problems[:3])}): it was corrupted or edited. Delete {folder} and "
+                f"{record_path} to compute it again."
+            )
+        outputs[kind] = str(path)
+    return Artifacts(**outputs)
+
+
+def _why_new(out_root: Path, parts: dict[str, Any], config: dict[str, Any], stage: Stage) -> str:
+    """What differs from the newest finished output in ``out_root``, if there is one."""
+    records = sorted(out_root.glob("*.json"), key=lambda p: p.stat().st_mtime)
+    if not records:
+        return ""
+    newest = json.loads(records[-1].read_text())
+    return f"{_changes(newest, parts, config, stage)} since {records[-1].with_suffix('').name}"
+
+
+def _changes(
+    record: dict[str, Any], parts: dict[str, Any], config: dict[str, Any], stage: Stage
+) -> str:
+    """``record``'s output against the one keyed by ``parts`` for ``config``, in words."""
+    before = _flat({k: v for k, v in record["config"].items() if k not in stage.extendable})
+    after = _flat(parts["config"])
+    changed = [
+        f"{name}: {before.get(name)!r} -> {after.get(name)!r}"
+        for name in sorted(set(before) | set(after))
+        if before.get(name) != after.get(name)
+    ]
+    inputs = [
+        f"input {kind} changed"
+        for kind, value in parts["inputs"].items()
+        if record["inputs"].get(kind, {}).get("digest") != value
+    ]
+    code = ["the stage's code changed"] if record.get("code") != parts["code"] else []
+    extended = [
+        f"{name}: {record['config'].get(name)!r} -> {config.get(name)!r}"
+        for name in stage.extendable
+        if record["config"].get(name) != config.get(name)
+    ]
+    reasons = changed[:5] + (["..."] if len(changed) > 5 else []) + inputs + code + extended
+    return "; ".join(reasons) or "nothing recorded differs"
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict):
+        flat: dict[str, Any] = {}
+        for name, value in data.items():
+            flat.update(_flat(value, f"{prefix}{name}."))
+        return flat
+    return {prefix.rstrip("."): data}
+
+
+def with_weights(config: Any, checkpoint: str | None) -> Any:
+    """``config`` loading ``checkpoint``'s weights, its own ``model`` settings kept."""
+    if checkpoint is None:
+        return config
+    return config.model_copy(
+        update={"model": config.model.model_copy(update={"name_or_path": checkpoint})}
+    )

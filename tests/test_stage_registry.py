@@ -1,0 +1,154 @@
+"""The one resume rule, on a stage registered here (a new stage needs nothing else): the same
+key is reused, a changed config or input is computed into a new folder with the reason logged,
+extending a run continues it, and a corrupted output is refused naming the file. And the run
+folder lock."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+from codepost.pipeline.run_lock import RunFolderLocked, run_folder_lock
+from codepost.pipeline.stages import STAGES
+from codepost.pipeline.stages.registry import (
+    Artifacts,
+    Stage,
+    StaleOutputError,
+    register,
+    run_stage,
+)
+
+CALLS: list[tuple[int, int]] = []
+
+
+class CountConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    step: int = 1
+    iterations: int = 2
+
+
+def run_count(config: CountConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    """Appends one line per iteration not yet done (a stage that resumes inside its folder)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = out_dir / "lines.txt"
+    lines = done.read_text().splitlines() if done.exists() else []
+    start = len(lines)
+    for i in range(start, config.iterations):
+        lines.append(str(i * config.step))
+    done.write_text("\n".join(lines) + "\n")
+    CALLS.append((start, config.iterations))
+    return Artifacts(scored=str(done))
+
+
+COUNT = Stage(
+    name="count-lines",
+    config=CountConfig,
+    run=run_count,
+    needs=(),
+    uses=("checkpoint",),
+    makes=("scored",),
+    accelerator=False,
+    extendable=("iterations",),
+    description="a toy stage",
+)
+
+
+@pytest.fixture
+def count_stage():
+    CALLS.clear()
+    register(COUNT)
+    yield COUNT
+    STAGES.pop(COUNT.name)
+
+
+def test_the_same_config_and_inputs_are_reused(count_stage, tmp_path):
+    first = run_stage(count_stage, CountConfig(), Artifacts(), tmp_path)
+    again = run_stage(count_stage, CountConfig(), Artifacts(), tmp_path)
+    assert first == again and CALLS == [(0, 2)]
+    (record,) = tmp_path.glob("*.json")
+    assert json.loads(record.read_text())["outputs"]["scored"]["path"].endswith("lines.txt")
+
+
+def test_a_changed_config_is_computed_into_a_new_folder_saying_why(count_stage, tmp_path, caplog):
+    first = run_stage(count_stage, CountConfig(step=1), Artifacts(), tmp_path)
+    with caplog.at_level(logging.INFO, logger="codepost.stages"):
+        second = run_stage(count_stage, CountConfig(step=5), Artifacts(), tmp_path)
+    assert Path(first.scored).read_text() == "0\n1\n"  # not overwritten
+    assert Path(second.scored).read_text() == "0\n5\n"
+    assert Path(first.scored).parent != Path(second.scored).parent
+    assert "step: 1 -> 5" in caplog.text
+
+
+def test_a_changed_input_is_recomputed(count_stage, tmp_path, caplog):
+    model = tmp_path / "model.bin"
+    model.write_text("weights v1")
+    first = run_stage(count_stage, CountConfig(), Artifacts(checkpoint=str(model)), tmp_path / "o")
+    model.write_text("weights v2")
+    with caplog.at_level(logging.INFO, logger="codepost.stages"):
+        second = run_stage(
+            count_stage, CountConfig(), Artifacts(checkpoint=str(model)), tmp_path / "o"
+        )
+    assert first != second and len(CALLS) == 2
+    assert "input checkpoint changed" in caplog.text
+
+
+def test_more_iterations_continue_the_same_folder(count_stage, tmp_path, caplog):
+    first = run_stage(count_stage, CountConfig(iterations=2), Artifacts(), tmp_path)
+    with caplog.at_level(logging.INFO, logger="codepost.stages"):
+        longer = run_stage(count_stage, CountConfig(iterations=3), Artifacts(), tmp_path)
+    assert first == longer and CALLS == [(0, 2), (2, 3)]  # iterations 1-2 were not recomputed
+    assert Path(longer.scored).read_text() == "0\n1\n2\n"
+    assert "iterations: 2 -> 3" in caplog.text
+    assert len(list(tmp_path.glob("*.json"))) == 1
+
+
+def test_a_corrupted_output_is_refused_naming_the_file(count_stage, tmp_path):
+    first = run_stage(count_stage, CountConfig(), Artifacts(), tmp_path)
+    Path(first.scored).write_text("0\n1\nforged\n")
+    with pytest.raises(StaleOutputError, match=r"lines\.txt: differs from the digest"):
+        run_stage(count_stage, CountConfig(), Artifacts(), tmp_path)
+    Path(first.scored).unlink()
+    with pytest.raises(StaleOutputError, match=r"lines\.txt: missing"):
+        run_stage(count_stage, CountConfig(), Artifacts(), tmp_path)
+    assert CALLS == [(0, 2)]
+
+
+def test_a_second_run_on_a_folder_is_refused_naming_the_holder(tmp_path):
+    with (
+        run_folder_lock(tmp_path),
+        pytest.raises(RunFolderLocked, match=rf"in use by pid {os.getpid()} on "),
+        run_folder_lock(tmp_path),
+    ):
+        pass
+    with run_folder_lock(tmp_path):  # released at the end of the first
+        pass
+
+
+def _hold_lock(run_dir: str, ready) -> None:
+    with run_folder_lock(Path(run_dir)):
+        ready.set()
+        signal.pause()
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    holder = context.Process(target=_hold_lock, args=(str(tmp_path), ready))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(RunFolderLocked, match=f"pid {holder.pid}"), run_folder_lock(tmp_path):
+            pass
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join()
+    with run_folder_lock(tmp_path):
+        assert f"pid {os.getpid()}" in (tmp_path / ".lock").read_text()
