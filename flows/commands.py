@@ -65,12 +65,6 @@ def run(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost run: invalid settings[/red]: {exc}")
         return EXIT_BAD_INPUT
-    try:
-        with run_folder_lock(Path(config.run_dir)):
-            pass  # refused at once, not after Prefect has started; the run takes it again
-    except RunFolderLocked as exc:
-        err.print(f"[red]codepost run[/red]: {exc}")
-        return EXIT_BAD_INPUT
     from ..pipeline.stages.scoring import check_sandbox
     from ..sandbox import SandboxUnavailable
 
@@ -79,6 +73,12 @@ def run(args: argparse.Namespace) -> int:
     except SandboxUnavailable as exc:
         err.print(f"[red]codepost run: the sandbox is unavailable[/red]: {exc}")
         return EXIT_SANDBOX_UNAVAILABLE
+    try:
+        with run_folder_lock(Path(config.run_dir)):
+            pass  # refused at once, not after Prefect has started; the run takes it again
+    except RunFolderLocked as exc:
+        err.print(f"[red]codepost run[/red]: {exc}")
+        return EXIT_BAD_INPUT
     from .ephemeral import start_ephemeral_server
     from .post_train import post_train
 

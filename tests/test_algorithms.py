@@ -7,18 +7,27 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from codepost.pipeline.rl.algorithms import (
     ADVANTAGE_ESTIMATORS,
     AGG_MODES,
+    ALGORITHMS,
+    POLICY_LOSSES,
     AdaptiveKLController,
+    Algorithm,
     FixedKLController,
+    GAEParams,
+    GRPOParams,
+    ReinforcePPParams,
     aggregate_loss,
     approx_kl,
     discounted_returns,
     entropy_from_logits,
     explained_variance,
     get_advantage_estimator,
+    get_algorithm,
+    get_policy_loss,
     informative_groups,
     kl_penalty,
     masked_mean,
@@ -26,8 +35,9 @@ from codepost.pipeline.rl.algorithms import (
     masked_var,
     masked_whiten,
     outcome_to_token_rewards,
-    policy_loss,
     register_advantage,
+    register_algorithm,
+    register_policy_loss,
     response_mask_from_lengths,
     value_loss,
 )
@@ -40,6 +50,16 @@ PAD = 123.0  # garbage in padded positions: results must not depend on it
 
 def t(values, dtype=F64) -> torch.Tensor:
     return torch.tensor(values, dtype=dtype)
+
+
+def policy_loss(
+    logprobs, old_logprobs, advantages, mask, *, loss="vanilla", agg_mode="token-mean", **params
+):
+    """A registered policy loss with its hyperparameters as keywords."""
+    entry = get_policy_loss(loss)
+    return entry(
+        logprobs, old_logprobs, advantages, mask, entry.params(**params), agg_mode=agg_mode
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,7 +171,7 @@ def test_seed_gae_lambda_zero_is_one_step_td():
     # seed 002_0ecc5351ed575acb.txt "Scenario A": lambda = 0 gives
     # A_t = delta_t = r_t + gamma V(s_{t+1}) - V(s_t), with V = 0 after the last token.
     advantages, returns = get_advantage_estimator("gae")(
-        GAE_REWARDS, GAE_MASK, values=GAE_VALUES, gamma=0.9, lam=0.0
+        GAE_REWARDS, GAE_MASK, GAEParams(gamma=0.9, lam=0.0), values=GAE_VALUES
     )
     expected = t([[0.9 * 0.6 - 0.5, 0.9 * 0.7 - 0.6, 1.0 - 0.7], [0.9 * 1.5 - 1.0, 2.0 - 1.5, 0.0]])
     torch.testing.assert_close(advantages, expected)
@@ -161,7 +181,7 @@ def test_seed_gae_lambda_zero_is_one_step_td():
 def test_seed_gae_lambda_one_is_monte_carlo_return_minus_value():
     # Same seeds, "lambda = 1" / "Scenario B": A_t = sum_l gamma^l r_{t+l} - V(s_t).
     advantages, _ = get_advantage_estimator("gae")(
-        GAE_REWARDS, GAE_MASK, values=GAE_VALUES, gamma=0.9, lam=1.0
+        GAE_REWARDS, GAE_MASK, GAEParams(gamma=0.9, lam=1.0), values=GAE_VALUES
     )
     expected = t([[0.81 - 0.5, 0.9 - 0.6, 1.0 - 0.7], [1.8 - 1.0, 2.0 - 1.5, 0.0]])
     torch.testing.assert_close(advantages, expected)
@@ -296,8 +316,65 @@ def test_registry_lists_every_estimator_and_rejects_unknown_or_duplicate_names()
     with pytest.raises(ValueError, match=r"unknown advantage estimator 'ppo'.*'grpo'"):
         get_advantage_estimator("ppo")
     with pytest.raises(ValueError, match="already registered"):
-        register_advantage("grpo")(ADVANTAGE_ESTIMATORS["rloo"])
+        register_advantage("grpo")(ADVANTAGE_ESTIMATORS["rloo"].fn)
     assert get_advantage_estimator("grpo") is ADVANTAGE_ESTIMATORS["grpo"]
+
+
+def test_estimators_take_only_their_own_hyperparameters():
+    with pytest.raises(TypeError, match="expected GRPOParams, got GAEParams"):
+        get_advantage_estimator("grpo")(
+            t([[1.0]]), t([[1.0]]), GAEParams(), group_ids=torch.tensor([0])
+        )
+    with pytest.raises(ValidationError, match="lam"):
+        GRPOParams(lam=0.9)
+
+
+def test_policy_loss_registry_names_each_loss_and_its_ratio():
+    assert set(POLICY_LOSSES) == {"vanilla", "gspo"}
+    assert get_policy_loss("vanilla").ratio_level == "token"
+    assert get_policy_loss("gspo").ratio_level == "sequence"
+    with pytest.raises(ValueError, match="unknown ratio level 'word'"):
+        register_policy_loss("word", ratio_level="word")
+    with pytest.raises(ValueError, match="already registered"):
+        register_policy_loss("gspo")(POLICY_LOSSES["vanilla"].fn)
+
+
+def test_algorithm_registry_names_registered_estimators_losses_and_models():
+    assert set(ALGORITHMS) == {
+        "grpo",
+        "dr_grpo",
+        "dapo",
+        "rloo",
+        "reinforce++",
+        "reinforce++_baseline",
+        "ppo",
+    }
+    for algorithm in ALGORITHMS.values():
+        assert algorithm.advantage in ADVANTAGE_ESTIMATORS
+        assert algorithm.policy_loss in POLICY_LOSSES
+        assert algorithm.description
+        assert not algorithm.needs_reference  # the KL to the reference is opt-in everywhere
+    assert {name for name, a in ALGORITHMS.items() if a.needs_critic} == {"ppo"}
+    assert ALGORITHMS["ppo"].advantage == "gae"
+    assert Algorithm("grpo", settings={"kl_in": "loss", "kl_coef": 0.04}).needs_reference
+    with pytest.raises(ValueError, match="unknown algorithm 'ppo2'"):
+        get_algorithm("ppo2")
+    with pytest.raises(ValueError, match="already registered"):
+        register_algorithm("grpo", ALGORITHMS["rloo"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"advantage": "ppo"}, "unknown advantage estimator 'ppo'"),
+        ({"advantage": "grpo", "policy_loss": "clip"}, "unknown policy loss 'clip'"),
+        ({"advantage": "grpo", "advantage_args": {"lam": 0.9}}, "lam"),
+        ({"advantage": "gae", "policy_loss_args": {"clip_high": -1}}, "clip_high"),
+    ],
+)
+def test_algorithm_fails_at_registration_on_unknown_parts_or_hyperparameters(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Algorithm(**kwargs)
 
 
 @pytest.mark.parametrize("name", sorted(ADVANTAGE_ESTIMATORS))
@@ -306,9 +383,12 @@ def test_registry_lists_every_estimator_and_rejects_unknown_or_duplicate_names()
 def test_every_estimator_is_zero_on_masked_positions(name, batch, gamma, lam):
     rewards, mask, group_ids = batch
     values = torch.where(mask.bool(), torch.full_like(mask, 0.3), PAD)
-    advantages, returns = get_advantage_estimator(name)(
-        rewards, mask, group_ids=group_ids, values=values, gamma=gamma, lam=lam
+    estimator = get_advantage_estimator(name)
+    given_params = {"gamma": gamma, "lam": lam}
+    params = estimator.params(
+        **{k: v for k, v in given_params.items() if k in estimator.params.model_fields}
     )
+    advantages, returns = estimator(rewards, mask, params, group_ids=group_ids, values=values)
     assert advantages.shape == returns.shape == mask.shape
     assert (advantages[~mask.bool()] == 0).all() and (returns[~mask.bool()] == 0).all()
     assert torch.isfinite(advantages).all() and torch.isfinite(returns).all()
@@ -357,7 +437,7 @@ def test_grpo_advantages_have_zero_group_mean_and_unit_std(batch):
 def test_dr_grpo_is_score_minus_group_mean(batch):
     rewards, mask, group_ids = batch
     advantages, _ = get_advantage_estimator("grpo")(
-        rewards, mask, group_ids=group_ids, norm_by_std=False
+        rewards, mask, GRPOParams(norm_by_std=False), group_ids=group_ids
     )
     scores = seq_scores(rewards, mask)
     for rows in groups_of(group_ids).values():
@@ -418,7 +498,7 @@ def test_reinforce_pp_whitens_return_to_go_over_the_whole_batch(batch, gamma):
     rewards, mask, group_ids = batch
     assume(mask.sum() >= 2)
     advantages, returns = get_advantage_estimator("reinforce++")(
-        rewards, mask, group_ids=group_ids, gamma=gamma
+        rewards, mask, ReinforcePPParams(gamma=gamma), group_ids=group_ids
     )
     torch.testing.assert_close(returns, discounted_returns(rewards, mask, gamma))
     valid = returns[mask.bool()]
@@ -467,7 +547,7 @@ def test_reinforce_pp_baseline_ignores_per_group_reward_shifts(batch, shifts):
 def test_gae_with_lambda_one_gamma_one_and_zero_values_is_return_to_go(batch):
     rewards, mask, _ = batch
     advantages, returns = get_advantage_estimator("gae")(
-        rewards, mask, values=torch.zeros_like(rewards), gamma=1.0, lam=1.0
+        rewards, mask, GAEParams(gamma=1.0, lam=1.0), values=torch.zeros_like(rewards)
     )
     reverse_cumsum = (rewards * mask).flip(-1).cumsum(-1).flip(-1) * mask
     torch.testing.assert_close(advantages, reverse_cumsum)
@@ -480,7 +560,7 @@ def test_gae_lambda_zero_is_td_error_and_returns_are_advantage_plus_value(batch,
     rewards, mask, _ = batch
     values = data.draw(matrices(*mask.shape))
     advantages, returns = get_advantage_estimator("gae")(
-        rewards, mask, values=values, gamma=gamma, lam=0.0
+        rewards, mask, GAEParams(gamma=gamma, lam=0.0), values=values
     )
     for row, length in enumerate(mask.sum(-1).long().tolist()):
         for step in range(length):
@@ -693,9 +773,9 @@ def test_sequence_ratio_equals_token_ratio_when_log_ratios_are_equal(batch, data
     old = data.draw(matrices(*mask.shape, st.floats(-5.0, 0.0)))
     advantages = data.draw(matrices(*mask.shape, quarter))
     results = {}
-    for level in ("token", "sequence"):
+    for level, name in (("token", "vanilla"), ("sequence", "gspo")):
         logp = (old + per_seq[:, None]).requires_grad_(True)
-        loss, metrics = policy_loss(logp, old, advantages, mask, ratio_level=level)
+        loss, metrics = policy_loss(logp, old, advantages, mask, loss=name)
         (grad,) = torch.autograd.grad(loss, logp)
         results[level] = (loss, grad, metrics)
     torch.testing.assert_close(results["sequence"][0], results["token"][0])
@@ -707,16 +787,14 @@ def test_sequence_ratio_equals_token_ratio_when_log_ratios_are_equal(batch, data
 def test_sequence_ratio_is_exp_of_the_mean_token_log_ratio():
     logp = t([[0.3, -0.1, 9.0]])  # the padded third token must not count
     mask = t([[1.0, 1.0, 0.0]])
-    _, metrics = policy_loss(
-        logp, torch.zeros_like(logp), t([[1.0, 1.0, 1.0]]), mask, ratio_level="sequence"
-    )
+    _, metrics = policy_loss(logp, torch.zeros_like(logp), t([[1.0, 1.0, 1.0]]), mask, loss="gspo")
     assert metrics["ratio_mean"].item() == pytest.approx(math.exp(0.1))
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"ratio_level": "word"}, "ratio_level"),
+        ({"loss": "word"}, "unknown policy loss 'word'"),
         ({"dual_clip": 0.9}, "dual_clip"),
         ({"clip_low": 1.0}, "clip_low"),
         ({"agg_mode": "sum"}, "aggregation mode"),

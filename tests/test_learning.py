@@ -115,8 +115,8 @@ def test_update_raises_the_verifier_reward(name, code_reward_fn, one_thread):
     updater = PolicyUpdater(
         config,
         policy,
-        ref_model=copy.deepcopy(policy) if config.kl_in != "none" else None,
-        critic=ValueModel.from_policy(policy) if config.algorithm == "ppo" else None,
+        ref_model=copy.deepcopy(policy) if config.needs_reference else None,
+        critic=ValueModel.from_policy(policy) if config.needs_critic else None,
     )
 
     before = mean_reward(updater, tokenizer, code_reward_fn)

@@ -13,7 +13,25 @@ from pydantic import ValidationError
 from update_cases import ALPHABET, minibatch_gradients, random_rows, tiny_case, weights
 
 from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.rl.algorithms import AGG_MODES, get_advantage_estimator, kl_penalty
+from codepost.pipeline.rl.algorithms import (
+    ADVANTAGE_ESTIMATORS,
+    AGG_MODES,
+    ALGORITHMS,
+    POLICY_LOSSES,
+    Algorithm,
+    ClipParams,
+    GAEParams,
+    GRPOParams,
+    Hyperparameters,
+    aggregate_loss,
+    approx_kl,
+    get_advantage_estimator,
+    get_policy_loss,
+    kl_penalty,
+    register_advantage,
+    register_algorithm,
+    register_policy_loss,
+)
 from codepost.pipeline.rl.models import (
     ValueModel,
     char_tokenizer,
@@ -171,6 +189,12 @@ def test_generated_rows_follow_the_contract_and_their_logprobs_are_the_trainers(
         ({"kl_in": "loss"}, "needs kl_coef > 0"),
         ({"kl_in": "loss", "kl_coef": 0.1, "kl_estimator": "k4"}, "kl_estimator"),
         ({"kl_in": "reward", "kl_coef": 0.1, "kl_ratio_weighted": True}, "kl_in='loss'"),
+        ({"advantage_args": {"lam": 0.9}}, "GRPOParams"),
+        ({"algorithm": "ppo", "advantage_args": {"lam": 2.0}}, "lam"),
+        ({"policy_loss": "ppo"}, "unknown policy loss 'ppo'"),
+        ({"policy_loss_args": {"clip": 0.1}}, "ClipParams"),
+        ({"policy_loss": "gspo", "ratio_level": "token"}, "not both"),
+        ({"algorithm": "dapo", "kl_coef": 0.1}, "kl_in='none'"),
     ],
 )
 def test_config_rejects_bad_settings(kwargs, match):
@@ -181,6 +205,139 @@ def test_config_rejects_bad_settings(kwargs, match):
 def test_config_agg_modes_are_the_algorithm_registry_modes():
     annotation = UpdateConfig.model_fields["loss_agg_mode"].annotation
     assert set(typing.get_args(annotation)) == set(AGG_MODES)
+
+
+def test_default_configs_keep_the_settings_from_before_the_registry():
+    config = UpdateConfig()
+    assert config.advantage_estimator() == (
+        get_advantage_estimator("grpo"),
+        GRPOParams(norm_by_std=True, eps=1e-6),
+    )
+    assert config.loss() == (get_policy_loss("vanilla"), ClipParams(clip_low=0.2, clip_high=0.2))
+    assert config.loss_agg_mode == "token-mean" and config.kl_in == "none"
+    assert not config.needs_critic and not config.needs_reference
+    ppo = UpdateConfig(algorithm="ppo")
+    assert ppo.needs_critic
+    assert ppo.advantage_estimator() == (
+        get_advantage_estimator("gae"),
+        GAEParams(gamma=1.0, lam=0.95, whiten=True),
+    )
+
+
+def test_dr_grpo_preset_trains_on_mean_centred_scores_with_a_token_sum_loss():
+    config = UpdateConfig(algorithm="dr_grpo", drop_uniform_groups=False)
+    assert config.loss_agg_mode == "seq-mean-token-sum"
+    updater, batch = tiny_case(config)
+    prepared = updater.prepare(batch)
+    rewards, groups = batch.rewards, batch.group_ids
+    group_means = torch.stack([rewards[groups == g].mean() for g in groups.tolist()])
+    expected = (rewards - group_means)[:, None] * batch.response_mask
+    torch.testing.assert_close(prepared.advantages, expected)
+    grpo, _ = tiny_case(UpdateConfig(drop_uniform_groups=False))
+    divided = grpo.prepare(batch).advantages
+    assert not torch.allclose(divided, prepared.advantages)  # GRPO divides by the group std
+
+
+def test_dapo_preset_clips_higher_than_lower_without_kl_and_masks_overlong_completions():
+    config = UpdateConfig(algorithm="dapo")
+    loss, params = config.loss()
+    assert loss is get_policy_loss("vanilla")
+    assert (params.clip_low, params.clip_high) == (0.2, 0.28)
+    assert config.advantage_estimator() == (get_advantage_estimator("grpo"), GRPOParams())
+    assert config.loss_agg_mode == "token-mean"
+    assert config.kl_in == "none" and not config.needs_reference
+    assert config.mask_truncated and config.drop_uniform_groups
+    updater, batch = tiny_case(config)
+    prepared = updater.prepare(batch)
+    assert (prepared.loss_mask.sum(-1) > 0).all()
+    assert not prepared.batch.truncated.any()  # truncated rows set baselines, then leave
+
+
+def test_explicit_fields_override_the_preset():
+    dapo = UpdateConfig(
+        algorithm="dapo", clip_high=0.3, loss_agg_mode="seq-mean-token-mean", mask_truncated=False
+    )
+    assert dapo.loss()[1] == ClipParams(clip_low=0.2, clip_high=0.3)
+    assert dapo.loss_agg_mode == "seq-mean-token-mean" and not dapo.mask_truncated
+    assert UpdateConfig(algorithm="dr_grpo", norm_adv_by_std=True).advantage_estimator()[1] == (
+        GRPOParams(norm_by_std=True)
+    )
+    explicit = UpdateConfig(algorithm="dr_grpo", advantage_args={"eps": 1e-3})
+    assert explicit.advantage_estimator()[1] == GRPOParams(norm_by_std=False, eps=1e-3)
+    ppo = UpdateConfig(algorithm="ppo", gamma=0.9, lam=0.8, whiten_advantages=False)
+    assert ppo.advantage_estimator()[1] == GAEParams(gamma=0.9, lam=0.8, whiten=False)
+    # The older ratio_level spelling picks the sequence-level loss; the preset's clip stays.
+    loss, params = UpdateConfig(algorithm="dapo", ratio_level="sequence", dual_clip=3.0).loss()
+    assert loss is get_policy_loss("gspo")
+    assert params == ClipParams(clip_low=0.2, clip_high=0.28, dual_clip=3.0)
+    loss, params = UpdateConfig(policy_loss="gspo", policy_loss_args={"clip_low": 0.1}).loss()
+    assert loss is get_policy_loss("gspo") and params.clip_low == 0.1
+    # What a preset filled in is saved with the config and read back the same.
+    for name in ALGORITHMS:
+        config = UpdateConfig(algorithm=name)
+        assert UpdateConfig.model_validate_json(config.model_dump_json()) == config
+
+
+@pytest.fixture
+def registries():
+    """Registrations made by a test end with it."""
+    saved = [
+        (registry, dict(registry)) for registry in (ADVANTAGE_ESTIMATORS, POLICY_LOSSES, ALGORITHMS)
+    ]
+    yield
+    for registry, entries in saved:
+        registry.clear()
+        registry.update(entries)
+
+
+def test_a_new_algorithm_is_registrations_only_and_trains_through_the_updater(registries):
+    class SignParams(Hyperparameters):
+        scale: float = 1.0
+
+    @register_advantage("toy_sign", SignParams)
+    def sign_advantages(token_rewards, response_mask, params, *, group_ids, values):
+        """+-scale on every token, by whether the sequence beats the batch's mean score."""
+        scores = (token_rewards * response_mask).sum(-1)
+        advantages = params.scale * (scores - scores.mean()).sign()
+        return advantages[:, None] * response_mask, scores[:, None] * response_mask
+
+    @register_policy_loss("toy_reinforce")
+    def reinforce_loss(
+        logprobs, old_logprobs, advantages, response_mask, params, *, agg_mode, num_tokens, num_seqs
+    ):
+        """Plain REINFORCE: no ratio, no clip."""
+        loss = aggregate_loss(
+            -advantages * logprobs,
+            response_mask,
+            agg_mode,
+            num_tokens=num_tokens,
+            num_seqs=num_seqs,
+        )
+        return loss, {"approx_kl": approx_kl(logprobs, old_logprobs, response_mask)}
+
+    register_algorithm(
+        "toy",
+        Algorithm(
+            "toy_sign",
+            "toy_reinforce",
+            advantage_args={"scale": 2.0},
+            settings={"loss_agg_mode": "seq-mean-token-mean"},
+        ),
+    )
+    config = UpdateConfig(algorithm="toy", lr=1e-2, drop_uniform_groups=False)
+    assert config.loss_agg_mode == "seq-mean-token-mean"
+    assert UpdateConfig(algorithm="toy", advantage_args={"scale": 0.5}).advantage_estimator()[
+        1
+    ] == SignParams(scale=0.5)
+    updater, batch = tiny_case(config)
+    prepared = updater.prepare(batch)
+    expected = 2.0 * (batch.rewards - batch.rewards.mean()).sign()
+    torch.testing.assert_close(prepared.advantages, expected[:, None] * batch.response_mask)
+    before = weights(updater)
+    metrics = updater.update(batch)
+    assert metrics["optimizer_steps"] == 1 and math.isfinite(metrics["policy_loss"])
+    after = weights(updater)
+    assert any(not torch.equal(after[name], before[name]) for name in after)
 
 
 def test_updater_checks_its_models_against_the_config():
@@ -298,7 +455,7 @@ def test_ppo_builds_kl_shaped_rewards_gae_targets_and_trains_actor_and_critic():
     rewards = -0.2 * kl
     rewards[torch.arange(len(last)), last] += prepared.batch.rewards
     advantages, returns = get_advantage_estimator("gae")(
-        rewards, mask, values=prepared.old_values, gamma=0.9, lam=0.8
+        rewards, mask, GAEParams(gamma=0.9, lam=0.8), values=prepared.old_values
     )
     torch.testing.assert_close(prepared.returns, returns)
     torch.testing.assert_close(prepared.returns, (advantages + prepared.old_values) * mask)

@@ -32,7 +32,8 @@ def _config(tmp_path: Path, settings: object) -> str:
     ("settings", "named"),
     [
         ({"run_dir": "x", "learning_rate": 1e-5}, "learning_rate"),
-        ({"rl": {"iterations": 0}}, "rl.iterations"),
+        ({"stages": [{"stage": "rl", "config": {"iterations": 0}}]}, "rl.config.iterations"),
+        ({"stages": ["sft", "dpo"]}, "(dpo) needs pairs"),
         ({"model": {"name_or_path": "/nonexistent/model"}}, "'/nonexistent/model'"),
         (["sft", "rl"], "expected a mapping"),
     ],
@@ -117,3 +118,13 @@ def _wait_for_child(process: subprocess.Popen, name: str, timeout: float) -> psu
                     return child
         time.sleep(0.2)
     raise AssertionError(f"no {name} child after {timeout} s")
+
+
+@pytest.mark.docker
+def test_a_second_run_on_a_folder_in_use_is_refused_at_once_naming_the_holder(tmp_path, capsys):
+    from codepost.pipeline.run_lock import run_folder_lock
+
+    run_dir = tmp_path / "run"
+    with run_folder_lock(run_dir):
+        assert cli.main(["run", "--run-dir", str(run_dir)]) == EXIT_BAD_INPUT
+    assert f"in use by pid {os.getpid()} on " in " ".join(capsys.readouterr().err.split())

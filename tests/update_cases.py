@@ -72,9 +72,9 @@ def tiny_case(
     model_config = model_config or ModelConfig()
     tokenizer = char_tokenizer(ALPHABET)
     policy = tiny_causal_lm(len(tokenizer), seed=seed)
-    needs_ref = config.kl_in != "none" and not model_config.lora_r
+    needs_ref = config.needs_reference and not model_config.lora_r
     ref_model = copy.deepcopy(policy) if needs_ref else None
-    critic = ValueModel.from_policy(policy) if config.algorithm == "ppo" else None
+    critic = ValueModel.from_policy(policy) if config.needs_critic else None
     updater = PolicyUpdater(
         config, policy, model_config=model_config, ref_model=ref_model, critic=critic
     )

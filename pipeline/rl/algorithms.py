@@ -7,13 +7,23 @@ so every function is testable on a handful of numbers.
 Loss normalisation: :func:`aggregate_loss` divides by counts that the caller passes for the
 whole minibatch (all micro-batches, all data-parallel ranks). Summing the gradients of the
 micro-batch losses then gives exactly the full-batch gradient, whatever the split.
+
+Three registries: :data:`ADVANTAGE_ESTIMATORS` and :data:`POLICY_LOSSES` hold functions, each
+with a pydantic model of its own hyperparameters; :data:`ALGORITHMS` holds the named recipes
+users know (``grpo``, ``dr_grpo``, ``dapo``, ``rloo``, ``reinforce++``, ``ppo``): an estimator, a
+loss, their hyperparameters, update settings and whether a critic trains alongside. Adding an
+algorithm is a registration here; the trainer asks the registries, never an algorithm's name.
 """
 
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
+
+T = TypeVar("T")
 
 # exp(20) is already far outside any clip range; beyond it float32 overflows to inf.
 _MAX_LOG_RATIO = 20.0
@@ -125,50 +135,106 @@ def discounted_returns(token_rewards: Tensor, response_mask: Tensor, gamma: floa
 
 
 # --------------------------------------------------------------------------------------------
+# Registries
+# --------------------------------------------------------------------------------------------
+
+
+class Hyperparameters(BaseModel):
+    """Base of each estimator's and loss's own settings: a new hyperparameter is a field of the
+    one model that uses it, not a keyword every function has to accept and ignore."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Registry(dict[str, T]):
+    """Names -> entries: a name registers once, and an unknown name fails listing the known."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def add(self, name: str, entry: T) -> T:
+        if name in self:
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self[name] = entry
+        return entry
+
+    def __missing__(self, name: str) -> T:
+        raise ValueError(f"unknown {self.kind} {name!r}; known: {sorted(self)}")
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A registered function with the model of its hyperparameters."""
+
+    params: type[Hyperparameters]
+
+    def _params(self, params: Hyperparameters | None) -> Hyperparameters:
+        if params is None:
+            return self.params()
+        if not isinstance(params, self.params):
+            raise TypeError(f"expected {self.params.__name__}, got {type(params).__name__}")
+        return params
+
+
+# --------------------------------------------------------------------------------------------
 # Advantage estimators
 # --------------------------------------------------------------------------------------------
 
 
 class AdvantageFn(Protocol):
-    """Uniform signature: every estimator takes every option and ignores those it has no use for,
-    so the trainer can call any of them from the same config."""
+    """Data that varies per batch is keyword arguments (an estimator without a use for one
+    rejects or ignores it); hyperparameters come in the estimator's own ``params`` model."""
 
     def __call__(
         self,
         token_rewards: Tensor,
         response_mask: Tensor,
+        params: Any,
         *,
-        group_ids: Tensor | None = None,
-        values: Tensor | None = None,
-        gamma: float = 1.0,
-        lam: float = 1.0,
-        norm_by_std: bool = True,
-        eps: float = 1e-6,
+        group_ids: Tensor | None,
+        values: Tensor | None,
     ) -> tuple[Tensor, Tensor]: ...
 
 
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
+@dataclass(frozen=True)
+class AdvantageEstimator(_Entry):
+    """``(token_rewards, mask) -> (advantages, returns)``, both ``[B, T]`` and 0 off the mask."""
+
+    fn: AdvantageFn
+
+    def __call__(
+        self,
+        token_rewards: Tensor,
+        response_mask: Tensor,
+        params: Hyperparameters | None = None,
+        *,
+        group_ids: Tensor | None = None,
+        values: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """The estimate with ``params`` (None: the estimator's defaults)."""
+        return self.fn(
+            token_rewards, response_mask, self._params(params), group_ids=group_ids, values=values
+        )
 
 
-def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator adding an estimator to :data:`ADVANTAGE_ESTIMATORS` under ``name``."""
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
+
+
+def register_advantage(
+    name: str, params: type[Hyperparameters] = Hyperparameters
+) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Decorator adding an estimator, with the model of its hyperparameters, under ``name``."""
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
-        if name in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGE_ESTIMATORS[name] = fn
+        ADVANTAGE_ESTIMATORS.add(name, AdvantageEstimator(params=params, fn=fn))
         return fn
 
     return decorator
 
 
-def get_advantage_estimator(name: str) -> AdvantageFn:
-    try:
-        return ADVANTAGE_ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}"
-        ) from None
+def get_advantage_estimator(name: str) -> AdvantageEstimator:
+    return ADVANTAGE_ESTIMATORS[name]
 
 
 def _sequence_scores(token_rewards: Tensor, response_mask: Tensor) -> Tensor:
@@ -196,33 +262,33 @@ def _group_stats(
     return mean[inverse], var[inverse], counts[inverse]
 
 
-@register_advantage("grpo")
+class GRPOParams(Hyperparameters):
+    norm_by_std: bool = Field(True, description="False is Dr.GRPO: mean-centred scores only")
+    eps: float = Field(1e-6, gt=0, description="added to the group std")
+
+
+@register_advantage("grpo", GRPOParams)
 @torch.no_grad()
 def grpo_advantages(
     token_rewards: Tensor,
     response_mask: Tensor,
+    params: GRPOParams,
     *,
-    group_ids: Tensor | None = None,
-    values: Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_by_std: bool = True,
-    eps: float = 1e-6,
+    group_ids: Tensor | None,
+    values: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     """GRPO: z-score of each sequence score within its prompt group, on every valid token.
 
     The std is the population std (1/G), as in the GRPO formula. ``norm_by_std=False`` is
     Dr.GRPO: dividing by the std over-weights near-uniform groups (too easy or too hard).
-    A group of one gets advantage 0. Returns are the return-to-go (uses ``gamma``).
+    A group of one gets advantage 0. Returns are the (undiscounted) return-to-go.
     """
     scores = _sequence_scores(token_rewards, response_mask)
     mean, var, _ = _group_stats(scores, group_ids, "grpo")
     advantages = scores - mean
-    if norm_by_std:
-        advantages = advantages / (var.sqrt() + eps)
-    return advantages[:, None] * response_mask, discounted_returns(
-        token_rewards, response_mask, gamma
-    )
+    if params.norm_by_std:
+        advantages = advantages / (var.sqrt() + params.eps)
+    return advantages[:, None] * response_mask, discounted_returns(token_rewards, response_mask)
 
 
 @register_advantage("rloo")
@@ -230,18 +296,15 @@ def grpo_advantages(
 def rloo_advantages(
     token_rewards: Tensor,
     response_mask: Tensor,
+    params: Hyperparameters,
     *,
-    group_ids: Tensor | None = None,
-    values: Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_by_std: bool = True,
-    eps: float = 1e-6,
+    group_ids: Tensor | None,
+    values: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     """RLOO: score minus the mean score of the other samples of the same prompt.
 
     The baseline excludes the sample itself, so the estimate stays unbiased; it equals
-    ``n/(n-1) * (score - group mean)``. Needs at least 2 samples per group.
+    ``n/(n-1) * (score - group mean)``. Needs at least 2 samples per group. No hyperparameters.
     """
     scores = _sequence_scores(token_rewards, response_mask)
     mean, _, sizes = _group_stats(scores, group_ids, "rloo")
@@ -249,44 +312,45 @@ def rloo_advantages(
         raise ValueError("rloo needs at least 2 samples in every group (leave-one-out baseline)")
     n = sizes.to(scores.dtype)
     advantages = n / (n - 1) * (scores - mean)
-    return advantages[:, None] * response_mask, discounted_returns(
-        token_rewards, response_mask, gamma
-    )
+    return advantages[:, None] * response_mask, discounted_returns(token_rewards, response_mask)
 
 
-@register_advantage("reinforce++")
+class ReinforcePPParams(Hyperparameters):
+    gamma: float = Field(1.0, ge=0, le=1, description="discount of the return-to-go")
+    eps: float = Field(1e-6, gt=0, description="added to the batch variance when whitening")
+
+
+@register_advantage("reinforce++", ReinforcePPParams)
 @torch.no_grad()
 def reinforce_pp_advantages(
     token_rewards: Tensor,
     response_mask: Tensor,
+    params: ReinforcePPParams,
     *,
-    group_ids: Tensor | None = None,
-    values: Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_by_std: bool = True,
-    eps: float = 1e-6,
+    group_ids: Tensor | None,
+    values: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     """REINFORCE++: discounted return-to-go per token, whitened over the whole batch.
 
     Global (not per-group) normalisation: its bias vanishes as the batch grows.
     """
-    returns = discounted_returns(token_rewards, response_mask, gamma)
-    return masked_whiten(returns, response_mask, eps=eps), returns
+    returns = discounted_returns(token_rewards, response_mask, params.gamma)
+    return masked_whiten(returns, response_mask, eps=params.eps), returns
 
 
-@register_advantage("reinforce++_baseline")
+class ReinforcePPBaselineParams(Hyperparameters):
+    eps: float = Field(1e-6, gt=0, description="added to the batch variance when whitening")
+
+
+@register_advantage("reinforce++_baseline", ReinforcePPBaselineParams)
 @torch.no_grad()
 def reinforce_pp_baseline_advantages(
     token_rewards: Tensor,
     response_mask: Tensor,
+    params: ReinforcePPBaselineParams,
     *,
-    group_ids: Tensor | None = None,
-    values: Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_by_std: bool = True,
-    eps: float = 1e-6,
+    group_ids: Tensor | None,
+    values: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     """REINFORCE++ with a group baseline: score minus group mean, then global whitening.
 
@@ -296,35 +360,38 @@ def reinforce_pp_baseline_advantages(
     scores = _sequence_scores(token_rewards, response_mask)
     mean, _, _ = _group_stats(scores, group_ids, "reinforce++_baseline")
     centred = (scores - mean)[:, None] * response_mask
-    return masked_whiten(centred, response_mask, eps=eps), discounted_returns(
-        token_rewards, response_mask, gamma
+    return masked_whiten(centred, response_mask, eps=params.eps), discounted_returns(
+        token_rewards, response_mask
     )
 
 
-@register_advantage("gae")
+class GAEParams(Hyperparameters):
+    gamma: float = Field(1.0, ge=0, le=1, description="discount")
+    lam: float = Field(1.0, ge=0, le=1, description="0: one-step TD; 1: return minus value")
+    whiten: bool = Field(False, description="whiten the advantages over the batch (PPO's habit)")
+
+
+@register_advantage("gae", GAEParams)
 @torch.no_grad()
 def gae_advantages(
     token_rewards: Tensor,
     response_mask: Tensor,
+    params: GAEParams,
     *,
-    group_ids: Tensor | None = None,
-    values: Tensor | None = None,
-    gamma: float = 1.0,
-    lam: float = 1.0,
-    norm_by_std: bool = True,
-    eps: float = 1e-6,
+    group_ids: Tensor | None,
+    values: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     """Generalised Advantage Estimation: ``A_t = sum_l (gamma*lam)^l delta_{t+l}``.
 
     ``delta_t = r_t + gamma V_{t+1} - V_t`` with ``V`` = 0 after the last valid token.
-    ``lam=0`` is one-step TD, ``lam=1`` is return minus value. Returns are ``A + V`` (the
-    critic's target). Not whitened: whiten with :func:`masked_whiten` if the recipe wants it.
-    Masked positions inside a sequence are skipped, like in :func:`discounted_returns`.
+    Returns are ``A + V`` (the critic's target), taken before any whitening. Masked positions
+    inside a sequence are skipped, like in :func:`discounted_returns`.
     """
     if values is None:
         raise ValueError("advantage estimator 'gae' needs values from a critic")
     _check_2d("token_rewards", token_rewards)
     _check_same_shape(token_rewards=token_rewards, values=values, response_mask=response_mask)
+    gamma, lam = params.gamma, params.lam
     valid = response_mask != 0
     advantages = torch.zeros_like(token_rewards)
     next_value = torch.zeros_like(token_rewards[:, 0])
@@ -335,7 +402,10 @@ def gae_advantages(
         next_value = torch.where(valid[:, t], values[:, t], next_value)
         next_advantage = torch.where(valid[:, t], advantage, next_advantage)
         advantages[:, t] = torch.where(valid[:, t], advantage, 0.0)
-    return advantages, torch.where(valid, advantages + values, 0.0)
+    returns = torch.where(valid, advantages + values, 0.0)
+    if params.whiten:
+        advantages = masked_whiten(advantages, response_mask)
+    return advantages, returns
 
 
 # --------------------------------------------------------------------------------------------
@@ -469,58 +539,132 @@ def truncated_is_weights(
     return weights, metrics
 
 
-def policy_loss(
+def importance_log_ratio(
+    logprobs: Tensor, old_logprobs: Tensor, mask: Tensor, level: str
+) -> Tensor:
+    """``log(pi / pi_old)`` per token, or per sequence (the mean over its valid tokens, ``[B, 1]``,
+    GSPO's length-normalised sequence ratio). Gradients flow through every token."""
+    log_ratio = logprobs - old_logprobs
+    if level == "sequence":
+        return masked_mean(log_ratio, mask, dim=-1)[:, None]
+    if level != "token":
+        raise ValueError(f"unknown ratio level {level!r}; known: {list(RATIO_LEVELS)}")
+    return log_ratio
+
+
+class PolicyLossFn(Protocol):
+    """Per-batch tensors positionally, the loss's own ``params``, then how to aggregate over
+    the whole minibatch (see :func:`aggregate_loss`). Returns the loss to minimise and detached
+    metrics local to this micro-batch."""
+
+    def __call__(
+        self,
+        logprobs: Tensor,
+        old_logprobs: Tensor,
+        advantages: Tensor,
+        response_mask: Tensor,
+        params: Any,
+        *,
+        agg_mode: str,
+        num_tokens: float | None,
+        num_seqs: float | None,
+    ) -> tuple[Tensor, dict[str, Tensor]]: ...
+
+
+@dataclass(frozen=True)
+class PolicyLoss(_Entry):
+    """A policy loss; ``ratio_level`` is the importance ratio it uses, which the ratio-weighted
+    KL to the reference uses too."""
+
+    fn: PolicyLossFn
+    ratio_level: str = "token"
+
+    def __call__(
+        self,
+        logprobs: Tensor,
+        old_logprobs: Tensor,
+        advantages: Tensor,
+        response_mask: Tensor,
+        params: Hyperparameters | None = None,
+        *,
+        agg_mode: str = "token-mean",
+        num_tokens: float | None = None,
+        num_seqs: float | None = None,
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The loss with ``params`` (None: the loss's defaults)."""
+        _check_2d("logprobs", logprobs)
+        _check_same_shape(
+            logprobs=logprobs,
+            old_logprobs=old_logprobs,
+            advantages=advantages,
+            response_mask=response_mask,
+        )
+        return self.fn(
+            logprobs,
+            old_logprobs,
+            advantages,
+            response_mask,
+            self._params(params),
+            agg_mode=agg_mode,
+            num_tokens=num_tokens,
+            num_seqs=num_seqs,
+        )
+
+
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+
+
+def register_policy_loss(
+    name: str, params: type[Hyperparameters] = Hyperparameters, *, ratio_level: str = "token"
+) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator adding a policy loss, with the model of its hyperparameters, under ``name``."""
+    if ratio_level not in RATIO_LEVELS:
+        raise ValueError(f"unknown ratio level {ratio_level!r}; known: {list(RATIO_LEVELS)}")
+
+    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
+        POLICY_LOSSES.add(name, PolicyLoss(params=params, fn=fn, ratio_level=ratio_level))
+        return fn
+
+    return decorator
+
+
+def get_policy_loss(name: str) -> PolicyLoss:
+    return POLICY_LOSSES[name]
+
+
+class ClipParams(Hyperparameters):
+    """PPO's trust region on the importance ratio."""
+
+    clip_low: float = Field(0.2, ge=0, lt=1, description="the ratio's floor is 1 - clip_low")
+    clip_high: float = Field(
+        0.2, ge=0, le=10, description="the ratio's ceiling is 1 + clip_high; 0.28 is DAPO's"
+    )
+    dual_clip: float | None = Field(
+        None, gt=1, description="cap the loss of negative-advantage tokens at -c * A; None = off"
+    )
+
+
+def _clipped_surrogate(
+    log_ratio: Tensor,
     logprobs: Tensor,
     old_logprobs: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
+    params: ClipParams,
     *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    dual_clip: float | None = None,
-    ratio_level: str = "token",
-    agg_mode: str = "token-mean",
-    num_tokens: float | None = None,
-    num_seqs: float | None = None,
+    agg_mode: str,
+    num_tokens: float | None,
+    num_seqs: float | None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO clipped surrogate loss (to minimise) with clip-higher and optional dual clip.
-
-    The ratio is clipped to ``[1 - clip_low, 1 + clip_high]``; a larger ``clip_high`` (DAPO)
-    lets unlikely tokens grow, which keeps entropy from collapsing. ``dual_clip = c > 1`` caps
-    the loss of negative-advantage tokens at ``-c * A``, so a huge ratio on a bad token cannot
-    dominate the batch. ``ratio_level="sequence"`` (GSPO) uses one ratio per sequence,
-    ``exp(mean token log-ratio)``, while gradients still flow through each token.
-
-    Metrics (detached, local to this micro-batch): ``clipfrac_low`` / ``clipfrac_high`` are the
-    fractions of tokens whose gradient the lower / upper clip removed; ``approx_kl`` is
-    KL(old || new); ``ratio_mean`` is the mean ratio used.
-    """
-    _check_2d("logprobs", logprobs)
-    _check_same_shape(
-        logprobs=logprobs,
-        old_logprobs=old_logprobs,
-        advantages=advantages,
-        response_mask=response_mask,
-    )
-    if not 0 <= clip_low < 1 or clip_high < 0:
-        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
-    if dual_clip is not None and dual_clip <= 1:
-        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
-
-    log_ratio = logprobs - old_logprobs
-    if ratio_level == "sequence":
-        seq_log_ratio = masked_mean(log_ratio, response_mask, dim=-1)
-        # Value of the sequence ratio, gradient of each token's own log-prob (GSPO-token).
-        log_ratio = seq_log_ratio.detach()[:, None] + logprobs - logprobs.detach()
-    elif ratio_level != "token":
-        raise ValueError(f"unknown ratio_level {ratio_level!r}; known: {list(RATIO_LEVELS)}")
+    """The clipped surrogate for a given log-ratio; the losses differ only in the ratio."""
+    clip_low, clip_high = params.clip_low, params.clip_high
     ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
-
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
     losses = torch.maximum(unclipped, clipped)
-    if dual_clip is not None:
-        losses = torch.where(advantages < 0, torch.minimum(losses, -advantages * dual_clip), losses)
+    if params.dual_clip is not None:
+        capped = torch.minimum(losses, -advantages * params.dual_clip)
+        losses = torch.where(advantages < 0, capped, losses)
     loss = aggregate_loss(losses, response_mask, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
 
     with torch.no_grad():
@@ -535,6 +679,74 @@ def policy_loss(
             "ratio_mean": masked_mean(ratio, response_mask),
         }
     return loss, metrics
+
+
+@register_policy_loss("vanilla", ClipParams)
+def vanilla_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    params: ClipParams,
+    *,
+    agg_mode: str,
+    num_tokens: float | None,
+    num_seqs: float | None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped surrogate with a per-token ratio, clip-higher and optional dual clip.
+
+    The ratio is clipped to ``[1 - clip_low, 1 + clip_high]``; a larger ``clip_high`` (DAPO)
+    lets unlikely tokens grow, which keeps entropy from collapsing. ``dual_clip = c > 1`` caps
+    the loss of negative-advantage tokens at ``-c * A``, so a huge ratio on a bad token cannot
+    dominate the batch.
+
+    Metrics: ``clipfrac_low`` / ``clipfrac_high`` are the fractions of tokens whose gradient
+    the lower / upper clip removed; ``approx_kl`` is KL(old || new); ``ratio_mean`` is the mean
+    ratio used.
+    """
+    log_ratio = importance_log_ratio(logprobs, old_logprobs, response_mask, "token")
+    return _clipped_surrogate(
+        log_ratio,
+        logprobs,
+        old_logprobs,
+        advantages,
+        response_mask,
+        params,
+        agg_mode=agg_mode,
+        num_tokens=num_tokens,
+        num_seqs=num_seqs,
+    )
+
+
+@register_policy_loss("gspo", ClipParams, ratio_level="sequence")
+def gspo_policy_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    params: ClipParams,
+    *,
+    agg_mode: str,
+    num_tokens: float | None,
+    num_seqs: float | None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO(-token): :func:`vanilla_policy_loss` with one ratio per sequence,
+    ``exp(mean token log-ratio)``, while gradients still flow through each token's own
+    log-prob. One clip decision per sequence matches a sequence-level reward."""
+    seq_log_ratio = importance_log_ratio(logprobs, old_logprobs, response_mask, "sequence")
+    # Value of the sequence ratio, gradient of each token's own log-prob.
+    log_ratio = seq_log_ratio.detach() + logprobs - logprobs.detach()
+    return _clipped_surrogate(
+        log_ratio,
+        logprobs,
+        old_logprobs,
+        advantages,
+        response_mask,
+        params,
+        agg_mode=agg_mode,
+        num_tokens=num_tokens,
+        num_seqs=num_seqs,
+    )
 
 
 def value_loss(
@@ -618,3 +830,121 @@ def informative_groups(scores: Tensor, group_ids: Tensor) -> Tensor:
         0, inverse, scores, "amin", include_self=False
     )
     return (highest != lowest)[inverse]
+
+
+# --------------------------------------------------------------------------------------------
+# Algorithms: named recipes over the registries
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """What users call an algorithm: an advantage estimator and a policy loss with the
+    hyperparameters, update settings and models its paper uses.
+
+    ``settings`` are defaults for fields of the update's config (``loss_agg_mode``, ``kl_in``,
+    ``mask_truncated``, ...); fields set explicitly there win, and so do explicit estimator and
+    loss hyperparameters over ``advantage_args`` / ``policy_loss_args``.
+    """
+
+    advantage: str
+    policy_loss: str = "vanilla"
+    needs_critic: bool = False
+    advantage_args: Mapping[str, Any] = field(default_factory=dict)
+    policy_loss_args: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        # A misspelt preset fails when it is registered, not at its first update.
+        ADVANTAGE_ESTIMATORS[self.advantage].params.model_validate(self.advantage_args)
+        POLICY_LOSSES[self.policy_loss].params.model_validate(self.policy_loss_args)
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether its recipe puts a KL to the reference model in the reward or the loss."""
+        return self.settings.get("kl_in", "none") != "none"
+
+
+ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
+
+
+def register_algorithm(name: str, algorithm: Algorithm) -> Algorithm:
+    return ALGORITHMS.add(name, algorithm)
+
+
+def get_algorithm(name: str) -> Algorithm:
+    return ALGORITHMS[name]
+
+
+register_algorithm(
+    "grpo",
+    Algorithm(
+        "grpo",
+        description="GRPO (Shao et al. 2024): group z-scored outcome advantages, the PPO clip "
+        "loss, no critic. Token-mean aggregation as TRL and verl default to (the paper's mean "
+        "per sequence is loss_agg_mode='seq-mean-token-mean'); the paper's KL in the loss is "
+        "opt-in (kl_in='loss', kl_coef=0.04).",
+    ),
+)
+register_algorithm(
+    "dr_grpo",
+    Algorithm(
+        "grpo",
+        advantage_args={"norm_by_std": False},
+        settings={"loss_agg_mode": "seq-mean-token-sum"},
+        description="Dr. GRPO (Liu et al. 2025): GRPO without the two biases, the std division "
+        "of the advantage and the per-sequence length normalisation: token sums over a constant "
+        "(the number of sequences), so long wrong answers are not favoured.",
+    ),
+)
+register_algorithm(
+    "dapo",
+    Algorithm(
+        "grpo",
+        policy_loss_args={"clip_low": 0.2, "clip_high": 0.28},
+        settings={
+            "loss_agg_mode": "token-mean",
+            "kl_in": "none",
+            "drop_uniform_groups": True,
+            "mask_truncated": True,
+        },
+        description="DAPO (Yu et al. 2025): clip-higher (0.2 / 0.28) against entropy collapse, "
+        "token-level mean, no KL, groups of equal rewards dropped (the RL stage resamples to "
+        "refill them: RLConfig.dynamic_sampling) and truncated completions masked (overlong "
+        "filtering).",
+    ),
+)
+register_algorithm(
+    "rloo",
+    Algorithm(
+        "rloo",
+        description="RLOO (Ahmadian et al. 2024): leave-one-out group baseline, unbiased; one "
+        "optimizer step per batch makes the clip loss plain REINFORCE.",
+    ),
+)
+register_algorithm(
+    "reinforce++",
+    Algorithm(
+        "reinforce++",
+        description="REINFORCE++ (Hu 2025): return-to-go whitened over the whole batch with the "
+        "PPO clip loss; the paper's KL in the reward is opt-in (kl_in='reward').",
+    ),
+)
+register_algorithm(
+    "reinforce++_baseline",
+    Algorithm(
+        "reinforce++_baseline",
+        description="REINFORCE++ with a group-mean baseline before the global whitening.",
+    ),
+)
+register_algorithm(
+    "ppo",
+    Algorithm(
+        "gae",
+        needs_critic=True,
+        advantage_args={"lam": 0.95, "whiten": True},
+        description="PPO (Schulman et al. 2017; Ouyang et al. 2022): GAE advantages from a "
+        "critic trained alongside (clipped value loss), whitened per batch.",
+    ),
+)

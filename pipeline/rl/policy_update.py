@@ -1,8 +1,9 @@
 """The policy update: scored rollouts + policy (+ reference, + critic) -> new weights + metrics.
 
-One :class:`PolicyUpdater` serves GRPO, RLOO, REINFORCE++ and PPO; they differ only in the
-advantage estimator (a registry entry in :mod:`codepost.pipeline.rl.algorithms`), in where the KL to the
-reference goes (reward or loss) and in whether a critic trains alongside. ``update`` reads top
+One :class:`PolicyUpdater` serves every algorithm of :data:`~.algorithms.ALGORITHMS` (GRPO,
+Dr. GRPO, DAPO, RLOO, REINFORCE++, PPO, ...); they differ only in what that registry names: the
+advantage estimator, the policy loss, their hyperparameters, settings such as where the KL to
+the reference goes (reward or loss), and whether a critic trains alongside. ``update`` reads top
 to bottom like CleanRL's ``ppo.py``:
 
 1. shape the batch (drop groups without signal, mask truncated completions);
@@ -21,29 +22,34 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from accelerate import Accelerator
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from torch import Tensor, nn
 
 from ..model_config import ModelConfig
 from .algorithms import (
     AdaptiveKLController,
+    AdvantageEstimator,
+    Algorithm,
     FixedKLController,
+    Hyperparameters,
+    PolicyLoss,
     aggregate_loss,
     entropy_from_logits,
     explained_variance,
     get_advantage_estimator,
+    get_algorithm,
+    get_policy_loss,
+    importance_log_ratio,
     informative_groups,
     kl_penalty,
     masked_mean,
-    masked_whiten,
     outcome_to_token_rewards,
-    policy_loss,
     truncated_is_weights,
     value_loss,
 )
@@ -57,16 +63,48 @@ from .models import (
 )
 from .rollouts import RolloutBatch
 
-Algorithm = Literal["grpo", "rloo", "reinforce++", "reinforce++_baseline", "ppo"]
 AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
+
+# Fields from before the registries, kept for existing configs: each sets the estimator's or the
+# loss's hyperparameter named here, where the one in use has it (as before, a field the
+# algorithm has no use for is ignored).
+_ADVANTAGE_FIELDS = {
+    "gamma": "gamma",
+    "lam": "lam",
+    "norm_adv_by_std": "norm_by_std",
+    "whiten_advantages": "whiten",
+}
+_LOSS_FIELDS = {"clip_low": "clip_low", "clip_high": "clip_high", "dual_clip": "dual_clip"}
+_RATIO_LEVEL_LOSSES = {"token": "vanilla", "sequence": "gspo"}
 
 
 class UpdateConfig(BaseModel):
-    """Settings of one policy update. Sizes count sequences (completions)."""
+    """Settings of one policy update. Sizes count sequences (completions).
+
+    ``algorithm`` names a preset of the registry; the fields set here override what it fills
+    in. Fields left ``None`` take the algorithm's value.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    algorithm: Algorithm = "grpo"
+    algorithm: str = Field(
+        "grpo",
+        description="a preset of algorithms.ALGORITHMS (grpo, dr_grpo, dapo, rloo, reinforce++, "
+        "reinforce++_baseline, ppo): its advantage estimator, policy loss, their "
+        "hyperparameters and update settings",
+    )
+    advantage_args: dict[str, Any] = Field(
+        default_factory=dict,
+        description="hyperparameters of the algorithm's advantage estimator (its params model, "
+        "e.g. grpo's norm_by_std and eps), over the preset's",
+    )
+    policy_loss: str | None = Field(
+        None,
+        description="a loss of algorithms.POLICY_LOSSES (vanilla, gspo); None = the algorithm's",
+    )
+    policy_loss_args: dict[str, Any] = Field(
+        default_factory=dict, description="hyperparameters of the policy loss, over the preset's"
+    )
     epochs: int = Field(1, ge=1, le=100, description="passes over each rollout batch")
     minibatch_size: int | None = Field(
         None, ge=1, description="sequences per optimizer step, all ranks together; None = batch"
@@ -76,15 +114,23 @@ class UpdateConfig(BaseModel):
     critic_lr: float | None = Field(None, gt=0, le=1, description="None = lr")
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
-    clip_low: float = Field(0.2, ge=0, lt=1)
-    clip_high: float = Field(0.2, ge=0, le=10, description="0.28 is DAPO's clip-higher")
-    dual_clip: float | None = Field(None, gt=1)
-    ratio_level: Literal["token", "sequence"] = "token"
+    clip_low: float | None = Field(None, ge=0, lt=1, description="the loss's clip_low (0.2)")
+    clip_high: float | None = Field(
+        None, ge=0, le=10, description="the loss's clip_high (0.2; DAPO's clip-higher 0.28)"
+    )
+    dual_clip: float | None = Field(None, gt=1, description="the loss's dual_clip")
+    ratio_level: Literal["token", "sequence"] | None = Field(
+        None, description="the older spelling of policy_loss: token = vanilla, sequence = gspo"
+    )
     loss_agg_mode: AggMode = "token-mean"
-    norm_adv_by_std: bool = Field(True, description="grpo: False gives Dr.GRPO")
-    gamma: float = Field(1.0, ge=0, le=1)
-    lam: float = Field(0.95, ge=0, le=1, description="GAE lambda (ppo)")
-    whiten_advantages: bool = Field(True, description="ppo: whiten GAE advantages per batch")
+    norm_adv_by_std: bool | None = Field(
+        None, description="grpo estimator's norm_by_std: False gives Dr.GRPO"
+    )
+    gamma: float | None = Field(None, ge=0, le=1, description="discount (reinforce++, gae)")
+    lam: float | None = Field(None, ge=0, le=1, description="GAE lambda (ppo: 0.95)")
+    whiten_advantages: bool | None = Field(
+        None, description="gae: whiten the advantages per batch (ppo: True)"
+    )
     kl_in: Literal["reward", "loss", "none"] = "none"
     kl_coef: float = Field(0.0, ge=0)
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
@@ -114,8 +160,21 @@ class UpdateConfig(BaseModel):
     bf16: bool = False
     seed: int = 0
 
+    @model_validator(mode="before")
+    @classmethod
+    def _algorithm_settings(cls, data: Any) -> Any:
+        """The algorithm's settings as defaults of the fields not given."""
+        if isinstance(data, dict):
+            name = data.get("algorithm", cls.model_fields["algorithm"].default)
+            return {**get_algorithm(name).settings, **data}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> UpdateConfig:
+        if self.policy_loss is not None and self.ratio_level is not None:
+            raise ValueError("set policy_loss or its older spelling ratio_level, not both")
+        self.advantage_estimator()  # unknown names and bad hyperparameters fail here
+        self.loss()
         if self.minibatch_size is not None and self.micro_batch_size > self.minibatch_size:
             raise ValueError(
                 f"micro_batch_size={self.micro_batch_size} exceeds minibatch_size={self.minibatch_size}"
@@ -127,6 +186,58 @@ class UpdateConfig(BaseModel):
         if self.kl_ratio_weighted and self.kl_in != "loss":
             raise ValueError("kl_ratio_weighted applies to the KL in the loss (kl_in='loss')")
         return self
+
+    @property
+    def recipe(self) -> Algorithm:
+        return get_algorithm(self.algorithm)
+
+    @property
+    def needs_critic(self) -> bool:
+        return self.recipe.needs_critic
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.kl_in != "none"
+
+    def advantage_estimator(self) -> tuple[AdvantageEstimator, Hyperparameters]:
+        """The algorithm's estimator with its hyperparameters: the preset's, then the fields."""
+        estimator = get_advantage_estimator(self.recipe.advantage)
+        params = self._params(
+            estimator.params, self.recipe.advantage_args, _ADVANTAGE_FIELDS, self.advantage_args
+        )
+        return estimator, params
+
+    def loss(self) -> tuple[PolicyLoss, Hyperparameters]:
+        """The policy loss with its hyperparameters: the preset's, then the fields."""
+        if self.policy_loss is not None:
+            name = self.policy_loss
+        elif self.ratio_level is not None:
+            name = _RATIO_LEVEL_LOSSES[self.ratio_level]
+        else:
+            name = self.recipe.policy_loss
+        loss = get_policy_loss(name)
+        params = self._params(
+            loss.params, self.recipe.policy_loss_args, _LOSS_FIELDS, self.policy_loss_args
+        )
+        return loss, params
+
+    def _params(
+        self,
+        model: type[Hyperparameters],
+        preset: Mapping[str, Any],
+        fields: Mapping[str, str],
+        explicit: Mapping[str, Any],
+    ) -> Hyperparameters:
+        known = model.model_fields
+        values = {name: value for name, value in preset.items() if name in known}
+        for field_name, name in fields.items():
+            value = getattr(self, field_name)
+            if value is not None and name in known:
+                values[name] = value
+        try:
+            return model.model_validate({**values, **explicit})
+        except ValidationError as error:  # name the model: its fields are not this config's
+            raise ValueError(f"hyperparameters of {model.__name__}: {error}") from None
 
 
 @dataclass
@@ -223,18 +334,18 @@ class PolicyUpdater:
     ) -> None:
         self.config = cfg = config
         self.model_config = model_config = model_config or ModelConfig()
-        if (cfg.algorithm == "ppo") != (critic is not None):
+        if cfg.needs_critic != (critic is not None):
             raise ValueError(
                 f"algorithm={cfg.algorithm!r} "
                 + ("needs a critic (ValueModel)" if critic is None else "does not use a critic")
             )
         # With LoRA the base model (adapters off) is the reference: no second copy.
         self._adapter_reference = (
-            cfg.kl_in != "none"
+            cfg.needs_reference
             and ref_model is None
             and (model_config.lora_r > 0 or _is_peft(policy))
         )
-        if cfg.kl_in != "none" and ref_model is None and not self._adapter_reference:
+        if cfg.needs_reference and ref_model is None and not self._adapter_reference:
             raise ValueError(f"kl_in={cfg.kl_in!r} needs a ref_model (or a LoRA policy)")
         self.accelerator = accelerator or Accelerator(mixed_precision="bf16" if cfg.bf16 else "no")
         peft_config = model_config.peft_config()
@@ -252,7 +363,7 @@ class PolicyUpdater:
                     gradient_checkpointing_kwargs={"use_reentrant": False}
                 )
         self.ref_model = None
-        if cfg.kl_in != "none" and ref_model is not None:
+        if cfg.needs_reference and ref_model is not None:
             self.ref_model = ref_model.to(self.accelerator.device).eval().requires_grad_(False)
 
         model = ActorCritic(policy, critic).train()
@@ -267,6 +378,8 @@ class PolicyUpdater:
             else FixedKLController(cfg.kl_coef)
         )
         self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.estimator, self.advantage_params = cfg.advantage_estimator()
+        self.loss, self.loss_params = cfg.loss()
 
     @property
     def actor_critic(self) -> ActorCritic:
@@ -352,7 +465,7 @@ class PolicyUpdater:
         )
         scores = _Totals()
         old_logprobs, old_values, ref_logprobs = self._score(
-            batch, policy=needs_old, reference=cfg.kl_in != "none", totals=scores
+            batch, policy=needs_old, reference=cfg.needs_reference, totals=scores
         )
         metrics.update(scores.reduce(self.accelerator))
 
@@ -362,23 +475,18 @@ class PolicyUpdater:
             kl = kl_penalty(old_logprobs, ref_logprobs, cfg.kl_estimator) * response_mask
             metrics[Update.KL_REF] = masked_mean(kl, response_mask).item()
             token_rewards = token_rewards - self.kl_controller.value * kl
-        estimator = get_advantage_estimator("gae" if cfg.algorithm == "ppo" else cfg.algorithm)
-        advantages, returns = estimator(
+        advantages, returns = self.estimator(
             token_rewards,
             response_mask,
+            self.advantage_params,
             group_ids=batch.group_ids,
             values=old_values,
-            gamma=cfg.gamma,
-            lam=cfg.lam,
-            norm_by_std=cfg.norm_adv_by_std,
         )
-        if cfg.algorithm == "ppo":
+        if self.critic is not None:
             metrics[Update.EXPLAINED_VARIANCE] = explained_variance(
                 old_values, returns, response_mask
             ).item()
             metrics[Update.VALUE_MEAN] = masked_mean(old_values, response_mask).item()
-            if cfg.whiten_advantages:
-                advantages = masked_whiten(advantages, response_mask)
         else:
             returns = None
         if cfg.sampler_is_cap is not None:
@@ -436,15 +544,12 @@ class PolicyUpdater:
                 if old_logprobs is None:
                     old_logprobs = logprobs.detach()
                     _add_sampler_mismatch(totals, old_logprobs, take(batch.sampling_logprobs), mask)
-                loss, pg_metrics = policy_loss(
+                loss, pg_metrics = self.loss(
                     logprobs,
                     old_logprobs,
                     take(prepared.advantages),
                     mask,
-                    clip_low=cfg.clip_low,
-                    clip_high=cfg.clip_high,
-                    dual_clip=cfg.dual_clip,
-                    ratio_level=cfg.ratio_level,
+                    self.loss_params,
                     agg_mode=cfg.loss_agg_mode,
                     **counts,
                 )
@@ -465,10 +570,11 @@ class PolicyUpdater:
                     kl = kl_penalty(logprobs, take(prepared.ref_logprobs), cfg.kl_estimator)
                     totals.mean(Update.KL_REF, masked_mean(kl, mask), tokens)
                     if cfg.kl_ratio_weighted:
-                        log_ratio = logprobs - old_logprobs
-                        if cfg.ratio_level == "sequence":
-                            log_ratio = masked_mean(log_ratio, mask, dim=-1)[:, None]
-                        kl = kl * torch.exp(log_ratio)
+                        kl = kl * torch.exp(
+                            importance_log_ratio(
+                                logprobs, old_logprobs, mask, self.loss.ratio_level
+                            )
+                        )
                     loss = loss + self.kl_controller.value * aggregate_loss(
                         kl, mask, cfg.loss_agg_mode, **counts
                     )

@@ -1,21 +1,13 @@
 """The stages of a post-training run, one module each (``run_...(config, paths)``), each
-registered in :mod:`.registry` with what it needs and makes. Importing this package registers
-them all."""
+registered in :mod:`.registry` with what it needs and makes. Importing this package imports
+every module in it, so a new stage is one new module: nothing else names it."""
 
-from . import difficulty_filter, dpo, evaluation, pairs, rl, rollouts, sft
+import importlib
+import pkgutil
+
 from .registry import STAGES, Artifacts, Stage, get_stage, run_stage
 
-__all__ = [
-    "STAGES",
-    "Artifacts",
-    "Stage",
-    "difficulty_filter",
-    "dpo",
-    "evaluation",
-    "get_stage",
-    "pairs",
-    "rl",
-    "rollouts",
-    "run_stage",
-    "sft",
-]
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = ["STAGES", "Artifacts", "Stage", "get_stage", "run_stage"]

@@ -177,7 +177,7 @@ def kept_problems(config: Any, problems: str | None) -> Any:
     return config.model_copy(update={"problems": kept})
 
 
-STAGE = register(
+register(
     Stage(
         name="filter",
         config=DifficultyFilterConfig,

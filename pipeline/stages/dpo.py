@@ -163,7 +163,7 @@ def _stage(config: DPOStageConfig, inputs: Artifacts, out_dir: Path) -> Artifact
     return Artifacts(checkpoint=str(result.checkpoint) if result.checkpoint else None)
 
 
-STAGE = register(
+register(
     Stage(
         name="dpo",
         config=DPOStageConfig,

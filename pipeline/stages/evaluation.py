@@ -255,7 +255,7 @@ def _stage(config: EvalConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
     return Artifacts(evaluation=str(out_dir))
 
 
-STAGE = register(
+register(
     Stage(
         name="evaluate",
         config=EvalConfig,

@@ -270,7 +270,7 @@ def _check_inputs(config: PairMiningConfig, makers: dict[str, str]) -> None:
         )
 
 
-STAGE = register(
+register(
     Stage(
         name="pairs",
         config=PairMiningConfig,

@@ -409,11 +409,11 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
 
 
 def _updater(update: UpdateConfig, model: ModelConfig, policy: torch.nn.Module) -> PolicyUpdater:
-    """The updater of ``policy``: a critic for PPO, and ``model`` as the frozen reference when
-    the KL needs one (with LoRA the reference is the policy without its adapter)."""
-    critic = ValueModel.from_policy(policy) if update.algorithm == "ppo" else None
-    needs_reference = update.kl_in != "none" and not model.lora_r
-    reference = load_causal_lm(model) if needs_reference else None
+    """The updater of ``policy``: a critic when the algorithm trains one, and ``model`` as the
+    frozen reference when the KL needs one (with LoRA the reference is the policy without its
+    adapter)."""
+    critic = ValueModel.from_policy(policy) if update.needs_critic else None
+    reference = load_causal_lm(model) if update.needs_reference and not model.lora_r else None
     return PolicyUpdater(update, policy, model_config=model, ref_model=reference, critic=critic)
 
 
@@ -465,7 +465,7 @@ def _update_stage(config: UpdateStageConfig, inputs: Artifacts, out_dir: Path) -
     return Artifacts(checkpoint=str(updated))
 
 
-RL_STAGE = register(
+register(
     Stage(
         name="rl",
         config=RLConfig,
@@ -477,7 +477,7 @@ RL_STAGE = register(
         description="sample, score and update in a loop (GRPO, RLOO, REINFORCE++, PPO)",
     )
 )
-UPDATE_STAGE = register(
+register(
     Stage(
         name="update",
         config=UpdateStageConfig,

@@ -30,7 +30,7 @@ def _stage(config: RolloutsConfig, inputs: Artifacts, out_dir: Path) -> Artifact
     return Artifacts(scored=str(run_rollouts(config, out_dir)))
 
 
-STAGE = register(
+register(
     Stage(
         name="rollouts",
         config=RolloutsConfig,

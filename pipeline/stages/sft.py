@@ -117,7 +117,7 @@ def _stage(config: SFTStageConfig, inputs: Artifacts, out_dir: Path) -> Artifact
     return Artifacts(checkpoint=str(run_sft(with_weights(config, inputs.checkpoint), out_dir)))
 
 
-STAGE = register(
+register(
     Stage(
         name="sft",
         config=SFTStageConfig,
