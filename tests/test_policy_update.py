@@ -335,7 +335,7 @@ def test_a_new_algorithm_is_registrations_only_and_trains_through_the_updater(re
     torch.testing.assert_close(prepared.advantages, expected[:, None] * batch.response_mask)
     before = weights(updater)
     metrics = updater.update(batch)
-    assert metrics["optimizer_steps"] == 1 and math.isfinite(metrics["policy_loss"])
+    assert metrics["update/optimizer_steps"] == 1 and math.isfinite(metrics["update/policy_loss"])
     after = weights(updater)
     assert any(not torch.equal(after[name], before[name]) for name in after)
 
