@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .reporting.report import Evaluation
+    from .stages.evaluation import EvaluationResults
 
 EXIT_BAD_INPUT = 2
 EXIT_SANDBOX_UNAVAILABLE = 3
@@ -139,32 +140,27 @@ def evaluate(args: argparse.Namespace) -> int:
     console = stdout_console()
     print_table(results, console)
     console.print(f"results: {args.output / 'evaluation.json'}")
-    errors = sum(results.get(run, {}).get("sandbox_errors", 0) for run in ("greedy", "sampled"))
-    return EXIT_SANDBOX_ERRORS if errors else 0
+    return EXIT_SANDBOX_ERRORS if results.sandbox_errors() else 0
 
 
-def print_table(results: dict[str, Any], console: Any) -> None:
-    """The scores of an evaluation, each with its 95% interval (``pass@k_ci95``)."""
+def print_table(results: EvaluationResults, console: Any) -> None:
+    """The scores of an evaluation, each with its 95% interval."""
     from rich.table import Table
 
-    table = Table(title=f"{results['checkpoint']} on {results['num_problems']} problems")
+    table = Table(title=f"{results.checkpoint} on {results.num_problems} problems")
     for column in ("run", "metric", "value", "95% CI", "samples", "passed", "sandbox errors"):
         table.add_column(column)
-    for run in ("greedy", "sampled"):
-        if run not in results:
-            continue
-        scores = results[run]
-        for key, value in scores.items():
-            if key.startswith("pass@") and not key.endswith("_ci95"):
-                table.add_row(
-                    f"{run} (T={scores['temperature']:g})",
-                    key,
-                    "n/a" if math.isnan(value) else f"{value:.4f}",
-                    _interval(scores.get(f"{key}_ci95")),
-                    str(scores["samples"]),
-                    str(scores["passed"]),
-                    str(scores["sandbox_errors"]),
-                )
+    for name, run in results.runs().items():
+        for k, value in run.pass_at_k.items():
+            table.add_row(
+                f"{name} (T={run.temperature:g})",
+                f"pass@{k}",
+                "n/a" if math.isnan(value) else f"{value:.4f}",
+                _interval(run.ci95.get(k)),
+                str(run.samples),
+                str(run.passed),
+                str(run.sandbox_errors),
+            )
     console.print(table)
 
 
@@ -193,8 +189,8 @@ def compare(a: Path, b: Path) -> int:
         return EXIT_BAD_INPUT
     console = stdout_console()
     console.print(
-        f"A: {before.folder} ({before.results.get('checkpoint')})\n"
-        f"B: {after.folder} ({after.results.get('checkpoint')})\n"
+        f"A: {before.folder} ({before.results.checkpoint})\n"
+        f"B: {after.folder} ({after.results.checkpoint})\n"
         f"on the same {len(before.tasks)} problems"
     )
     if "greedy" in runs:
@@ -202,7 +198,7 @@ def compare(a: Path, b: Path) -> int:
     if "sampled" in runs:
         _print_sampled_comparison(before, after, console)
     for evaluation, name in ((before, "A"), (after, "B")):
-        errors = {run: evaluation.sandbox_errors(run) for run in runs}
+        errors = {run: evaluation.results.sandbox_errors(run) for run in runs}
         if any(errors.values()):
             shown = ", ".join(f"{run} {n}" for run, n in errors.items() if n)
             console.print(f"{name} had sandbox errors ({shown}): counted as failures here")
@@ -249,8 +245,7 @@ def _print_sampled_comparison(before: Evaluation, after: Evaluation, console: An
     fewest = min(n for counts in (a, b) for n, _ in counts.values())
     ks = sorted(set(_ks(before.results)) & set(_ks(after.results)))
     settings = [
-        f"{name}: n={max(n for n, _ in counts.values())}, "
-        f"T={evaluation.results['sampled'].get('temperature', math.nan):g}"
+        f"{name}: n={max(n for n, _ in counts.values())}, T={_temperature(evaluation.results):g}"
         for name, evaluation, counts in (("A", before, a), ("B", after, b))
     ]
     table = Table(
@@ -280,10 +275,13 @@ def _print_sampled_comparison(before: Evaluation, after: Evaluation, console: An
         console.print("sampled: no pass@k that both evaluations report")
 
 
-def _ks(results: dict[str, Any]) -> list[int]:
+def _ks(results: EvaluationResults) -> list[int]:
     """The k of each sampled pass@k an evaluation reported."""
-    keys = results.get("sampled", {})
-    return [int(key[5:]) for key in keys if key.startswith("pass@") and key[5:].isdigit()]
+    return list(results.sampled.pass_at_k) if results.sampled else []
+
+
+def _temperature(results: EvaluationResults) -> float:
+    return results.sampled.temperature if results.sampled else math.nan
 
 
 def _interval(interval: Any, *, signed: bool = False) -> str:
@@ -387,7 +385,10 @@ def checkpoints(args: argparse.Namespace) -> int:
 
 
 def _key_metrics(metrics: dict[str, Any]) -> str:
-    shown = ("reward_mean", "pass_rate", "train_loss", "pass@1")
+    from .rl.metric_names import Reward, lookup
+
+    shown = {name: lookup(metrics, name) for name in (Reward.MEAN, Reward.PASS_RATE)}
+    shown |= {name: metrics.get(name) for name in ("train_loss", "pass@1")}
     return ", ".join(
-        f"{name} {metrics[name]:.3f}" for name in shown if isinstance(metrics.get(name), float)
+        f"{name} {value:.3f}" for name, value in shown.items() if isinstance(value, float)
     )

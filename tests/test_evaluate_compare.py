@@ -11,7 +11,7 @@ from rich.console import Console
 
 from codepost.flows.cli import main
 from codepost.pipeline.cli import print_table
-from codepost.pipeline.stages.evaluation import pass_at_k_of_rows
+from codepost.pipeline.stages.evaluation import EvaluationResults, pass_at_k_of_rows
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ def test_the_evaluation_table_shows_each_interval():
         },
     }
     console = Console(width=200, record=True)
-    print_table(results, console)
+    print_table(EvaluationResults.model_validate(results), console)
     text = console.export_text()
     assert re.search(r"pass@1\s*│\s*0\.0938\s*│\s*\[0\.0324, 0\.2422\]", text)
     assert "_ci95" not in text

@@ -335,7 +335,7 @@ def test_a_new_algorithm_is_registrations_only_and_trains_through_the_updater(re
     torch.testing.assert_close(prepared.advantages, expected[:, None] * batch.response_mask)
     before = weights(updater)
     metrics = updater.update(batch)
-    assert metrics["optimizer_steps"] == 1 and math.isfinite(metrics["policy_loss"])
+    assert metrics["update/optimizer_steps"] == 1 and math.isfinite(metrics["update/policy_loss"])
     after = weights(updater)
     assert any(not torch.equal(after[name], before[name]) for name in after)
 
@@ -364,14 +364,20 @@ def test_first_step_is_on_policy_and_measures_the_sampler_mismatch():
         true = completion_logprobs(completion_logits(updater.policy, inputs), inputs.completion_ids)
     shifted = replace(batch, sampling_logprobs=true + 0.25)
     metrics = updater.update(shifted)
-    assert metrics["ratio_mean"] == pytest.approx(1.0)
-    assert metrics["approx_kl"] == pytest.approx(0.0, abs=1e-7)
-    assert metrics["clipfrac_low"] == metrics["clipfrac_high"] == 0.0
-    assert metrics["sampler_logprob_diff_mean"] == pytest.approx(0.25, abs=1e-5)
-    assert metrics["sampler_logprob_diff_max"] == pytest.approx(0.25, abs=1e-5)
-    assert metrics["sampler_kl"] > 0
-    assert metrics["optimizer_steps"] == 1
-    for name in ("policy_loss", "entropy", "grad_norm", "response_length_mean", "loss"):
+    assert metrics["update/ratio/mean"] == pytest.approx(1.0)
+    assert metrics["update/approx_kl"] == pytest.approx(0.0, abs=1e-7)
+    assert metrics["update/clipfrac_low"] == metrics["update/clipfrac_high"] == 0.0
+    assert metrics["sampler/logprob_diff/mean"] == pytest.approx(0.25, abs=1e-5)
+    assert metrics["sampler/logprob_diff/max"] == pytest.approx(0.25, abs=1e-5)
+    assert metrics["sampler/kl"] > 0
+    assert metrics["update/optimizer_steps"] == 1
+    for name in (
+        "update/policy_loss",
+        "update/entropy",
+        "update/grad_norm",
+        "update/response_length/mean",
+        "update/loss",
+    ):
         assert name in metrics
 
 
@@ -381,13 +387,13 @@ def test_uniform_groups_are_dropped_and_an_all_uniform_batch_does_not_step():
     rewards[batch.group_ids == 0] = 1.0  # group 0 now carries no signal
     metrics = updater.update(replace(batch, rewards=rewards))
     kept = (batch.group_ids != 0).sum() / len(batch)
-    assert metrics["trained_fraction"] == pytest.approx(kept.item())
-    assert metrics["optimizer_steps"] == 1
+    assert metrics["update/trained_fraction"] == pytest.approx(kept.item())
+    assert metrics["update/optimizer_steps"] == 1
 
     before = weights(updater)
     flat = replace(batch, rewards=torch.zeros_like(rewards))
     metrics = updater.update(flat)
-    assert metrics["trained_fraction"] == 0 and metrics["optimizer_steps"] == 0
+    assert metrics["update/trained_fraction"] == 0 and metrics["update/optimizer_steps"] == 0
     for name, value in weights(updater).items():
         assert torch.equal(value, before[name])
 
@@ -414,11 +420,11 @@ def test_early_stop_when_the_policy_leaves_the_sampling_policy():
     full = updater.update(batch)
     updater, batch = tiny_case(UpdateConfig(**base, target_kl=1e-4))
     stopped = updater.update(batch)
-    planned = 4 * math.ceil(round(full["trained_fraction"] * full["rollouts"]) / 8)
+    planned = 4 * math.ceil(round(full["update/trained_fraction"] * full["update/rollouts"]) / 8)
     assert planned >= 8
-    assert full["optimizer_steps"] == planned and full["early_stopped"] == 0
+    assert full["update/optimizer_steps"] == planned and full["update/early_stopped"] == 0
     # Step 1 is on-policy (approx KL 0); step 2 measures the move of step 1 and stops.
-    assert stopped["optimizer_steps"] == 2 and stopped["early_stopped"] == 1
+    assert stopped["update/optimizer_steps"] == 2 and stopped["update/early_stopped"] == 1
 
 
 @pytest.mark.parametrize(("target", "direction"), [(1e-6, 1), (1e3, -1)])
@@ -429,8 +435,8 @@ def test_adaptive_kl_coefficient_moves_toward_its_target(target, direction):
     )  # fmt: skip
     updater, batch = tiny_case(config)
     metrics = updater.update(batch)
-    assert metrics["kl_ref"] > 0
-    assert metrics["kl_coef"] == 0.1  # the coefficient this update used
+    assert metrics["update/kl_ref"] > 0
+    assert metrics["update/kl_coef"] == 0.1  # the coefficient this update used
     assert (updater.kl_controller.value - 0.1) * direction > 0
 
 
@@ -459,7 +465,13 @@ def test_ppo_builds_kl_shaped_rewards_gae_targets_and_trains_actor_and_critic():
 
     before = weights(updater)
     metrics = updater.update(batch)
-    for name in ("value_loss", "vf_clipfrac", "explained_variance", "value_mean", "kl_ref"):
+    for name in (
+        "update/value_loss",
+        "update/vf_clipfrac",
+        "update/explained_variance",
+        "update/value/mean",
+        "update/kl_ref",
+    ):
         assert name in metrics
     after = weights(updater)
     for part in ("policy.", "critic."):
@@ -473,7 +485,9 @@ def test_lora_trains_only_the_adapters_and_uses_the_base_model_as_reference():
     before = weights(updater)
     first = updater.update(batch)
     second = updater.update(batch)
-    assert first["kl_ref"] < 1e-9 < second["kl_ref"]  # LoRA B starts at 0: policy == base
+    assert (
+        first["update/kl_ref"] < 1e-9 < second["update/kl_ref"]
+    )  # LoRA B starts at 0: policy == base
     after = weights(updater)
     changed = {n for n in after if not torch.equal(after[n], before[n])}
     assert changed and all("lora_" in n for n in changed)
@@ -506,7 +520,7 @@ def test_bf16_autocasts_the_forward_but_keeps_float32_logprobs(fresh_accelerator
         updater, batch = tiny_case(UpdateConfig(bf16=bf16, lr=1e-3, epochs=2))
         logprobs[bf16] = updater.prepare(batch).old_logprobs
         metrics = updater.update(batch)
-        assert metrics["optimizer_steps"] == 2 and math.isfinite(metrics["loss"])
+        assert metrics["update/optimizer_steps"] == 2 and math.isfinite(metrics["update/loss"])
     difference = (logprobs[True] - logprobs[False]).abs().max()
     assert 0 < difference < 0.1  # bf16 matmuls, float32 log-softmax
 
@@ -515,8 +529,8 @@ def test_sequence_level_ratio_and_dual_clip_run_through_the_update():
     config = UpdateConfig(lr=5e-2, epochs=3, ratio_level="sequence", dual_clip=3.0)
     updater, batch = tiny_case(config)
     metrics = updater.update(batch)
-    assert metrics["optimizer_steps"] == 3
-    assert metrics["clipfrac_low"] + metrics["clipfrac_high"] > 0
+    assert metrics["update/optimizer_steps"] == 3
+    assert metrics["update/clipfrac_low"] + metrics["update/clipfrac_high"] > 0
 
 
 def test_truncated_importance_sampling_weighs_tokens_by_the_capped_trainer_sampler_ratio():
@@ -533,5 +547,5 @@ def test_truncated_importance_sampling_weighs_tokens_by_the_capped_trainer_sampl
     torch.testing.assert_close(corrected.advantages[mask], expected[mask])
     assert (ratio[mask] > 2.0).any() and (ratio[mask] < 2.0).any()
     metrics = corrected.metrics
-    assert metrics["is_ratio_max"] > 2.0 >= metrics["is_weight_mean"]
-    assert 0 < metrics["is_truncated_fraction"] < 1
+    assert metrics["sampler/is_ratio/max"] > 2.0 >= metrics["sampler/is_weight/mean"]
+    assert 0 < metrics["sampler/is_truncated_fraction"] < 1

@@ -4,12 +4,15 @@ against the previous stage and the base, from evaluation folders written here (n
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
 import pytest
 from evaluation_helpers import BASE, SFT, outcomes, write_evaluation
 
 from codepost.pipeline.reporting.report import stage_rows, write_report
 from codepost.pipeline.reporting.stats import wilson_interval
+from codepost.pipeline.stages.evaluation import EvaluationResults
 
 
 @pytest.fixture
@@ -107,3 +110,20 @@ def test_no_reward_curve_no_link_and_a_stage_without_greedy(tmp_path):
     report = write_report(tmp_path, evaluations).read_text()
     assert "reward curve" not in report
     assert "| sft | no greedy run | no greedy run | no greedy run |  |  | `ckpt/b` |" in report
+
+
+def test_evaluation_files_of_earlier_runs_read_into_the_model_and_write_back_the_same(tmp_path):
+    recorded = Path(__file__).parents[1] / "docs" / "learning-mbpp" / "evaluations.json"
+    evaluations = json.loads(recorded.read_text())["evaluations"]
+    for stages in evaluations.values():
+        for stage in stages.values():
+            results = EvaluationResults.model_validate(stage["results"])
+            assert json.dumps(results.to_json()) == json.dumps(stage["results"])
+    no_score = {"pass@8": math.nan, "pass@8_ci95": None, "samples": 4, "passed": 0}
+    results = EvaluationResults(
+        checkpoint="c", num_problems=4, sampled={**no_score, "temperature": 0.8}
+    )
+    path = results.write(tmp_path / "evaluation.json")
+    assert '"pass@8": NaN' in path.read_text() and "greedy" not in path.read_text()
+    again = EvaluationResults.read(path)
+    assert math.isnan(again.sampled.pass_at_k[8]) and again.greedy is None

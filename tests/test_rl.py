@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from codepost.pipeline.checkpoints import manifest as checkpoints
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
+from codepost.pipeline.rl.metric_names import is_declared
 from codepost.pipeline.rl.policy_update import UpdateConfig
 from codepost.pipeline.rl.trainer_state import SCALARS, TENSORS
 from codepost.pipeline.stages.rl import (
@@ -73,11 +74,12 @@ def test_iterations_publish_checkpoints_and_a_rerun_resumes_after_the_last_one(
     assert {TENSORS, SCALARS} <= first[1].files.keys()  # the trainer state is hashed too
     rows = metrics(out)
     assert [r["iteration"] for r in rows] == [1, 2]
-    assert all(r["optimizer_steps"] >= 1 and r["samples"] == 6 for r in rows)
-    assert all(r["refresh_probe_diff"] < 1e-5 for r in rows)  # the sampler serves the update
-    for key in ("reward_mean", "pass_rate", "reward_length_mean", "sampler_logprob_diff_mean",
-                "is_weight_mean", "time_sample_s", "time_score_s", "time_update_s"):  # fmt: skip
+    assert all(r["update/optimizer_steps"] >= 1 and r["data/samples"] == 6 for r in rows)
+    assert all(r["sampler/refresh_probe_diff"] < 1e-5 for r in rows)  # serves the update
+    for key in ("reward/mean", "reward/pass_rate", "reward/length/mean", "sampler/logprob_diff/mean",
+                "sampler/is_weight/mean", "time/sample_s", "time/score_s", "time/update_s"):  # fmt: skip
         assert key in rows[0]
+    assert [key for row in rows for key in row if not is_declared(key)] == []
     assert (out / "reward_curve.png").stat().st_size > 10_000
     assert (out / "rollouts" / "iteration-0002.parquet").is_file()
 
@@ -88,7 +90,7 @@ def test_iterations_publish_checkpoints_and_a_rerun_resumes_after_the_last_one(
     run_rl(config.model_copy(update={"iterations": 3}), out)  # resume: only iteration 3 runs
     rows = metrics(out)
     assert [r["iteration"] for r in rows] == [1, 2, 3]
-    assert rows[1]["reward_mean"] == json.loads(recorded[1])["reward_mean"]
+    assert rows[1]["reward/mean"] == json.loads(recorded[1])["reward/mean"]
     assert [checkpoints.read_manifest(iteration_dir(out, i)) for i in (1, 2)] == first
     assert checkpoints.read_manifest(iteration_dir(out, 3)).parent == str(iteration_dir(out, 2))
     for i in (1, 2, 3):
@@ -126,11 +128,11 @@ def test_grpo_on_smollm2_with_vllm_refreshes_the_engine_after_each_update(tmp_pa
     )
     run_rl(config, tmp_path)
     rows = metrics(tmp_path)
-    assert [r["optimizer_steps"] >= 1 for r in rows] == [True, True]
+    assert [r["update/optimizer_steps"] >= 1 for r in rows] == [True, True]
     # The engine's logprobs of the probe equal the trainer's after every in-place refresh, and
     # the next iteration's rollouts were sampled by the updated weights.
-    assert all(r["refresh_probe_diff"] < TEST_ENGINE.probe_tolerance for r in rows)
-    assert rows[1]["sampler_logprob_diff_mean"] < 1e-3
+    assert all(r["sampler/refresh_probe_diff"] < TEST_ENGINE.probe_tolerance for r in rows)
+    assert rows[1]["sampler/logprob_diff/mean"] < 1e-3
     assert {r["sampler"][:5] for r in _rollouts(tmp_path, 2)} == {"vllm-"}
     assert {r["sampler_weights"] for r in _rollouts(tmp_path, 2)} == {
         str(iteration_dir(tmp_path, 1))
@@ -199,12 +201,12 @@ def test_groups_without_signal_are_resampled_then_skipped(tiny_model, tmp_path):
     no_signal = tmp_path / "no-signal"
     run_rl(base, no_signal)
     rows = metrics(no_signal)
-    assert [r["sampling_rounds"] for r in rows] == [3, 3]
-    assert [r["groups_sampled"] for r in rows] == [6, 6]  # 3 rounds x 2 prompts, all new
-    assert [(r["groups_trained"], r["groups_dropped"]) for r in rows] == [(0, 6), (0, 6)]
-    assert [r["update_skipped"] for r in rows] == [1.0, 1.0]
-    assert [r["schedule_batches"] for r in rows] == [3, 6]
-    assert rows[1]["epoch"] == 2.0  # 6 batches x 2 prompts over 6 problems
+    assert [r["data/sampling_rounds"] for r in rows] == [3, 3]
+    assert [r["data/groups_sampled"] for r in rows] == [6, 6]  # 3 rounds x 2 prompts, all new
+    assert [(r["data/groups_trained"], r["data/groups_dropped"]) for r in rows] == [(0, 6), (0, 6)]
+    assert [r["update/skipped"] for r in rows] == [1.0, 1.0]
+    assert [r["data/schedule_batches"] for r in rows] == [3, 6]
+    assert rows[1]["data/epoch"] == 2.0  # 6 batches x 2 prompts over 6 problems
     weights = [
         load_file(folder / "model.safetensors")
         for folder in (iteration_dir(no_signal, 2), Path(tiny_model.name_or_path))
@@ -216,11 +218,11 @@ def test_groups_without_signal_are_resampled_then_skipped(tiny_model, tmp_path):
     signal = tmp_path / "signal"
     run_rl(base.model_copy(update={"scoring": SIGNAL}), signal)
     rows = metrics(signal)
-    assert [r["groups_trained"] for r in rows] == [2, 2]
-    assert all(r["groups_dropped"] == 2 * r["sampling_rounds"] - 2 for r in rows)
-    assert all(r["optimizer_steps"] >= 1 and "update_skipped" not in r for r in rows)
+    assert [r["data/groups_trained"] for r in rows] == [2, 2]
+    assert all(r["data/groups_dropped"] == 2 * r["data/sampling_rounds"] - 2 for r in rows)
+    assert all(r["update/optimizer_steps"] >= 1 and "update/skipped" not in r for r in rows)
     assert all(r["trained"] for r in _rollouts(signal, 2))
 
     # Resume replays the schedule by the batches drawn, not by the iterations.
     run_rl(base.model_copy(update={"iterations": 3}), no_signal)
-    assert metrics(no_signal)[2]["schedule_batches"] == 9
+    assert metrics(no_signal)[2]["data/schedule_batches"] == 9

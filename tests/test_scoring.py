@@ -80,7 +80,7 @@ def test_a_persistent_sandbox_error_is_counted_and_scored_as_configured(mode, re
     assert row["excluded"] is excluded
     assert math.isnan(row["reward"]) if reward is None else row["reward"] == reward
     summary = summarize([row])
-    assert summary["sandbox_errors"] == 1 and summary["pass_rate"] == 0.0
+    assert summary["data/sandbox_errors"] == 1 and summary["reward/pass_rate"] == 0.0
 
 
 @pytest.mark.docker
@@ -95,4 +95,4 @@ def test_run_score_in_the_real_sandbox_writes_scored_parquet(tmp_path):
     scored = Dataset.from_parquet(str(path)).to_list()
     assert [r["status"] for r in scored] == ["passed", "failed", "timeout"]
     assert [r["reward"] for r in scored] == [1.0, 0.0, 0.0]
-    assert summarize(scored)["pass_rate"] == pytest.approx(1 / 3)
+    assert summarize(scored)["reward/pass_rate"] == pytest.approx(1 / 3)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from datasets import Dataset
 from engines import saved_tiny_model
+from stage_helpers import rollout, write_rollouts
 from update_cases import tiny_case, weights
 
 from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish, write_model
@@ -128,7 +128,7 @@ def test_a_pickled_trainer_state_in_a_run_folder_is_refused_never_unpickled(tmp_
     with pytest.raises(ValueError, match=refused):
         run_rl(config, out)
     rows = tmp_path / "rows.parquet"
-    Dataset.from_list([{"reward": 1.0, "excluded": False}]).to_parquet(str(rows))
+    write_rollouts(rows, [rollout("1", "pass", True, 1.0)])  # a row of the contract
     resumed_from = model.model_copy(update={"name_or_path": str(first)})
     with pytest.raises(ValueError, match=refused):
         run_update(UpdateStageConfig(model=resumed_from), rows, tmp_path / "update")

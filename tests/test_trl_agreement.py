@@ -143,20 +143,26 @@ def test_loss_and_gradients_match_trl_grpo_trainer(case, saved_model, tmp_path):
     trl_metrics = {name: values[-1] for name, values in trainer._metrics["train"].items()}
 
     print(
-        f"\n[{case}] loss ours={ours['loss']:.8f} trl={theirs.item() * trl_to_ours:.8f} "
-        f"clipfrac ours=({ours['clipfrac_low']:.4f}, {ours['clipfrac_high']:.4f}) "
+        f"\n[{case}] loss ours={ours['update/loss']:.8f} trl={theirs.item() * trl_to_ours:.8f} "
+        f"clipfrac ours=({ours['update/clipfrac_low']:.4f}, {ours['update/clipfrac_high']:.4f}) "
         f"trl=({trl_metrics['clip_ratio/low_mean']:.4f}, {trl_metrics['clip_ratio/high_mean']:.4f}) "
-        f"kl ours={ours['kl_ref']:.6f} trl={trl_metrics['kl']:.6f}"
+        f"kl ours={ours['update/kl_ref']:.6f} trl={trl_metrics['kl']:.6f}"
     )
-    assert ours["clipfrac_low"] + ours["clipfrac_high"] > 0, "no clipping: weak comparison"
-    assert ours["kl_ref"] > 1e-4, "policy equals reference: weak comparison"
-    assert ours["loss"] == pytest.approx(theirs.item() * trl_to_ours, rel=1e-5, abs=1e-7)
+    assert ours["update/clipfrac_low"] + ours["update/clipfrac_high"] > 0, (
+        "no clipping: weak comparison"
+    )
+    assert ours["update/kl_ref"] > 1e-4, "policy equals reference: weak comparison"
+    assert ours["update/loss"] == pytest.approx(theirs.item() * trl_to_ours, rel=1e-5, abs=1e-7)
     if case != "gspo":  # TRL weighs sequence-level clip fractions per sequence, we per token
-        assert ours["clipfrac_low"] == pytest.approx(trl_metrics["clip_ratio/low_mean"], abs=1e-6)
-        assert ours["clipfrac_high"] == pytest.approx(trl_metrics["clip_ratio/high_mean"], abs=1e-6)
-    assert ours["entropy"] == pytest.approx(trl_metrics["entropy"], rel=1e-5)
+        assert ours["update/clipfrac_low"] == pytest.approx(
+            trl_metrics["clip_ratio/low_mean"], abs=1e-6
+        )
+        assert ours["update/clipfrac_high"] == pytest.approx(
+            trl_metrics["clip_ratio/high_mean"], abs=1e-6
+        )
+    assert ours["update/entropy"] == pytest.approx(trl_metrics["entropy"], rel=1e-5)
     if not our_overrides.get("kl_ratio_weighted"):  # TRL then logs the ratio-weighted term
-        assert ours["kl_ref"] == pytest.approx(trl_metrics["kl"], rel=1e-4)
+        assert ours["update/kl_ref"] == pytest.approx(trl_metrics["kl"], rel=1e-4)
     trl_grads = {n: p.grad for n, p in trainer.model.named_parameters()}
     for name, grad in our_grads.items():
         torch.testing.assert_close(

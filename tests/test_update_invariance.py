@@ -68,8 +68,15 @@ def test_micro_batch_size_does_not_change_a_full_multi_step_update():
         updater, batch = tiny_case(config)
         metrics = updater.update(batch)
         results[micro] = (weights(updater), metrics)
-    assert results[1][1]["optimizer_steps"] == results[4][1]["optimizer_steps"] > 1
-    for name in ("loss", "policy_loss", "approx_kl", "clipfrac_low", "clipfrac_high", "entropy"):
+    assert results[1][1]["update/optimizer_steps"] == results[4][1]["update/optimizer_steps"] > 1
+    for name in (
+        "update/loss",
+        "update/policy_loss",
+        "update/approx_kl",
+        "update/clipfrac_low",
+        "update/clipfrac_high",
+        "update/entropy",
+    ):
         assert results[1][1][name] == pytest.approx(results[4][1][name], rel=1e-4, abs=1e-7)
     assert_same_weights(results[1][0], results[4][0], lr=1e-2)
 
@@ -111,8 +118,15 @@ def test_two_processes_give_the_gradient_and_weights_of_one(case, tmp_path):
     assert_same(torch.load(tmp_path / "grads.pt"), single_grads, atol=1e-6)
     assert_same_weights(torch.load(tmp_path / "weights.pt"), weights(updater), lr=1e-3)
     ddp_metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert single_metrics["trained_fraction"] == pytest.approx(15 / 18)
-    assert ddp_metrics["optimizer_steps"] == single_metrics["optimizer_steps"] == 6
-    for name in ("loss", "policy_loss", "approx_kl", "entropy", "kl_ref", "grad_norm"):
+    assert single_metrics["update/trained_fraction"] == pytest.approx(15 / 18)
+    assert ddp_metrics["update/optimizer_steps"] == single_metrics["update/optimizer_steps"] == 6
+    for name in (
+        "update/loss",
+        "update/policy_loss",
+        "update/approx_kl",
+        "update/entropy",
+        "update/kl_ref",
+        "update/grad_norm",
+    ):
         assert ddp_metrics[name] == pytest.approx(single_metrics[name], rel=1e-4, abs=1e-7), name
     print(f"\n[{case}] 1 vs 2 processes: metrics", {k: round(v, 6) for k, v in ddp_metrics.items()})

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ...verifiers.problems import MBPP
 from ..data.problem_sets import ProblemSet, load_problem_set
 from ..data.prompts import Prompt, PromptStyle, build_prompt
+from ..data.rows import RolloutRow, write_rows
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer, safetensors_only
 from ..resources import on_close
 from ..rl.rollouts import generate_rollouts
@@ -142,23 +143,23 @@ def _rows(
 ) -> list[dict[str, Any]]:
     """Rollout rows (the Parquet contract) for one prompt's group."""
     return [
-        {
-            "prompt_id": prompt.task_id,
-            "group_index": index,
-            "prompt": prompt.text,
-            "completion": text,
-            "prompt_ids": prompt_ids,
-            "completion_ids": ids,
-            "sampling_logprobs": logprobs,
-            "finish_reason": finish_reason,
-            "completion_style": prompt.completion_style,
-            "temperature": config.temperature,
-            "top_p": config.top_p,
-            "max_tokens": config.max_tokens,
-            "sampler": sampler,
-            "sampler_weights": sampler_weights,
-            "policy_version": policy_version,
-        }
+        RolloutRow(
+            prompt_id=prompt.task_id,
+            group_index=index,
+            prompt=prompt.text,
+            completion=text,
+            prompt_ids=prompt_ids,
+            completion_ids=ids,
+            sampling_logprobs=logprobs,
+            finish_reason=finish_reason,
+            completion_style=prompt.completion_style,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_tokens=config.max_tokens,
+            sampler=sampler,
+            sampler_weights=sampler_weights,
+            policy_version=policy_version,
+        ).model_dump()
         for index, (text, ids, logprobs, finish_reason) in enumerate(completions)
     ]
 
@@ -415,8 +416,6 @@ class SampleStageConfig(BaseModel):
 def run_sample(config: SampleStageConfig, out_dir: Path) -> Path:
     """Sample ``config.problems`` with the model; writes and returns ``rollouts.parquet``
     (reused when it is already there: the stage is resumable)."""
-    from datasets import Dataset
-
     target = Path(out_dir) / "rollouts.parquet"
     if target.is_file():
         return target
@@ -424,8 +423,4 @@ def run_sample(config: SampleStageConfig, out_dir: Path) -> Path:
     tokenizer = load_tokenizer(config.model)
     prompts = [build_prompt(p, tokenizer, config.prompt_style) for p in problems.values()]
     rows = get_sampler(config.model, config.engine).sample(prompts, config.sampling)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_suffix(".parquet.tmp")
-    Dataset.from_list(rows).to_parquet(str(staging))
-    staging.rename(target)
-    return target
+    return write_rows(rows, target)

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..stages.evaluation import RESULTS_FILE, SAMPLES_FILE, problem_counts
+from ..stages.evaluation import (
+    RESULTS_FILE,
+    RUNS,
+    SAMPLES_FILE,
+    EvaluationResults,
+    problem_counts,
+)
 from .plots import plot_curves
 from .stats import GreedyComparison, compare_greedy, wilson_interval
 
@@ -23,7 +29,6 @@ REPORT_FILE = "report.md"
 PASS_PLOT_FILE = "pass_at_1.png"
 EVALUATIONS_FILE = "evaluations.json"
 RL_CURVES = "rl/reward_curve.png"
-RUNS = ("greedy", "sampled")
 
 
 class ProblemsDiffer(ValueError):
@@ -36,7 +41,7 @@ class Evaluation:
     "sampled"), the (samples, passed) counts of each problem from ``samples.jsonl``."""
 
     folder: Path
-    results: dict[str, Any]
+    results: EvaluationResults
     counts: dict[str, dict[str, tuple[int, int]]]
 
     @property
@@ -47,9 +52,6 @@ class Evaluation:
         """Whether each problem's greedy completion passed; None without a greedy run."""
         counts = self.counts.get("greedy")
         return None if counts is None else {task: c > 0 for task, (_, c) in counts.items()}
-
-    def sandbox_errors(self, run: str) -> int:
-        return int(self.results.get(run, {}).get("sandbox_errors", 0))
 
 
 def load_evaluation(path: Path) -> Evaluation:
@@ -67,7 +69,7 @@ def load_evaluation(path: Path) -> Evaluation:
             if line.strip():
                 row = json.loads(line)
                 rows.setdefault(row["run"], []).append(row)
-    results = json.loads(results_file.read_text())
+    results = EvaluationResults.read(results_file)
     counts = {run: problem_counts(rows[run]) for run in RUNS if run in rows}
     return Evaluation(folder=folder, results=results, counts=counts)
 
@@ -82,7 +84,7 @@ def check_same_problems(a: Evaluation, b: Evaluation) -> None:
             f"{len(only_a)} only in {a.folder}{_examples(only_a)}, "
             f"{len(only_b)} only in {b.folder}{_examples(only_b)}"
         )
-    fingerprints = (a.results.get("problems_fingerprint"), b.results.get("problems_fingerprint"))
+    fingerprints = (a.results.problems_fingerprint, b.results.problems_fingerprint)
     if None not in fingerprints and fingerprints[0] != fingerprints[1]:
         raise ProblemsDiffer(
             f"{a.folder} and {b.folder} have the same task ids but different problems "
@@ -130,7 +132,7 @@ def write_report(run_dir: Path, evaluations: dict[str, dict[str, Path]]) -> Path
         "rows": rows,
         "evaluations": {
             benchmark: {
-                stage: {"folder": str(evaluation.folder), "results": evaluation.results}
+                stage: {"folder": str(evaluation.folder), "results": evaluation.results.to_json()}
                 for stage, evaluation in stages.items()
             }
             for benchmark, stages in loaded.items()
@@ -164,15 +166,15 @@ def _rows(loaded: Mapping[str, Mapping[str, Evaluation]]) -> list[dict[str, Any]
                 {
                     "benchmark": benchmark,
                     "stage": stage,
-                    "checkpoint": evaluation.results.get("checkpoint", ""),
+                    "checkpoint": evaluation.results.checkpoint,
                     "greedy pass@1": passed / len(greedy)
                     if passed is not None and greedy
                     else None,
                     "ci95 low": low,
                     "ci95 high": high,
                     "passed": passed,
-                    "problems": evaluation.results.get("num_problems", len(evaluation.tasks)),
-                    "sandbox errors": evaluation.sandbox_errors("greedy"),
+                    "problems": evaluation.results.num_problems,
+                    "sandbox errors": evaluation.results.sandbox_errors("greedy"),
                     **_versus("previous", previous, evaluation),
                     **_versus("base", first, evaluation),
                 }

@@ -53,6 +53,7 @@ from .algorithms import (
     truncated_is_weights,
     value_loss,
 )
+from .metric_names import IS_WEIGHT_METRICS, MAXIMA, POLICY_LOSS_METRICS, Sampler, Update
 from .models import (
     ActorCritic,
     ValueModel,
@@ -311,11 +312,9 @@ def _add_sampler_mismatch(
     sampled = torch.where(valid, sampling_logprobs, logprobs)
     diff = (logprobs - sampled).abs()
     weight = valid.sum()
-    totals.mean("sampler_logprob_diff_mean", masked_mean(diff, valid.float()), weight)
-    totals.max("sampler_logprob_diff_max", torch.where(valid, diff, 0.0).max())
-    totals.mean(
-        "sampler_kl", masked_mean(kl_penalty(sampled, logprobs, "k3"), valid.float()), weight
-    )
+    totals.mean(Sampler.LOGPROB_DIFF_MEAN, masked_mean(diff, valid.float()), weight)
+    totals.max(Sampler.LOGPROB_DIFF_MAX, torch.where(valid, diff, 0.0).max())
+    totals.mean(Sampler.KL, masked_mean(kl_penalty(sampled, logprobs, "k3"), valid.float()), weight)
 
 
 class PolicyUpdater:
@@ -417,24 +416,24 @@ class PolicyUpdater:
         steps: list[dict[str, float]] = []
         for rows in minibatches:
             step = self.backward_minibatch(prepared, rows)
-            step["grad_norm"] = float(
+            step[Update.GRAD_NORM] = float(
                 self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
             )
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             steps.append(step)
-            if cfg.target_kl is not None and step["approx_kl"] > cfg.target_kl:
+            if cfg.target_kl is not None and step[Update.APPROX_KL] > cfg.target_kl:
                 break  # the policy has left the trust region of the sampling policy
 
         metrics = dict(prepared.metrics)
         for name in steps[0] if steps else ():
             values = [step[name] for step in steps]
-            metrics[name] = max(values) if name.endswith("_max") else sum(values) / len(values)
-        metrics["optimizer_steps"] = float(len(steps))
-        metrics["early_stopped"] = float(len(steps) < len(minibatches))
-        metrics["kl_coef"] = self.kl_controller.value
-        if "kl_ref" in metrics:
-            self.kl_controller.update(metrics["kl_ref"], n_steps=len(prepared))
+            metrics[name] = max(values) if name in MAXIMA else sum(values) / len(values)
+        metrics[Update.OPTIMIZER_STEPS] = float(len(steps))
+        metrics[Update.EARLY_STOPPED] = float(len(steps) < len(minibatches))
+        metrics[Update.KL_COEF] = self.kl_controller.value
+        if Update.KL_REF in metrics:
+            self.kl_controller.update(metrics[Update.KL_REF], n_steps=len(prepared))
         return metrics
 
     @torch.no_grad()
@@ -443,20 +442,23 @@ class PolicyUpdater:
         cfg = self.config
         device = self.accelerator.device
         batch = batch.to(device)
-        metrics = {"reward_mean": batch.rewards.mean().item(), "rollouts": float(len(batch))}
+        metrics = {
+            Update.REWARD_MEAN: batch.rewards.mean().item(),
+            Update.ROLLOUTS: float(len(batch)),
+        }
 
         # 1. A group whose rewards are all equal has zero advantage under a group baseline.
         if cfg.drop_uniform_groups:
             batch = batch.select(informative_groups(batch.rewards, batch.group_ids))
         if len(batch) == 0:
-            metrics["trained_fraction"] = 0.0
+            metrics[Update.TRAINED_FRACTION] = 0.0
             empty = batch.response_mask
             return PreparedBatch(batch, empty, empty, None, None, None, None, metrics)
         response_mask = batch.response_mask
         lengths = batch.completion_lengths.float()
-        metrics["response_length_mean"] = lengths.mean().item()
-        metrics["response_length_max"] = lengths.max().item()
-        metrics["truncated_fraction"] = batch.truncated.float().mean().item()
+        metrics[Update.RESPONSE_LENGTH_MEAN] = lengths.mean().item()
+        metrics[Update.RESPONSE_LENGTH_MAX] = lengths.max().item()
+        metrics[Update.TRUNCATED_FRACTION] = batch.truncated.float().mean().item()
 
         # 2. Scoring passes. Old logprobs are only needed when more than one optimizer step
         # reuses the batch (or for the KL reward); otherwise the one step's own forward gives them.
@@ -478,7 +480,7 @@ class PolicyUpdater:
         if cfg.kl_in == "reward":
             assert old_logprobs is not None and ref_logprobs is not None  # needs_old, reference
             kl = kl_penalty(old_logprobs, ref_logprobs, cfg.kl_estimator) * response_mask
-            metrics["kl_ref"] = masked_mean(kl, response_mask).item()
+            metrics[Update.KL_REF] = masked_mean(kl, response_mask).item()
             token_rewards = token_rewards - self.kl_controller.value * kl
         returns: Tensor | None
         advantages, returns = self.estimator(
@@ -490,10 +492,10 @@ class PolicyUpdater:
         )
         if self.critic is not None:
             assert old_values is not None and returns is not None  # needs_old with a critic
-            metrics["explained_variance"] = explained_variance(
+            metrics[Update.EXPLAINED_VARIANCE] = explained_variance(
                 old_values, returns, response_mask
             ).item()
-            metrics["value_mean"] = masked_mean(old_values, response_mask).item()
+            metrics[Update.VALUE_MEAN] = masked_mean(old_values, response_mask).item()
         else:
             returns = None
         if cfg.sampler_is_cap is not None:
@@ -503,7 +505,7 @@ class PolicyUpdater:
                 old_logprobs, batch.sampling_logprobs, response_mask, cfg.sampler_is_cap
             )
             advantages = advantages * weights
-            metrics.update({name: value.item() for name, value in is_metrics.items()})
+            metrics.update({IS_WEIGHT_METRICS[k]: value.item() for k, value in is_metrics.items()})
 
         # Truncated completions still set their group's baseline above; they just do not train.
         loss_mask = response_mask
@@ -515,7 +517,7 @@ class PolicyUpdater:
         trains = loss_mask.sum(-1) > 0
         if not bool(trains.all()):
             prepared = _select(prepared, trains.nonzero().squeeze(1))
-        metrics["trained_fraction"] = len(prepared) / metrics["rollouts"]
+        metrics[Update.TRAINED_FRACTION] = len(prepared) / metrics[Update.ROLLOUTS]
         return prepared
 
     def backward_minibatch(self, prepared: PreparedBatch, rows: Tensor) -> dict[str, float]:
@@ -570,9 +572,9 @@ class PolicyUpdater:
                     **counts,
                 )
                 tokens = mask.sum()
-                totals.add("policy_loss", loss)
+                totals.add(Update.POLICY_LOSS, loss)
                 for name, value in pg_metrics.items():
-                    totals.mean(name, value, tokens)
+                    totals.mean(POLICY_LOSS_METRICS[name], value, tokens)
 
                 with contextlib.nullcontext() if cfg.entropy_coef else torch.no_grad():
                     entropy = entropy_from_logits(logits)
@@ -580,12 +582,12 @@ class PolicyUpdater:
                     loss = loss - cfg.entropy_coef * aggregate_loss(
                         entropy, mask, cfg.loss_agg_mode, **counts
                     )
-                totals.mean("entropy", masked_mean(entropy, mask), tokens)
+                totals.mean(Update.ENTROPY, masked_mean(entropy, mask), tokens)
 
                 if cfg.kl_in == "loss":
                     assert prepared.ref_logprobs is not None  # prepare() scored the reference
                     kl = kl_penalty(logprobs, take(prepared.ref_logprobs), cfg.kl_estimator)
-                    totals.mean("kl_ref", masked_mean(kl, mask), tokens)
+                    totals.mean(Update.KL_REF, masked_mean(kl, mask), tokens)
                     if cfg.kl_ratio_weighted:
                         kl = kl * torch.exp(
                             importance_log_ratio(
@@ -608,10 +610,10 @@ class PolicyUpdater:
                         **counts,
                     )
                     loss = loss + cfg.vf_coef * vf_loss
-                    totals.add("value_loss", vf_loss)
-                    totals.mean("vf_clipfrac", vf_metrics["vf_clipfrac"], tokens)
+                    totals.add(Update.VALUE_LOSS, vf_loss)
+                    totals.mean(Update.VF_CLIPFRAC, vf_metrics["vf_clipfrac"], tokens)
 
-                totals.add("loss", loss)
+                totals.add(Update.LOSS, loss)
                 self.accelerator.backward(loss * scale)
         # Loss shares add up (over micro-batches and ranks) to the minibatch loss.
         return totals.reduce(self.accelerator)

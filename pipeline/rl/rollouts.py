@@ -10,25 +10,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
+from ..data.rows import TO_TRAIN, FinishReason, RolloutRow
 from .algorithms import response_mask_from_lengths
 
-REQUIRED_FIELDS = (
-    "prompt_id",
-    "group_index",
-    "prompt_ids",
-    "completion_ids",
-    "sampling_logprobs",
-    "finish_reason",
-    "temperature",
-    "reward",
-)
-FINISH_REASONS = ("stop", "length")
+FINISH_REASONS = get_args(FinishReason)
 HF_GENERATE_SAMPLER = "hf-generate"
 
 
@@ -122,7 +113,7 @@ def collate_rollouts(rows: Iterable[Mapping[str, Any]], *, pad_token_id: int = 0
     prompt_ids, completion_ids, logprobs = [], [], []
     rewards, group_ids, truncated, temperatures = [], [], [], []
     for row in rows:
-        missing = [name for name in REQUIRED_FIELDS if name not in row]
+        missing = [name for name in TO_TRAIN if name not in row]
         if missing:
             raise ValueError(f"{_describe(row)} lacks required fields {missing}")
         key = (row["prompt_id"], row["group_index"])
@@ -198,9 +189,10 @@ def generate_rollouts(
     """Sample ``num_generations`` completions per prompt with ``model.generate``
     (``temperature=0``: greedy).
 
-    The reference sampler for tests and small runs (vLLM is the production one): rows follow
-    the rollouts contract without ``reward``. Sampling logprobs are those of the distribution
-    actually sampled from (temperature and top-p applied, no top-k).
+    The reference sampler for tests and small runs (vLLM is the production one): rows of the
+    rollouts contract (:class:`RolloutRow`, code found as ``completion_style="auto"``).
+    Sampling logprobs are those of the distribution actually sampled from (temperature and
+    top-p applied, no top-k).
     """
     if num_generations < 1 or max_new_tokens < 1:
         raise ValueError("num_generations and max_new_tokens must be >= 1")
@@ -257,19 +249,21 @@ def generate_rollouts(
         prompt_index, group_index = divmod(i, num_generations)
         ids = generated[i, : lengths_out[i]].tolist()
         rows.append(
-            {
-                "prompt_id": prompt_ids[prompt_index],
-                "group_index": group_index,
-                "prompt": prompts[prompt_index],
-                "completion": tokenizer.decode(ids, skip_special_tokens=True),
-                "prompt_ids": encoded[prompt_index],
-                "completion_ids": ids,
-                "sampling_logprobs": logprobs[i, : lengths_out[i]].tolist(),
-                "finish_reason": "stop" if stopped[i] else "length",
-                "temperature": temperature,
-                "top_p": top_p,
-                "sampler": HF_GENERATE_SAMPLER,
-                "policy_version": policy_version,
-            }
+            RolloutRow(
+                prompt_id=prompt_ids[prompt_index],
+                group_index=group_index,
+                prompt=prompts[prompt_index],
+                completion=tokenizer.decode(ids, skip_special_tokens=True),
+                prompt_ids=encoded[prompt_index],
+                completion_ids=ids,
+                sampling_logprobs=logprobs[i, : lengths_out[i]].tolist(),
+                finish_reason="stop" if stopped[i] else "length",
+                completion_style="auto",
+                temperature=temperature,
+                top_p=top_p,
+                max_tokens=max_new_tokens,
+                sampler=HF_GENERATE_SAMPLER,
+                policy_version=policy_version,
+            ).model_dump()
         )
     return rows

@@ -24,6 +24,7 @@ from ...verifiers.problems import MBPP
 from ..checkpoints.manifest import CheckpointManifest, publish, sha256_file
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle
+from ..data.rows import TO_COUNT, read_rows
 from ..inference.sampling import (
     EngineConfig,
     SampleStageConfig,
@@ -114,10 +115,7 @@ def run_difficulty_filter(config: DifficultyFilterConfig, out_dir: Path) -> Path
     )
     rollouts = run_sample(sample, work)
     scored = run_score(config.scoring, rollouts, config.problems, work)
-
-    from datasets import Dataset
-
-    rates = select_problems(problem_counts(Dataset.from_parquet(str(scored)).to_list()), config)
+    rates = select_problems(problem_counts(read_rows(scored, TO_COUNT)), config)
     kept = [task for task in problems if rates[task]["kept"]]
     if not kept:
         raise ValueError(

@@ -15,8 +15,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
+from ..atomic import staged, write_text
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle, build_prompt
 from ..inference.sampling import EngineConfig, SamplingConfig, check_room, get_sampler
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 RESULTS_FILE = "evaluation.json"
 SAMPLES_FILE = "samples.jsonl"
+RUNS = ("greedy", "sampled")
 
 
 class EvalConfig(BaseModel):
@@ -58,6 +60,80 @@ class EvalConfig(BaseModel):
             raise ValueError(f"pass@k for k={too_large} needs num_samples >= {max(too_large)}")
         check_room(self.max_tokens, self.engine)
         return self
+
+
+class RunResult(BaseModel):
+    """One run of an evaluation (greedy or sampled): pass@k and its 95% interval for each k,
+    and the counts. On disk each k is a pair of flat keys, ``pass@k`` and ``pass@k_ci95``."""
+
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
+
+    pass_at_k: dict[int, float] = Field(description="NaN where some problem has < k samples")
+    ci95: dict[int, tuple[float, float] | None] = Field(default_factory=dict)
+    samples: int
+    passed: int
+    sandbox_errors: int = 0
+    excluded_sandbox_errors: int = 0
+    temperature: float
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "pass_at_k" in data:
+            return data
+        data, pass_at_k, ci95 = dict(data), {}, {}
+        for key in [key for key in data if key.startswith("pass@")]:
+            k = key.removeprefix("pass@")
+            if k.endswith("_ci95"):
+                ci95[int(k.removesuffix("_ci95"))] = data.pop(key)
+            else:
+                pass_at_k[int(k)] = data.pop(key)
+        return {**data, "pass_at_k": pass_at_k, "ci95": ci95}
+
+    @model_serializer(mode="wrap")
+    def _to_flat_keys(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        pass_at_k, ci95 = data.pop("pass_at_k"), data.pop("ci95")
+        flat: dict[str, Any] = {}
+        for k, value in pass_at_k.items():
+            flat[f"pass@{k}"], flat[f"pass@{k}_ci95"] = value, ci95.get(k)
+        return {**flat, **data}
+
+
+class EvaluationResults(BaseModel):
+    """What ``evaluation.json`` holds: the checkpoint, its problems and settings, and each run's
+    scores. The problems and settings stay plain records, so a file written with other
+    settings' fields still reads."""
+
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
+
+    checkpoint: str
+    problems: dict[str, Any] = Field(default_factory=dict, description="the ProblemSet")
+    problems_fingerprint: str | None = Field(None, description="hash of the problems' content")
+    num_problems: int
+    config: dict[str, Any] = Field(default_factory=dict, description="the EvalConfig")
+    greedy: RunResult | None = None
+    sampled: RunResult | None = None
+
+    def runs(self) -> dict[str, RunResult]:
+        """The runs this evaluation made, greedy first."""
+        return {name: run for name in RUNS if (run := getattr(self, name)) is not None}
+
+    def sandbox_errors(self, run: str | None = None) -> int:
+        """Sandbox errors of ``run`` (None: of every run)."""
+        return sum(r.sandbox_errors for name, r in self.runs().items() if run in (None, name))
+
+    def to_json(self) -> dict[str, Any]:
+        """The record on disk: runs not made left out, a NaN pass@k kept NaN (not null), as
+        ``json.dumps`` wrote it before this model."""
+        return self.model_dump(mode="json", exclude={n for n in RUNS if n not in self.runs()})
+
+    @classmethod
+    def read(cls, path: Path) -> EvaluationResults:
+        return cls.model_validate(json.loads(Path(path).read_text()))
+
+    def write(self, path: Path) -> Path:
+        return write_text(path, json.dumps(self.to_json(), indent=2) + "\n")
 
 
 def problem_counts(
@@ -96,19 +172,17 @@ def pass_at_k_of_rows(
     return scores
 
 
-def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> dict[str, Any]:
+def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> EvaluationResults:
     """Evaluate ``checkpoint`` (a model folder, hub id or ``embedded:...``); returns and writes
     the results. Results already in ``out_dir`` for the same checkpoint and settings are
     returned as they are (the stage is resumable)."""
     out_dir = Path(out_dir)
     done = out_dir / RESULTS_FILE
+    settings = json.loads(config.model_dump_json())
     if done.is_file():
-        previous = json.loads(done.read_text())
-        if previous.get("checkpoint") == checkpoint and previous.get("config") == json.loads(
-            config.model_dump_json()
-        ):
+        previous = EvaluationResults.read(done)
+        if previous.checkpoint == checkpoint and previous.config == settings:
             return previous
-    out_dir.mkdir(parents=True, exist_ok=True)
     model = ModelConfig(name_or_path=checkpoint)
     problems = load_problem_set(config.problems)
     tokenizer = load_tokenizer(model)
@@ -128,13 +202,7 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> dict[str
             max_tokens=config.max_tokens,
             seed=config.seed,
         )
-    results: dict[str, Any] = {
-        "checkpoint": checkpoint,
-        "problems": config.problems.model_dump(),
-        "problems_fingerprint": fingerprint(problems),
-        "num_problems": len(problems),
-        "config": config.model_dump(mode="json"),
-    }
+    scores: dict[str, RunResult] = {}
     all_rows = []
     for name, sampling in runs.items():
         rows = sampler.sample(prompts, sampling)
@@ -144,32 +212,42 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> dict[str
                 rows, problems, config.scoring, progress=functools.partial(bar.advance, task)
             )
         ks = [1] if name == "greedy" else config.ks
-        scores = pass_at_k_of_rows(scored, ks, exclude_sandbox_errors=config.exclude_sandbox_errors)
         errors = sum(row["status"] == "sandbox_error" for row in scored)
-        results[name] = {
-            **scores,
-            "samples": len(scored),
-            "passed": sum(bool(row["passed"]) for row in scored),
-            "sandbox_errors": errors,
-            "excluded_sandbox_errors": errors if config.exclude_sandbox_errors else 0,
-            "temperature": sampling.temperature,
-        }
+        scores[name] = RunResult.model_validate(
+            {
+                **pass_at_k_of_rows(
+                    scored, ks, exclude_sandbox_errors=config.exclude_sandbox_errors
+                ),
+                "samples": len(scored),
+                "passed": sum(bool(row["passed"]) for row in scored),
+                "sandbox_errors": errors,
+                "excluded_sandbox_errors": errors if config.exclude_sandbox_errors else 0,
+                "temperature": sampling.temperature,
+            }
+        )
         all_rows += [{"run": name, **row} for row in scored]
-    with (out_dir / SAMPLES_FILE).open("w") as stream:
+    results = EvaluationResults(
+        checkpoint=checkpoint,
+        problems=config.problems.model_dump(),
+        problems_fingerprint=fingerprint(problems),
+        num_problems=len(problems),
+        config=settings,
+        **scores,
+    )
+    with staged(out_dir / SAMPLES_FILE) as staging, staging.open("w") as stream:
         for row in all_rows:
             stream.write(json.dumps(row) + "\n")
-    done.write_text(json.dumps(results, indent=2) + "\n")  # last: marks the stage finished
+    results.write(done)  # last: marks the stage finished
     log.info("evaluation of %s: %s", checkpoint, _headline(results))
     return results
 
 
-def _headline(results: dict[str, Any]) -> str:
-    parts = []
-    for name in ("greedy", "sampled"):
-        for key, value in results.get(name, {}).items():
-            if key.startswith("pass@") and not key.endswith("_ci95"):
-                parts.append(f"{name} {key} {value:.3f}")
-    return ", ".join(parts)
+def _headline(results: EvaluationResults) -> str:
+    return ", ".join(
+        f"{name} pass@{k} {value:.3f}"
+        for name, run in results.runs().items()
+        for k, value in run.pass_at_k.items()
+    )
 
 
 def _stage(config: EvalConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:

@@ -31,11 +31,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...verifiers import extract_code
 from ..checkpoints.manifest import publish, read_manifest, sha256_file
+from ..data.rows import TO_PAIR, read_rows
 from ..training import already_published, console, stage_manifest
 from .registry import Artifacts, Stage, register
 
 Strategy = Literal["best_vs_worst", "shortest_passing", "all_pairs"]
-REQUIRED_COLUMNS = ("prompt_id", "prompt", "completion", "completion_style", "reward", "passed")
 PAIR_FEATURES = Features(
     {
         "prompt_id": Value("string"),
@@ -189,17 +189,8 @@ def _pair_row(
 
 
 def load_rollouts(rollouts: Path) -> list[dict[str, Any]]:
-    """Scored rollout rows from a Parquet file; names the columns it lacks."""
-    if not Path(rollouts).is_file():
-        raise FileNotFoundError(f"rollouts {rollouts}: no such Parquet file")
-    dataset = Dataset.from_parquet(str(rollouts))
-    missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
-    if missing:
-        raise ValueError(
-            f"rollouts {rollouts}: not scored rollouts, missing column(s) {', '.join(missing)} "
-            "(score them first)"
-        )
-    return dataset.to_list()
+    """Scored rollout rows from a Parquet file, checked (names the columns it lacks)."""
+    return read_rows(rollouts, TO_PAIR)
 
 
 def sampled_by(

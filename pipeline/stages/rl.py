@@ -42,6 +42,7 @@ from ..checkpoints.manifest import (
 )
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle, build_prompt
+from ..data.rows import SCORED_COLUMNS, TO_TRAIN, read_rows, read_table, write_rows, write_table
 from ..inference.sampling import (
     EngineConfig,
     SamplingConfig,
@@ -51,6 +52,7 @@ from ..inference.sampling import (
 )
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
 from ..reporting.plots import plot_curves
+from ..rl.metric_names import ITERATION, Data, Reward, Sampler, Time, Update, lookup
 from ..rl.models import ValueModel
 from ..rl.policy_update import PolicyUpdater, UpdateConfig
 from ..rl.rollouts import collate_rollouts
@@ -150,11 +152,11 @@ class Phases:
         self.seconds: dict[str, float] = {}
 
     @contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
+    def __call__(self, metric: str) -> Iterator[None]:
+        """Time the block as ``metric`` (one of :attr:`Time.PHASES`)."""
         start = time.perf_counter()
         yield
-        key = f"time_{name}_s"
-        self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
+        self.seconds[metric] = self.seconds.get(metric, 0.0) + time.perf_counter() - start
 
 
 def iteration_dir(out_dir: Path, iteration: int) -> Path:
@@ -251,11 +253,11 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             sampling = config.sampling.model_copy(
                 update={"seed": config.sampling.seed + batches_drawn}
             )
-            with phases("sample"):
+            with phases(Time.SAMPLE):
                 rows = sampler.sample(
                     [prompts[t] for t in task_ids], sampling, policy_version=iteration - 1
                 )
-            with phases("score"):
+            with phases(Time.SCORE):
                 new = score_rollouts(rows, problems, config.scoring)
             scored += new
             # A prompt drawn again in a later round (the schedule wraps) stays one group.
@@ -271,12 +273,14 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
         trained_ids = {id(row) for row in trained}
         for row in scored:
             row["trained"] = id(row) in trained_ids
-        _save_rollouts(scored, out_dir / "rollouts" / f"iteration-{iteration:04d}.parquet")
-        with phases("update"):
+        write_rows(
+            scored, out_dir / "rollouts" / f"iteration-{iteration:04d}.parquet", SCORED_COLUMNS
+        )
+        with phases(Time.UPDATE):
             update_metrics = (
                 updater.update(collate_rollouts(trained, pad_token_id=tokenizer.pad_token_id))
                 if trained
-                else {"update_skipped": 1.0}
+                else {Update.SKIPPED: 1.0}
             )
         if not trained:
             log.warning(
@@ -285,14 +289,14 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
                 rounds,
             )
         metrics = {
-            "iteration": iteration,
+            ITERATION: iteration,
             **summarize(scored),
-            "sampling_rounds": float(rounds),
-            "groups_sampled": float(len({row["prompt_id"] for row in scored})),
-            "groups_trained": float(len(groups)) if trained else 0.0,
-            "groups_dropped": float(dropped),
-            "schedule_batches": float(batches_drawn),
-            "epoch": batches_drawn * config.prompts_per_iteration / len(problems),
+            Data.SAMPLING_ROUNDS: float(rounds),
+            Data.GROUPS_SAMPLED: float(len({row["prompt_id"] for row in scored})),
+            Data.GROUPS_TRAINED: float(len(groups)) if trained else 0.0,
+            Data.GROUPS_DROPPED: float(dropped),
+            Data.SCHEDULE_BATCHES: float(batches_drawn),
+            Data.EPOCH: batches_drawn * config.prompts_per_iteration / len(problems),
             **update_metrics,
         }
         target = iteration_dir(out_dir, iteration)
@@ -304,11 +308,11 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             data=data,
             metrics=metrics,
         )
-        with phases("save"):
+        with phases(Time.SAVE):
             _publish(updater, tokenizer, target, manifest, iteration)
-        with phases("refresh"):
+        with phases(Time.REFRESH):
             expected = trainer_probe_logprobs(updater.policy, vocab_size)
-            metrics["refresh_probe_diff"] = sampler.refresh(target, expected)
+            metrics[Sampler.REFRESH_PROBE_DIFF] = sampler.refresh(target, expected)
         metrics.update(phases.seconds)
         _record(out_dir, metrics)
         log.info(
@@ -316,13 +320,13 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             "%d rounds), sampler/trainer |dlogp| %.2g, %s",
             iteration,
             iterations,
-            metrics["reward_mean"],
-            metrics["pass_rate"],
-            metrics["groups_trained"],
+            metrics[Reward.MEAN],
+            metrics[Reward.PASS_RATE],
+            metrics[Data.GROUPS_TRAINED],
             dropped,
             rounds,
-            metrics.get("sampler_logprob_diff_mean", float("nan")),
-            ", ".join(f"{k[5:-2]} {v:.1f}s" for k, v in phases.seconds.items()),
+            metrics.get(Sampler.LOGPROB_DIFF_MEAN, float("nan")),
+            ", ".join(f"{k} {v:.1f}" for k, v in phases.seconds.items()),
         )
         parent = str(target)
     return iteration_dir(out_dir, iterations)
@@ -335,9 +339,9 @@ def _metrics_of_published(out_dir: Path, last: int) -> None:
     published are dropped."""
     path = out_dir / METRICS_FILE
     lines = path.read_text().splitlines() if path.is_file() else []
-    rows = {row["iteration"]: row for row in map(json.loads, filter(str.strip, lines))}
+    rows = {row[ITERATION]: row for row in map(json.loads, filter(str.strip, lines))}
     kept = [
-        rows.get(i) or {"iteration": i, **read_manifest(iteration_dir(out_dir, i)).metrics}
+        rows.get(i) or {ITERATION: i, **read_manifest(iteration_dir(out_dir, i)).metrics}
         for i in range(1, last + 1)
     ]
     if kept != [json.loads(line) for line in lines if line.strip()]:
@@ -348,23 +352,22 @@ def _batches_drawn(checkpoint: Path) -> int:
     """Prompt batches the schedule had handed out when ``checkpoint`` was published (one per
     iteration before dynamic sampling recorded it)."""
     manifest = read_manifest(checkpoint)
-    drawn = manifest.metrics.get("schedule_batches")
+    drawn = lookup(manifest.metrics, Data.SCHEDULE_BATCHES)
     return int(drawn) if drawn is not None else int(manifest.version.removeprefix("iteration-"))
 
 
 def merge_rollouts(out_dir: Path) -> Path:
     """Every iteration's scored rollouts as one Parquet file (``rollouts.parquet``), e.g. to
     mine DPO pairs from what RL sampled."""
-    from datasets import Dataset, concatenate_datasets
+    import pyarrow as pa
 
     files = sorted((Path(out_dir) / "rollouts").glob("iteration-*.parquet"))
     if not files:
         raise FileNotFoundError(f"{out_dir}/rollouts: no RL rollouts to merge")
-    target = Path(out_dir) / "rollouts.parquet"
-    staging = target.with_suffix(".parquet.tmp")
-    concatenate_datasets([Dataset.from_parquet(str(f)) for f in files]).to_parquet(str(staging))
-    staging.rename(target)
-    return target
+    # Files of older runs lack the `trained` column: null there.
+    tables = [read_table(f, SCORED_COLUMNS) for f in files]
+    merged = pa.concat_tables(tables, promote_options="default")
+    return write_table(merged, Path(out_dir) / "rollouts.parquet", SCORED_COLUMNS)
 
 
 class UpdateStageConfig(BaseModel):
@@ -385,17 +388,13 @@ class UpdateStageConfig(BaseModel):
 def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     """One update of ``config.model`` on a scored rollouts Parquet file; the new checkpoint is
     published in ``out_dir`` (reused when it is already there for this config)."""
-    from datasets import Dataset
-
     from ..training import already_published
 
     stage = f"update-{config.update.algorithm}"
     out_dir = Path(out_dir)
     if already_published(out_dir, stage, config):
         return out_dir
-    rows = Dataset.from_parquet(str(scored)).to_list()
-    if "reward" not in (rows[0] if rows else {}):
-        raise ValueError(f"{scored}: no scored rollouts (score them first: the score stage)")
+    rows = read_rows(scored, (*TO_TRAIN, "excluded"))
     # The rows the loop trained on (dynamic sampling drops uniform groups); all, in older files.
     kept = [row for row in rows if not row["excluded"] and row.get("trained", True)]
     if not kept:
@@ -433,13 +432,6 @@ def _updater(update: UpdateConfig, model: ModelConfig, policy: PreTrainedModel) 
     return PolicyUpdater(update, policy, model_config=model, ref_model=reference, critic=critic)
 
 
-def _save_rollouts(rows: list[dict[str, Any]], path: Path) -> None:
-    from datasets import Dataset
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Dataset.from_list(rows).to_parquet(str(path))
-
-
 def _publish(
     updater: PolicyUpdater,
     tokenizer: Any,
@@ -464,12 +456,12 @@ def _record(out_dir: Path, metrics: dict[str, Any]) -> None:
     plot_curves(
         rows,
         out_dir / CURVES_FILE,
-        x="iteration",
+        x=ITERATION,
         panels={
-            "reward and pass rate": ["reward_mean", "pass_rate"],
-            "groups per update": ["groups_sampled", "groups_trained", "groups_dropped"],
-            "sampler vs trainer": ["sampler_logprob_diff_mean", "kl_ref", "approx_kl"],
-            "seconds per phase": [k for k in rows[-1] if k.startswith("time_")],
+            "reward and pass rate": [Reward.MEAN, Reward.PASS_RATE],
+            "groups per update": [Data.GROUPS_SAMPLED, Data.GROUPS_TRAINED, Data.GROUPS_DROPPED],
+            "sampler vs trainer": [Sampler.LOGPROB_DIFF_MEAN, Update.KL_REF, Update.APPROX_KL],
+            "seconds per phase": list(Time.PHASES),
         },
         title="RL iterations",
     )

@@ -25,9 +25,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ...sandbox import Limits, PoolConfig, SandboxPool, connect_hosts
 from ...verifiers import CompletionStyle, Problem, RewardConfig, Verdict, VerdictStatus, Verifier
 from ..data.problem_sets import ProblemSet, load_problem_set
+from ..data.rows import (
+    REWARD_COMPONENT_PREFIX,
+    SCORE_OUTPUT,
+    TO_SCORE,
+    read_table,
+    write_rows,
+    write_table,
+)
 from ..resources import on_close
-
-SCORE_COLUMNS = ("reward", "passed", "status", "pass_fraction", "excluded")
+from ..rl.metric_names import Data, Reward, reward_component, status_count
 
 
 class ScoreConfig(BaseModel):
@@ -90,7 +97,7 @@ def _scores(verdict: Verdict) -> dict[str, Any]:
         "excluded": excluded,
     }
     for name, value in verdict.reward_components.items():
-        scores[f"reward_{name}"] = math.nan if value is None else value
+        scores[f"{REWARD_COMPONENT_PREFIX}{name}"] = math.nan if value is None else value
     return scores
 
 
@@ -141,19 +148,22 @@ def score_rollouts(
 
 
 def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Reward mean, pass rate, components and status counts of scored rows. Sandbox errors are
-    counted and named, and fail in the pass rate; reward means are over the rows kept."""
+    """Reward mean, pass rate, components and status counts of scored rows (the ``data/`` and
+    ``reward/`` metrics). Sandbox errors are counted and named, and fail in the pass rate;
+    reward means are over the rows kept."""
     kept = [row for row in rows if not row["excluded"]]
     statuses = Counter(row["status"] for row in rows)
     summary: dict[str, float] = {
-        "samples": float(len(rows)),
-        "sandbox_errors": float(statuses.get(VerdictStatus.SANDBOX_ERROR.value, 0)),
-        "reward_mean": _mean([row["reward"] for row in kept]),
-        "pass_rate": _mean([float(row["passed"]) for row in rows]),
+        Data.SAMPLES: float(len(rows)),
+        Data.SANDBOX_ERRORS: float(statuses.get(VerdictStatus.SANDBOX_ERROR.value, 0)),
+        Reward.MEAN: _mean([row["reward"] for row in kept]),
+        Reward.PASS_RATE: _mean([float(row["passed"]) for row in rows]),
     }
-    for name in sorted({key for row in kept for key in row if key.startswith("reward_")}):
-        summary[f"{name}_mean"] = _mean([row[name] for row in kept])
-    summary.update({f"status_{status}": float(count) for status, count in statuses.items()})
+    components = {key for row in kept for key in row if key.startswith(REWARD_COMPONENT_PREFIX)}
+    for column in sorted(components):
+        name = column.removeprefix(REWARD_COMPONENT_PREFIX)
+        summary[reward_component(name)] = _mean([row[column] for row in kept])
+    summary.update({status_count(status): float(n) for status, n in statuses.items()})
     return summary
 
 
@@ -201,47 +211,25 @@ def score_shard(
     target = Path(out_dir) / "shards" / f"scored-{shard:04d}-of-{num_shards:04d}.parquet"
     if target.is_file():
         return target
-    rows = read_rows(rollouts)
-    start, stop = (len(rows) * shard) // num_shards, (len(rows) * (shard + 1)) // num_shards
-    rows = rows[start:stop]
+    table = read_table(rollouts, TO_SCORE)
+    start, stop = (len(table) * shard) // num_shards, (len(table) * (shard + 1)) // num_shards
+    rows = table.slice(start, stop - start).to_pylist()
     problems = load_problem_set(problem_set)
     label = "scoring" if num_shards == 1 else f"scoring shard {shard + 1}/{num_shards}"
     with progress_bar(label) as bar:
         task = bar.add_task(label, total=len(rows))
         scored = score_rollouts(rows, problems, config, progress=lambda n: bar.advance(task, n))
-    _write_parquet(scored, target)
-    return target
+    return write_rows(scored, target, SCORE_OUTPUT)
 
 
 def merge_shards(shards: Sequence[Path], out_dir: Path) -> Path:
     """``scored.parquet``: the scored shards, in order, as one file."""
-    rows = [row for shard in shards for row in read_rows(shard)]
-    target = scored_path(out_dir)
-    _write_parquet(rows, target)
-    return target
-
-
-# Shards are read and written from several threads at once (the fan-out's thread runner):
-# pyarrow directly, as datasets' readers and writers share tqdm state that is not thread-safe
-# ("type object 'tqdm' has no attribute '_lock'" ended a run).
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a Parquet file, safe to call from several threads."""
-    import pyarrow.parquet as pq
-
-    return pq.read_table(str(path)).to_pylist()
-
-
-def _write_parquet(rows: list[dict[str, Any]], target: Path) -> None:
-    """All or nothing: a reader never sees half a file, a killed run leaves no partial one."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_suffix(".parquet.tmp")
-    pq.write_table(pa.Table.from_pylist(rows), str(staging))
-    staging.rename(target)
+    tables = [read_table(shard, SCORE_OUTPUT) for shard in shards]
+    return write_table(
+        pa.concat_tables(tables, promote_options="default"), scored_path(out_dir), SCORE_OUTPUT
+    )
 
 
 def run_score(config: ScoreConfig, rollouts: Path, problem_set: ProblemSet, out_dir: Path) -> Path:

@@ -1,0 +1,242 @@
+"""The rollouts contract: one row per completion, in Parquet, declared once.
+
+:class:`RolloutRow` is what a sampler writes, :class:`ScoredRow` adds the verifier's scores.
+The Arrow schema of the files is derived from these models (:func:`arrow_schema`), and every
+stage reads and writes them through :func:`read_rows` / :func:`write_rows`, which check the
+table against it: a column of the wrong type, a column a reader needs that is missing or null
+in a row, or a value outside its set is named with the file, the column and the row.
+
+Rows stay plain dicts between stages: the checks run on the Arrow table, column by column,
+not through pydantic row by row (measured on 16,384 scored rows of 384-token completions: 5 ms
+against 1.9 s). The samplers build each row through the model, so a row is typed where it is
+made.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...verifiers import VerdictStatus
+from ..atomic import staged
+
+FinishReason = Literal["stop", "length"]
+# Each reward component is a column of its own, ``reward_<name>`` (NaN where it was not scored).
+REWARD_COMPONENT_PREFIX = "reward_"
+
+
+class RowsError(ValueError):
+    """A rollouts file (or the rows about to be written to one) breaks the contract."""
+
+
+class RolloutRow(BaseModel):
+    """One sampled completion of one prompt: what the samplers write (``rollouts.parquet``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    prompt_id: str = Field(description="the problem's task id")
+    group_index: int = Field(description="the completion's index in its prompt's group")
+    prompt: str
+    completion: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    sampling_logprobs: list[float | None] = Field(
+        description="the sampler's logprob of each completion token (None: left out by vLLM)"
+    )
+    finish_reason: FinishReason = Field(description="length: cut at max_tokens")
+    completion_style: str = Field(description="chat | continuation | auto: how code is found")
+    temperature: float = Field(description="0 = greedy; the update divides logits by it")
+    top_p: float
+    max_tokens: int | None = None
+    sampler: str = Field(description="the engine, e.g. vllm-0.32.0 or hf-generate")
+    sampler_weights: str | None = Field(None, description="the checkpoint that sampled it")
+    policy_version: int = 0
+
+
+class ScoredRow(RolloutRow):
+    """A rollout with the verifier's scores (``scored.parquet``, RL's per-iteration files);
+    each reward component is an extra ``reward_<name>`` float column."""
+
+    reward: float = Field(description="NaN when excluded")
+    passed: bool
+    status: VerdictStatus
+    pass_fraction: float
+    excluded: bool = Field(description="a sandbox error left out of the update")
+    trained: bool | None = Field(None, description="RL: the update trained on this row")
+
+
+def required(model: type[BaseModel]) -> tuple[str, ...]:
+    """The columns every row of ``model`` has."""
+    return tuple(name for name, field in model.model_fields.items() if field.is_required())
+
+
+ROLLOUT_COLUMNS = required(RolloutRow)
+SCORE_COLUMNS = tuple(name for name in required(ScoredRow) if name not in ROLLOUT_COLUMNS)
+# What each reader needs of a file (subsets of the columns above).
+TO_SCORE = ("prompt_id", "completion")
+TO_COUNT = ("prompt_id", "passed", "status")
+TO_TRAIN = (
+    "prompt_id",
+    "group_index",
+    "prompt_ids",
+    "completion_ids",
+    "sampling_logprobs",
+    "finish_reason",
+    "temperature",
+    "reward",
+)
+TO_PAIR = ("prompt_id", "prompt", "completion", "completion_style", "reward", "passed")
+SCORE_OUTPUT = TO_SCORE + SCORE_COLUMNS
+SCORED_COLUMNS = required(ScoredRow)
+
+
+def _arrow_type(annotation: Any) -> pa.DataType:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (Union, types.UnionType):
+        (inner,) = [arg for arg in args if arg is not type(None)]
+        return _arrow_type(inner)
+    if origin is list:
+        return pa.list_(_arrow_type(args[0]))
+    if origin is Literal or (isinstance(annotation, type) and issubclass(annotation, enum.Enum)):
+        return pa.string()
+    simple = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+    return simple[annotation]
+
+
+def arrow_schema(model: type[BaseModel]) -> pa.Schema:
+    """The Parquet schema of ``model``'s rows (the declared columns; extra ones are kept as
+    they come, reward components as float64)."""
+    return pa.schema(
+        [
+            pa.field(name, _arrow_type(field.annotation), nullable=not field.is_required())
+            for name, field in model.model_fields.items()
+        ]
+    )
+
+
+SCHEMA = arrow_schema(ScoredRow)
+_ALLOWED = {
+    "finish_reason": get_args(FinishReason),
+    "status": tuple(status.value for status in VerdictStatus),
+}
+
+
+def _declared_type(name: str) -> pa.DataType | None:
+    if name in SCHEMA.names:
+        return SCHEMA.field(name).type
+    return pa.float64() if name.startswith(REWARD_COMPONENT_PREFIX) else None
+
+
+def check_table(table: pa.Table, source: str, needs: Sequence[str] = ROLLOUT_COLUMNS) -> pa.Table:
+    """``table`` with its declared columns in their declared types; raises :class:`RowsError`
+    naming ``source``, the column and the (0-based) row where it breaks the contract."""
+    missing = [name for name in needs if name not in table.column_names]
+    if missing:
+        unscored = set(missing) & set(SCORE_COLUMNS)
+        raise RowsError(
+            f"{source}: missing column(s) {', '.join(map(repr, missing))} "
+            f"(it has {', '.join(table.column_names) or 'none'})"
+            + ("; not scored rollouts: score them first" if unscored else "")
+        )
+    for index, name in enumerate(table.column_names):
+        expected, column = _declared_type(name), table.column(index)
+        if expected is None or column.type == expected:
+            continue
+        try:
+            column = column.cast(expected)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise RowsError(
+                f"{source}: column {name!r} has the wrong type {column.type}, expected {expected}"
+            ) from exc
+        table = table.set_column(index, name, column)
+    for name in needs:
+        column = table.column(name)
+        if column.null_count:
+            row = pc.index(column.is_null(), True).as_py()
+            raise RowsError(f"{source} row {row}: column {name!r} missing (null)")
+    for name, allowed in _ALLOWED.items():
+        if name in table.column_names:
+            column = table.column(name)
+            wrong = pc.and_kleene(pc.invert(pc.is_in(column, pa.array(allowed))), column.is_valid())
+            row = pc.index(wrong, True).as_py()
+            if row >= 0:
+                raise RowsError(
+                    f"{source} row {row}: column {name!r} is {column[row].as_py()!r}, "
+                    f"expected one of {list(allowed)}"
+                )
+    if {"completion_ids", "sampling_logprobs"} <= set(table.column_names):
+        ids, logprobs = table.column("completion_ids"), table.column("sampling_logprobs")
+        differ = pc.not_equal(pc.list_value_length(ids), pc.list_value_length(logprobs))
+        row = pc.index(differ, True).as_py()
+        if row >= 0:
+            raise RowsError(
+                f"{source} row {row}: column 'sampling_logprobs' has {len(logprobs[row])} values "
+                f"for {len(ids[row])} completion_ids"
+            )
+    return table
+
+
+def read_table(path: Path, needs: Sequence[str] = ROLLOUT_COLUMNS) -> pa.Table:
+    """A rollouts Parquet file, checked (:func:`check_table`); safe from several threads (the
+    scoring fan-out), unlike datasets' reader, whose tqdm state is shared."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such Parquet file")
+    return check_table(pq.read_table(str(path)), str(path), needs)
+
+
+def read_rows(path: Path, needs: Sequence[str] = ROLLOUT_COLUMNS) -> list[dict[str, Any]]:
+    """The rows of a rollouts Parquet file as dicts, checked."""
+    return read_table(path, needs).to_pylist()
+
+
+def to_table(rows: Iterable[Mapping[str, Any]], source: str) -> pa.Table:
+    """Rows as an Arrow table, declared columns in their declared types; a value that does not
+    fit is named with its column and row."""
+    rows = list(rows)
+    if not rows:
+        return SCHEMA.empty_table()
+    names = list(dict.fromkeys(name for row in rows for name in row))
+    columns = {}
+    for name in names:
+        values, expected = [row.get(name) for row in rows], _declared_type(name)
+        try:
+            columns[name] = pa.array(values, type=expected)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+            row = next(i for i, v in enumerate(values) if not _fits(v, expected))
+            raise RowsError(
+                f"{source} row {row}: column {name!r} has the wrong type "
+                f"({type(values[row]).__name__} {values[row]!r:.60}), expected {expected}"
+            ) from exc
+    return pa.table(columns)
+
+
+def _fits(value: Any, expected: pa.DataType | None) -> bool:
+    try:
+        pa.array([value], type=expected)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return False
+    return True
+
+
+def write_table(table: pa.Table, path: Path, needs: Sequence[str] = ROLLOUT_COLUMNS) -> Path:
+    """Check ``table`` and write it all or nothing: a reader never sees half a file."""
+    table = check_table(table, str(path), needs)
+    with staged(Path(path)) as staging:
+        pq.write_table(table, str(staging))
+    return Path(path)
+
+
+def write_rows(
+    rows: Iterable[Mapping[str, Any]], path: Path, needs: Sequence[str] = ROLLOUT_COLUMNS
+) -> Path:
+    """Rows of the contract as a Parquet file (checked, all or nothing)."""
+    return write_table(to_table(rows, str(path)), path, needs)

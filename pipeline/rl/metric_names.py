@@ -1,0 +1,139 @@
+"""Every metric the RL stage records (``metrics.jsonl``, the iteration manifests, the curves), in
+one place, by namespace:
+
+* ``data/``: what was sampled and scored and how the batch was filled (dynamic sampling);
+* ``reward/``: the verifier's rewards of the iteration's scored completions;
+* ``sampler/``: how far the sampler's logprobs are from the trainer's (off-policy drift);
+* ``update/``: the policy update (losses, clipping, KL, gradient, steps);
+* ``time/``: wall seconds per phase of the iteration.
+
+A statistic of a quantity is a level of its own (``update/response_length/max``), never a
+suffix that code has to parse. Names are ``<namespace>/<quantity>[/<statistic>]``; three
+families are named at run time: :func:`reward_component`, :func:`status_count` and the
+verifier's status values.
+
+Metrics of runs recorded before these names (``reward_mean``, ``time_sample_s``...) are read
+through :func:`lookup` where the pipeline reads them back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+ITERATION: Final = "iteration"  # the x axis of every curve, 1-based
+
+
+class Data:
+    SAMPLES: Final = "data/samples"  # completions scored this iteration
+    SANDBOX_ERRORS: Final = "data/sandbox_errors"  # of those, runs the sandbox failed
+    SAMPLING_ROUNDS: Final = "data/sampling_rounds"  # dynamic sampling's rounds
+    GROUPS_SAMPLED: Final = "data/groups_sampled"  # prompts sampled
+    GROUPS_TRAINED: Final = "data/groups_trained"  # informative groups the update used
+    GROUPS_DROPPED: Final = "data/groups_dropped"  # groups whose rewards were all equal
+    SCHEDULE_BATCHES: Final = "data/schedule_batches"  # prompt batches drawn so far (resume)
+    EPOCH: Final = "data/epoch"  # passes over the problems so far
+
+
+class Reward:
+    MEAN: Final = "reward/mean"  # over every scored completion kept (not only those trained)
+    PASS_RATE: Final = "reward/pass_rate"  # sandbox errors count as failures
+
+
+class Sampler:
+    LOGPROB_DIFF_MEAN: Final = "sampler/logprob_diff/mean"  # |trainer - sampler| per token
+    LOGPROB_DIFF_MAX: Final = "sampler/logprob_diff/max"
+    KL: Final = "sampler/kl"  # KL(sampler || trainer), k3 estimator
+    REFRESH_PROBE_DIFF: Final = "sampler/refresh_probe_diff"  # weight refresh check
+    IS_WEIGHT_MEAN: Final = "sampler/is_weight/mean"  # truncated importance weights
+    IS_RATIO_MAX: Final = "sampler/is_ratio/max"
+    IS_TRUNCATED_FRACTION: Final = "sampler/is_truncated_fraction"
+
+
+class Update:
+    ROLLOUTS: Final = "update/rollouts"  # rows given to the update
+    REWARD_MEAN: Final = "update/reward/mean"  # over those rows
+    TRAINED_FRACTION: Final = "update/trained_fraction"  # rows with a token that trains
+    RESPONSE_LENGTH_MEAN: Final = "update/response_length/mean"  # tokens
+    RESPONSE_LENGTH_MAX: Final = "update/response_length/max"
+    TRUNCATED_FRACTION: Final = "update/truncated_fraction"  # cut at max_tokens
+    LOSS: Final = "update/loss"  # the minimised total
+    POLICY_LOSS: Final = "update/policy_loss"
+    ENTROPY: Final = "update/entropy"
+    CLIPFRAC_LOW: Final = "update/clipfrac_low"
+    CLIPFRAC_HIGH: Final = "update/clipfrac_high"
+    APPROX_KL: Final = "update/approx_kl"  # KL(old || new) over the steps
+    RATIO_MEAN: Final = "update/ratio/mean"
+    KL_REF: Final = "update/kl_ref"  # KL to the reference model
+    KL_COEF: Final = "update/kl_coef"  # the coefficient this update used
+    VALUE_LOSS: Final = "update/value_loss"  # ppo
+    VF_CLIPFRAC: Final = "update/vf_clipfrac"  # ppo
+    VALUE_MEAN: Final = "update/value/mean"  # ppo
+    EXPLAINED_VARIANCE: Final = "update/explained_variance"  # ppo
+    GRAD_NORM: Final = "update/grad_norm"  # before clipping
+    OPTIMIZER_STEPS: Final = "update/optimizer_steps"
+    EARLY_STOPPED: Final = "update/early_stopped"  # target_kl ended the update
+    SKIPPED: Final = "update/skipped"  # no informative group: weights unchanged
+
+
+class Time:
+    SAMPLE: Final = "time/sample_s"
+    SCORE: Final = "time/score_s"
+    UPDATE: Final = "time/update_s"
+    SAVE: Final = "time/save_s"
+    REFRESH: Final = "time/refresh_s"
+    PHASES: Final = (SAMPLE, SCORE, UPDATE, SAVE, REFRESH)
+
+
+# Over an update's optimizer steps, these take the largest value; the others the mean.
+MAXIMA: Final = frozenset({Sampler.LOGPROB_DIFF_MAX, Sampler.IS_RATIO_MAX})
+# The metrics of pipeline.rl.algorithms' loss functions, by their local names.
+POLICY_LOSS_METRICS: Final = {
+    "clipfrac_low": Update.CLIPFRAC_LOW,
+    "clipfrac_high": Update.CLIPFRAC_HIGH,
+    "approx_kl": Update.APPROX_KL,
+    "ratio_mean": Update.RATIO_MEAN,
+}
+IS_WEIGHT_METRICS: Final = {
+    "is_weight_mean": Sampler.IS_WEIGHT_MEAN,
+    "is_ratio_max": Sampler.IS_RATIO_MAX,
+    "is_truncated_fraction": Sampler.IS_TRUNCATED_FRACTION,
+}
+
+
+def reward_component(name: str) -> str:
+    """The mean of one reward component (test, format, syntax, length, forbidden)."""
+    return f"reward/{name}/mean"
+
+
+def status_count(status: str) -> str:
+    """How many completions the verifier gave ``status`` (passed, failed, timeout...)."""
+    return f"data/status/{status}"
+
+
+DECLARED: Final = frozenset(
+    value
+    for namespace in (Data, Reward, Sampler, Update, Time)
+    for name, value in vars(namespace).items()
+    if name.isupper() and isinstance(value, str)
+) | {ITERATION}
+_FAMILIES = re.compile(r"reward/[a-z_]+/mean|data/status/[a-z_]+")
+
+# Names of runs recorded before the namespaces, for the metrics the pipeline reads back.
+LEGACY: Final = {
+    Data.SCHEDULE_BATCHES: "schedule_batches",
+    Reward.MEAN: "reward_mean",
+    Reward.PASS_RATE: "pass_rate",
+}
+
+
+def is_declared(name: str) -> bool:
+    return name in DECLARED or _FAMILIES.fullmatch(name) is not None
+
+
+def lookup(metrics: Mapping[str, Any], name: str) -> Any:
+    """``metrics[name]``, or the same metric under its name before the namespaces; None when
+    neither is there."""
+    value = metrics.get(name)
+    return metrics.get(LEGACY[name]) if value is None and name in LEGACY else value
