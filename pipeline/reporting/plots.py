@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..atomic import staged
+
 
 def plot_curves(
     rows: Sequence[Mapping[str, Any]],
@@ -63,8 +65,8 @@ def plot_curves(
             ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    with staged(path) as staging:
+        fig.savefig(staging, dpi=110, format="png")
     plt.close(fig)
     return path
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_text
 from ..stages.evaluation import (
     RESULTS_FILE,
     RUNS,
@@ -127,7 +128,7 @@ def write_report(run_dir: Path, evaluations: dict[str, dict[str, Path]]) -> Path
     if (run_dir / RL_CURVES).is_file():
         lines += ["", f"![RL reward curve]({RL_CURVES})"]
     path = run_dir / REPORT_FILE
-    path.write_text("\n".join(lines) + "\n")
+    write_text(path, "\n".join(lines) + "\n")
     everything = {
         "rows": rows,
         "evaluations": {
@@ -138,7 +139,7 @@ def write_report(run_dir: Path, evaluations: dict[str, dict[str, Path]]) -> Path
             for benchmark, stages in loaded.items()
         },
     }
-    (run_dir / EVALUATIONS_FILE).write_text(json.dumps(everything, indent=2) + "\n")
+    write_text(run_dir / EVALUATIONS_FILE, json.dumps(everything, indent=2) + "\n")
     return path
 
 
