@@ -1,4 +1,5 @@
-"""Rollout rows (the Parquet contract) <-> padded tensor batches for the update.
+"""Rollout rows (the Parquet contract) <-> padded tensor batches for the update, and the
+transformers sampler that makes such rows.
 
 Layout: prompts left-padded, completions right-padded, so every completion starts at the same
 column and the model's ``logits_to_keep`` covers exactly the completion. Masks come from the
