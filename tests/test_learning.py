@@ -13,6 +13,7 @@ import pytest
 import torch
 from datasets import Dataset
 
+from codepost.pipeline.data.prompts import Prompt
 from codepost.pipeline.rl.models import ValueModel, char_tokenizer, tiny_causal_lm
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
 from codepost.pipeline.rl.rollouts import collate_rollouts, generate_rollouts
@@ -90,10 +91,9 @@ def sample_rows(updater, tokenizer, prompts, *, num_generations, step=0):
     return generate_rollouts(
         updater.policy,
         tokenizer,
-        prompts,
+        [Prompt(f"step{step}-{i}", text, "continuation") for i, text in enumerate(prompts)],
         num_generations=num_generations,
         max_new_tokens=MAX_NEW_TOKENS,
-        prompt_ids=[f"step{step}-{i}" for i in range(len(prompts))],
         policy_version=step,
     )
 

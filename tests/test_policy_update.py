@@ -12,6 +12,7 @@ from accelerate.state import AcceleratorState
 from pydantic import ValidationError
 from update_cases import ALPHABET, minibatch_gradients, random_rows, tiny_case, weights
 
+from codepost.pipeline.data.prompts import Prompt
 from codepost.pipeline.model_config import ModelConfig
 from codepost.pipeline.rl.algorithms import (
     ADVANTAGE_ESTIMATORS,
@@ -144,10 +145,13 @@ def test_generated_rows_follow_the_contract_and_their_logprobs_are_the_trainers(
     tokenizer = char_tokenizer(ALPHABET, pad_is_eos=True)
     model = tiny_causal_lm(len(tokenizer))
     torch.manual_seed(0)
+    prompts = [
+        Prompt("f", "def f():\n    return ", "continuation"),
+        Prompt("g", "def g(): ", "continuation"),
+    ]
     rows = generate_rollouts(
-        model, tokenizer, ["def f():\n    return ", "def g(): "], num_generations=6,
-        max_new_tokens=30, prompt_ids=["f", "g"], policy_version=3,
-    )  # fmt: skip
+        model, tokenizer, prompts, num_generations=6, max_new_tokens=30, policy_version=3
+    )
     assert [(r["prompt_id"], r["group_index"]) for r in rows] == [
         (p, g) for p in "fg" for g in range(6)
     ]

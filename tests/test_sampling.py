@@ -21,7 +21,7 @@ from codepost.pipeline.inference.sampling import (
 )
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
 from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
-from codepost.pipeline.rl.rollouts import collate_rollouts
+from codepost.pipeline.rl.rollouts import collate_rollouts, generate_rollouts
 
 
 def test_check_probe_fails_loudly_past_the_tolerance():
@@ -67,6 +67,69 @@ def test_hf_sampler_rows_and_refresh(tiny_checkpoints):
         check_probe(sampler.probe_logprobs(), other_probe, 1e-4)
     assert sampler.refresh(second, other_probe) < 1e-5
     assert sampler.weights == str(second)
+
+
+@torch.no_grad()
+def nucleus_logprobs(model: torch.nn.Module, row: dict, temperature: float, top_p: float):
+    """Reference: the completion tokens' logprobs under top-p of ``softmax(logits / T)``, the
+    nucleus of vLLM and ``generate`` (the least likely tokens are dropped while their total
+    mass is <= 1 - top_p), renormalised; from one unpadded forward of the row."""
+    prompt, completion = row["prompt_ids"], row["completion_ids"]
+    logits = model(input_ids=torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
+    probs = (logits.float() / temperature).softmax(-1)
+    ascending, order = probs.sort(-1)
+    dropped = torch.zeros_like(probs, dtype=torch.bool)
+    dropped.scatter_(-1, order, ascending.cumsum(-1) <= 1 - top_p)
+    tokens = torch.tensor(completion)[:, None]
+    assert not dropped.gather(-1, tokens).any(), "a sampled token lies outside the nucleus"
+    kept_mass = probs.masked_fill(dropped, 0).sum(-1)
+    return probs.gather(-1, tokens).squeeze(-1).log() - kept_mass.log()
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 0.8), (0.0, 1.0)])
+def test_generated_logprobs_are_those_of_the_distribution_sampled_from(temperature, top_p):
+    """Greedy rows (temperature 0) report the model's own distribution, as vLLM does."""
+    tokenizer = char_tokenizer("def():\n rtun0123456789+", pad_is_eos=True)
+    model = tiny_causal_lm(len(tokenizer))
+    prompts = [Prompt("a", "def f():\n return ", "continuation"), Prompt("b", "1+", "continuation")]
+    # 3 samples per prompt, 30 tokens per scoring forward: 2 rows in each, some with both
+    # prompts (left padding).
+    rows = generate_rollouts(
+        model, tokenizer, prompts, num_generations=3, max_new_tokens=12,
+        temperature=temperature, top_p=top_p, seed=0, tokens_per_forward=30,
+    )  # fmt: skip
+    assert len(rows) == 6
+    logprobs = torch.cat([torch.tensor(r["sampling_logprobs"]) for r in rows])
+    expected = torch.cat([nucleus_logprobs(model, r, temperature or 1.0, top_p) for r in rows])
+    torch.testing.assert_close(logprobs, expected, atol=1e-5, rtol=0)
+    plain = torch.cat([recomputed_logprobs(model, r, temperature or 1.0) for r in rows])
+    if top_p == 1:  # the trainer's recomputation, logits / temperature
+        torch.testing.assert_close(logprobs, plain, atol=1e-5, rtol=0)
+    else:  # the nucleus renormalises: its tokens are likelier than under the temperature alone
+        assert (logprobs > plain + 1e-3).any()
+
+
+def test_hf_sampler_requests_no_generation_scores(tiny_checkpoints, monkeypatch):
+    checkpoint = str(tiny_checkpoints[0])
+    sampler = HFSampler(
+        checkpoint, ModelConfig(name_or_path=checkpoint), EngineConfig(backend="hf")
+    )
+    calls = []
+    generate = sampler.model.generate
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        output = generate(*args, **kwargs)
+        assert isinstance(output, torch.Tensor)  # token ids, no per-step score tensors
+        return output
+
+    monkeypatch.setattr(sampler.model, "generate", spy)
+    sampler.sample(
+        [Prompt("a", "def f():", "continuation")], SamplingConfig(num_generations=2, max_tokens=6)
+    )
+    (kwargs,) = calls
+    assert not kwargs.get("output_scores") and not kwargs.get("output_logits")
+    assert kwargs["return_dict_in_generate"] is False
 
 
 @pytest.fixture(scope="module")

@@ -27,10 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ...verifiers.problems import MBPP
 from ..data.problem_sets import ProblemSet, load_problem_set
 from ..data.prompts import Prompt, PromptStyle, build_prompt
-from ..data.rows import RolloutRow, write_rows
+from ..data.rows import write_rows
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer, safetensors_only
 from ..resources import on_close
-from ..rl.rollouts import generate_rollouts
+from ..rl.rollouts import HF_GENERATE_SAMPLER, Completion, generate_rollouts, rollout_rows
 
 # A fixed, tokenizer-independent probe: token ids spread over the vocabulary.
 PROBE_LENGTH = 48
@@ -67,7 +67,12 @@ class EngineConfig(BaseModel):
     )
     gpu_memory_utilization: float = Field(0.4, gt=0, le=0.95, description="GPU: share for vLLM")
     hf_max_sequences: int = Field(
-        64, ge=1, description="hf backend: sequences per generate call (memory bound)"
+        64, ge=1, description="hf backend: sequences per generate call (KV cache bound)"
+    )
+    hf_logprob_tokens: int = Field(
+        1024,
+        ge=1,
+        description="hf backend: completion tokens per logprob forward (x vocabulary floats)",
     )
     probe_tolerance: float = Field(
         2e-3, gt=0, description="refresh check: max mean |logprob diff| engine vs trainer"
@@ -131,39 +136,6 @@ def check_probe(engine: list[float], trainer: list[float], tolerance: float) -> 
     return diff
 
 
-def _rows(
-    prompt: Prompt,
-    prompt_ids: list[int],
-    completions: list[tuple[str, list[int], list[float], str]],
-    config: SamplingConfig,
-    *,
-    sampler: str,
-    sampler_weights: str,
-    policy_version: int,
-) -> list[dict[str, Any]]:
-    """Rollout rows (the Parquet contract) for one prompt's group."""
-    return [
-        RolloutRow(
-            prompt_id=prompt.task_id,
-            group_index=index,
-            prompt=prompt.text,
-            completion=text,
-            prompt_ids=prompt_ids,
-            completion_ids=ids,
-            sampling_logprobs=logprobs,
-            finish_reason=finish_reason,
-            completion_style=prompt.completion_style,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            max_tokens=config.max_tokens,
-            sampler=sampler,
-            sampler_weights=sampler_weights,
-            policy_version=policy_version,
-        ).model_dump()
-        for index, (text, ids, logprobs, finish_reason) in enumerate(completions)
-    ]
-
-
 class VLLMSampler:
     """A vLLM engine started once and refreshed in place."""
 
@@ -219,33 +191,35 @@ class VLLMSampler:
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=True
         )
-        rows: list[dict[str, Any]] = []
-        for prompt, ids, output in zip(prompts, encoded, outputs, strict=True):
-            completions = [
-                (
-                    completion.text,
-                    list(completion.token_ids),
-                    [
-                        # a sampled position always has its logprob; vLLM types them optional
-                        step[token].logprob  # type: ignore[index]
-                        for token, step in zip(
-                            completion.token_ids, completion.logprobs or [], strict=True
-                        )
-                    ],
-                    "length" if completion.finish_reason == "length" else "stop",
-                )
-                for completion in output.outputs
-            ]
-            rows += _rows(
+        return [
+            row
+            for prompt, ids, output in zip(prompts, encoded, outputs, strict=True)
+            for row in rollout_rows(
                 prompt,
                 ids,
-                completions,
-                config,
+                [
+                    Completion(
+                        text=completion.text,
+                        token_ids=list(completion.token_ids),
+                        logprobs=[
+                            # a sampled position always has its logprob; vLLM types them optional
+                            step[token].logprob  # type: ignore[index]
+                            for token, step in zip(
+                                completion.token_ids, completion.logprobs or [], strict=True
+                            )
+                        ],
+                        finish_reason="length" if completion.finish_reason == "length" else "stop",
+                    )
+                    for completion in output.outputs
+                ],
+                temperature=config.temperature,
+                top_p=config.top_p,
+                max_tokens=config.max_tokens,
                 sampler=self.name,
                 sampler_weights=self.weights,
                 policy_version=policy_version,
             )
-        return rows
+        ]
 
     def probe_logprobs(self) -> list[float]:
         """The engine's logprobs of the probe tokens (prompt logprobs, temperature 1)."""
@@ -280,7 +254,7 @@ class VLLMSampler:
 class HFSampler:
     """The transformers ``generate`` backend: the same rows, for machines without vLLM."""
 
-    name = "hf-generate"
+    name = HF_GENERATE_SAMPLER
 
     def __init__(self, checkpoint: str, model: ModelConfig, engine: EngineConfig) -> None:
         self.model_config = model.model_copy(update={"name_or_path": checkpoint})
@@ -292,41 +266,26 @@ class HFSampler:
     def sample(
         self, prompts: Sequence[Prompt], config: SamplingConfig, *, policy_version: int = 0
     ) -> list[dict[str, Any]]:
-        # generate keeps every step's full-vocabulary scores: bound the sequences per call.
+        # Each generate call holds a KV cache for all of its sequences: bound them.
         per_call = max(1, self.engine_config.hf_max_sequences // config.num_generations)
-        rows = [
+        return [
             row
             for start in range(0, len(prompts), per_call)
             for row in generate_rollouts(
                 self.model,
                 self.tokenizer,
-                [p.text for p in prompts[start : start + per_call]],
+                prompts[start : start + per_call],
                 num_generations=config.num_generations,
                 max_new_tokens=config.max_tokens,
                 temperature=config.temperature,
                 top_p=config.top_p,
                 stop_strings=config.stop,
                 seed=config.seed + start,
-                prompt_ids=[p.task_id for p in prompts[start : start + per_call]],
+                policy_version=policy_version,
+                sampler_weights=self.weights,
+                tokens_per_forward=self.engine_config.hf_logprob_tokens,
             )
         ]
-        by_task = {p.task_id: p for p in prompts}
-        out = []
-        for row in rows:
-            prompt = by_task[row["prompt_id"]]
-            completion = (row["completion"], row["completion_ids"], row["sampling_logprobs"])
-            (full,) = _rows(
-                prompt,
-                row["prompt_ids"],
-                [(*completion, row["finish_reason"])],
-                config,
-                sampler=self.name,
-                sampler_weights=self.weights,
-                policy_version=policy_version,
-            )
-            full["group_index"] = row["group_index"]
-            out.append(full)
-        return out
 
     def probe_logprobs(self) -> list[float]:
         return trainer_probe_logprobs(self.model, self.model.config.vocab_size)
