@@ -196,7 +196,7 @@ class Completion(NamedTuple):
 
     text: str
     token_ids: list[int]
-    logprobs: list[float | None]  # of the distribution sampled from; vLLM may leave one out
+    logprobs: Sequence[float | None]  # of the distribution sampled from; vLLM may leave one out
     finish_reason: str  # one of FINISH_REASONS
 
 
