@@ -65,11 +65,12 @@ def run(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost run: invalid settings[/red]: {exc}")
         return EXIT_BAD_INPUT
-    from ..pipeline.stages.scoring import check_sandbox
+    from ..pipeline.stages.scoring import check_sandbox, sandboxes_of
     from ..sandbox import SandboxUnavailable
 
     try:
-        check_sandbox()  # every stage is scored or evaluated in the sandbox
+        for sandbox in sandboxes_of(config):  # every engine the run scores on
+            check_sandbox(sandbox)
     except SandboxUnavailable as exc:
         err.print(f"[red]codepost run: the sandbox is unavailable[/red]: {exc}")
         return EXIT_SANDBOX_UNAVAILABLE

@@ -171,3 +171,14 @@ def test_a_second_run_on_a_folder_in_use_is_refused_at_once_naming_the_holder(tm
     with run_folder_lock(run_dir):
         assert cli.main(["run", "--run-dir", str(run_dir)]) == EXIT_BAD_INPUT
     assert f"in use by pid {os.getpid()} on " in " ".join(capsys.readouterr().err.split())
+
+
+def test_every_docker_engine_a_stage_scores_on_is_checked_before_anything_starts(tmp_path, capsys):
+    gone_host = f"unix://{tmp_path}/no-engine.sock"
+    scoring = {"scoring": {"sandbox": {"docker_hosts": [gone_host]}}}
+    settings = {"stages": [{"stage": "rl", "config": scoring}]}
+    argv = ["run", "--config", _config(tmp_path, settings), "--run-dir", str(tmp_path / "run")]
+    assert cli.main(argv) == EXIT_SANDBOX_UNAVAILABLE
+    err = "".join(capsys.readouterr().err.split())  # rich wraps long paths anywhere
+    assert f"cannotreachtheDockerengineat{gone_host}" in err
+    assert not (tmp_path / "run").exists()

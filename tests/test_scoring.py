@@ -96,3 +96,37 @@ def test_run_score_in_the_real_sandbox_writes_scored_parquet(tmp_path):
     assert [r["status"] for r in scored] == ["passed", "failed", "timeout"]
     assert [r["reward"] for r in scored] == [1.0, 0.0, 0.0]
     assert summarize(scored)["reward/pass_rate"] == pytest.approx(1 / 3)
+
+
+def test_a_container_too_small_for_its_program_is_refused():
+    from codepost.pipeline.stages.scoring import SandboxSettings
+
+    with pytest.raises(ValueError, match="container_memory_mb=512 leaves no room"):
+        ScoreConfig(memory_mb=512, sandbox=SandboxSettings(container_memory_mb=512))
+
+
+@pytest.mark.docker
+def test_the_sandbox_hosts_image_and_container_sizes_come_from_the_config():
+    import os
+
+    import docker
+
+    from codepost.pipeline.stages.scoring import SandboxSettings, get_pool
+    from codepost.sandbox import DEFAULT_IMAGE
+
+    sandbox = SandboxSettings(
+        docker_hosts=["unix:///var/run/docker.sock"],
+        image=DEFAULT_IMAGE,
+        cpus=0.5,
+        container_memory_mb=1024,
+    )
+    config = ScoreConfig(workers=1, sandbox=sandbox)
+    (row,) = score_rollouts(rows_for([reference("HumanEval/0")]), PROBLEMS, config)
+    assert row["status"] == "passed"
+    pool = get_pool(sandbox.pool_config(1))
+    assert pool.config.docker_hosts == ("unix:///var/run/docker.sock",)
+    client = docker.DockerClient(base_url="unix:///var/run/docker.sock")
+    mine = [c for c in client.containers.list(filters={"label": "codepost.owner"})
+            if c.labels["codepost.owner"].endswith(f":{os.getpid()}")]  # fmt: skip
+    sizes = {(c.attrs["HostConfig"]["NanoCpus"], c.attrs["HostConfig"]["Memory"]) for c in mine}
+    assert (500_000_000, 1024 * 2**20) in sizes

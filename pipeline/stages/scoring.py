@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ...sandbox import Limits, PoolConfig, SandboxPool, connect_hosts
+from ...sandbox import DEFAULT_IMAGE, Limits, PoolConfig, SandboxPool, connect_hosts
 from ...verifiers import CompletionStyle, Problem, RewardConfig, Verdict, VerdictStatus, Verifier
 from ..data.problem_sets import ProblemSet, load_problem_set
 from ..data.rows import (
@@ -37,6 +37,33 @@ from ..resources import on_close
 from ..rl.metric_names import Data, Reward, reward_component, status_count
 
 
+class SandboxSettings(BaseModel):
+    """Where programs run: the Docker engines (the pool spreads its containers over all of
+    them, so several machines score one run), the image, and what each container may use."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    docker_hosts: list[str] = Field(
+        default_factory=list,
+        description="DOCKER_HOST-style URLs (unix://, tcp://, ssh://), each with the sandbox "
+        "image; empty: this machine's engine (DOCKER_HOST or the default socket)",
+    )
+    image: str = Field(DEFAULT_IMAGE, min_length=1, description="the sandbox image")
+    cpus: float = Field(1.0, gt=0, le=64, description="CPUs per container")
+    container_memory_mb: int = Field(
+        2048, ge=256, le=262_144, description="per container: runner, program, judge, tmpfs"
+    )
+
+    def pool_config(self, size: int) -> PoolConfig:
+        return PoolConfig(
+            size=size,
+            image=self.image,
+            docker_hosts=tuple(self.docker_hosts),
+            cpus=self.cpus,
+            container_memory_mb=self.container_memory_mb,
+        )
+
+
 class ScoreConfig(BaseModel):
     """How completions are run and rewarded."""
 
@@ -47,6 +74,17 @@ class ScoreConfig(BaseModel):
     timeout_s: float = Field(10.0, gt=0, le=600, description="per program (call) or io case")
     memory_mb: int = Field(512, ge=64, le=16384, description="address space per program")
     sandbox_retries: int = Field(2, ge=0, le=10, description="re-runs of a sandbox_error")
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+
+    @model_validator(mode="after")
+    def _room_for_the_program(self) -> ScoreConfig:
+        if self.sandbox.container_memory_mb < self.memory_mb + 256:
+            raise ValueError(
+                f"sandbox.container_memory_mb={self.sandbox.container_memory_mb} leaves no room "
+                f"for a program of memory_mb={self.memory_mb} next to the runner and judge: "
+                f"give the container at least {self.memory_mb + 256}"
+            )
+        return self
 
     def limits(self) -> Limits:
         return Limits(
@@ -54,28 +92,48 @@ class ScoreConfig(BaseModel):
         )
 
 
-_POOLS: dict[int, SandboxPool] = {}
+_POOLS: dict[PoolConfig, SandboxPool] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def get_pool(workers: int) -> SandboxPool:
-    """The process-wide warm sandbox pool of ``workers`` containers (started once)."""
+def get_pool(config: PoolConfig) -> SandboxPool:
+    """The process-wide warm sandbox pool for ``config`` (started once)."""
     with _POOLS_LOCK:
-        pool = _POOLS.get(workers)
+        pool = _POOLS.get(config)
         if pool is None:
-            pool = SandboxPool(PoolConfig(size=workers))
+            pool = SandboxPool(config)
             pool.start()  # SandboxUnavailable names the Docker host now, not per sample
             if not _POOLS:
                 atexit.register(close_pools)  # containers outlive a process that forgets them
-            _POOLS[workers] = pool
+            _POOLS[config] = pool
         return pool
 
 
-def check_sandbox() -> None:
-    """Raise :class:`SandboxUnavailable` now if scoring could not run (no Docker engine, no
-    sandbox image), rather than after the samples it would score were generated."""
-    for client in connect_hosts(PoolConfig()):
+def check_sandbox(settings: SandboxSettings | None = None) -> None:
+    """Raise :class:`SandboxUnavailable` now if scoring could not run (a Docker engine not
+    reachable, or without the sandbox image), rather than after the samples it would score
+    were generated."""
+    for client in connect_hosts((settings or SandboxSettings()).pool_config(size=1)):
         client.close()
+
+
+def sandboxes_of(config: Any) -> list[SandboxSettings]:
+    """Every distinct sandbox a config scores in (a run's stages and evaluations), so a run
+    checks each Docker engine before it starts."""
+    found: list[SandboxSettings] = []
+    if isinstance(config, SandboxSettings):
+        return [config]
+    if isinstance(config, BaseModel):
+        children: Any = [getattr(config, name) for name in type(config).model_fields]
+    elif isinstance(config, dict):
+        children = list(config.values())
+    elif isinstance(config, list | tuple):
+        children = list(config)
+    else:
+        return found
+    for child in children:
+        found += [s for s in sandboxes_of(child) if s not in found]
+    return found
 
 
 @on_close
@@ -110,7 +168,7 @@ def score_rollouts(
     progress: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """``rows`` with their scores added, in order; ``progress(n)`` after each verdict."""
-    executor = executor or get_pool(config.workers)
+    executor = executor or get_pool(config.sandbox.pool_config(config.workers))
     scored: list[dict[str, Any] | None] = [None] * len(rows)
     pending = list(range(len(rows)))
     for attempt in range(config.sandbox_retries + 1):
