@@ -68,6 +68,9 @@ class Stage:
     makes: tuple[Kind, ...]
     uses: tuple[Kind, ...] = ()  # optional inputs (a filter's problems)
     accelerator: bool = True
+    # run() is rank-aware: under ``accelerate launch`` every rank computes and only the main
+    # process writes (see ``pipeline.launch``); other stages run in one process only.
+    multi_process: bool = False
     extendable: tuple[str, ...] = ()
     description: str = ""
     # Raises ValueError when ``config`` cannot take inputs made by these stages (kind -> the
@@ -146,8 +149,11 @@ def run_stage(
     out_root: Path,
     execute: Executor | None = None,
     label: str | None = None,
+    write_record: bool = True,
 ) -> Artifacts:
-    """``stage`` on ``inputs`` under the resume rule; ``execute`` runs it (default: here)."""
+    """``stage`` on ``inputs`` under the resume rule; ``execute`` runs it (default: here).
+    ``write_record=False`` on the other ranks of a process group: they compute alongside the main
+    process, which alone writes the record."""
     out_root = Path(out_root)
     key, parts = stage_key(stage, config, inputs)
     out_dir = out_root / key[:12]
@@ -165,6 +171,8 @@ def run_stage(
         why = _why_new(out_root, parts, full_config, stage)
         log.info("%s: computing %s%s", stage.name, out_dir, f" ({why})" if why else "")
     outputs = (execute or execute_here)(stage, config, inputs, out_dir, label or stage.name)
+    if not write_record:
+        return outputs
     record = {
         "stage": stage.name,
         "key": key,

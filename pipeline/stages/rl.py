@@ -387,7 +387,11 @@ class UpdateStageConfig(BaseModel):
 
 def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     """One update of ``config.model`` on a scored rollouts Parquet file; the new checkpoint is
-    published in ``out_dir`` (reused when it is already there for this config)."""
+    published in ``out_dir`` (reused when it is already there for this config).
+
+    Rank-aware under ``accelerate launch``: every rank reads every row, and the updater trains
+    each rank on its share of every minibatch (rows ``rank::world``, DDP summing the gradients),
+    so the weights do not depend on the number of ranks; the main process alone publishes."""
     from ..training import already_published
 
     stage = f"update-{config.update.algorithm}"
@@ -418,8 +422,10 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
         data={"rollouts": sha256_file(Path(scored))},
         metrics=metrics,
     )
-    _publish(updater, tokenizer, out_dir, manifest, version)
-    log.info("update %s on %d rollouts: %s", stage, len(kept), out_dir)
+    if updater.accelerator.is_main_process:
+        _publish(updater, tokenizer, out_dir, manifest, version)
+        log.info("update %s on %d rollouts: %s", stage, len(kept), out_dir)
+    updater.accelerator.wait_for_everyone()  # no rank returns before the checkpoint exists
     return out_dir
 
 
@@ -500,6 +506,7 @@ register(
         needs=("scored",),
         uses=("checkpoint",),
         makes=("checkpoint",),
+        multi_process=True,
         description="one policy update on scored rollouts",
     )
 )

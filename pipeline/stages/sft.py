@@ -86,7 +86,9 @@ def sft_trainer(
 
 def run_sft(config: SFTStageConfig, out_dir: Path) -> Path:
     """Fine-tune ``config.model`` on the reference solutions of ``config.problems``; the
-    published checkpoint (LoRA merged) in ``out_dir``."""
+    published checkpoint (LoRA merged) in ``out_dir``. Under ``accelerate launch`` the trainer
+    shares each batch among the ranks (``per_device_train_batch_size`` is per rank) and the
+    main process alone publishes."""
     out_dir = Path(out_dir)
     if already_published(out_dir, "sft", config):
         return out_dir
@@ -103,13 +105,17 @@ def run_sft(config: SFTStageConfig, out_dir: Path) -> Path:
         result = trainer.train()
     metrics = {
         "train_loss": result.training_loss,
+        # the loss logged every `logging_steps` (averaged over the ranks): the curve to compare
+        "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
         "steps": result.global_step,
         "examples": len(dataset),
         "wall_s": round(time.monotonic() - started, 1),
     }
     console.print(f"sft: done {metrics}")
-    manifest = stage_manifest("sft", config, config.model.name_or_path, data, metrics)
-    publish_trained(out_dir, trainer.model, tokenizer, manifest)
+    if trainer.accelerator.is_main_process:
+        manifest = stage_manifest("sft", config, config.model.name_or_path, data, metrics)
+        publish_trained(out_dir, trainer.model, tokenizer, manifest)
+    trainer.accelerator.wait_for_everyone()  # no rank returns before the checkpoint exists
     return out_dir
 
 
@@ -125,6 +131,7 @@ register(
         needs=(),
         uses=("checkpoint",),
         makes=("checkpoint",),
+        multi_process=True,
         description="supervised fine-tuning on reference solutions (the warm start)",
     )
 )
