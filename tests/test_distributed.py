@@ -33,14 +33,13 @@ pytestmark = pytest.mark.slow
 ACCELERATE = Path(sys.executable).with_name("accelerate")
 
 
-def launch(
+def launch_command(
     processes: int, stage: str, config: BaseModel, inputs: Artifacts, folder: Path
-) -> tuple[Artifacts, Path]:
-    """``stage`` on ``processes`` CPU ranks through the launch entry: its outputs, its out root."""
+) -> subprocess.CompletedProcess[str]:
+    """``stage`` on ``processes`` CPU ranks through the launch entry, into ``folder/out``."""
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(config.model_dump_json())
     (folder / "inputs.json").write_text(inputs.model_dump_json())
-    out_root = folder / "out"
     command = [
         str(ACCELERATE),
         "launch",
@@ -55,14 +54,29 @@ def launch(
         stage,
         f"--config={folder / 'config.json'}",
         f"--inputs={folder / 'inputs.json'}",
-        f"--out-root={out_root}",
+        f"--out-root={folder / 'out'}",
     ]
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+
+
+def launch(
+    processes: int, stage: str, config: BaseModel, inputs: Artifacts, folder: Path
+) -> tuple[Artifacts, Path]:
+    """A launch that must succeed: the outputs the main process printed, the out root."""
+    done = launch_command(processes, stage, config, inputs, folder)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"{stage} on {processes} process(es)" in done.stderr
     outputs = Artifacts.model_validate_json(done.stdout.strip().splitlines()[-1])
-    return outputs, out_root
+    return outputs, folder / "out"
+
+
+def test_a_stage_that_is_not_rank_aware_is_refused_on_two_processes(tmp_path: Path) -> None:
+    pairs = get_stage("pairs")
+    done = launch_command(2, "pairs", pairs.config(), Artifacts(), tmp_path / "pairs")
+    assert done.returncode != 0
+    assert "stage 'pairs' runs in one process only" in done.stderr
+    assert not (tmp_path / "pairs" / "out").exists()
 
 
 def scored_rollouts(path: Path, model: ModelConfig) -> Path:
