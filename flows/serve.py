@@ -12,11 +12,15 @@ from typing import Any
 
 from prefect import serve
 from prefect.client.orchestration import get_client
+from prefect.deployments.runner import EntrypointType
 from prefect.schedules import Cron
 
 from .post_train import ACCELERATOR, STAGE_FLOWS, post_train
 
 NIGHTLY = "0 2 * * *"
+# Runs load their flow by module (`codepost.flows.post_train.sft_flow`), not by file: the
+# package's imports are relative, and the stage flows are made from the registry.
+MODULE = EntrypointType.MODULE_PATH
 
 
 def deployments(cron: str = NIGHTLY, timezone: str = "UTC") -> list[Any]:
@@ -24,13 +28,19 @@ def deployments(cron: str = NIGHTLY, timezone: str = "UTC") -> list[Any]:
     built = [
         post_train.to_deployment(
             name="nightly",
+            entrypoint_type=MODULE,
             schedules=[Cron(cron, timezone=timezone)],
             description=f"The whole pipeline, every night ({cron} {timezone}), or on demand.",
             tags=["codepost", "nightly"],
         )
     ]
     built += [
-        flow.to_deployment(name="on-demand", tags=["codepost"], description=flow.description)
+        flow.to_deployment(
+            name="on-demand",
+            tags=["codepost"],
+            description=flow.description,
+            entrypoint_type=MODULE,
+        )
         for flow in STAGE_FLOWS
     ]
     return built

@@ -80,7 +80,10 @@ def served(tmp_path_factory):
             home / "server.log",
         )
         serving = _start([codepost, "serve", "--cron", CRON], env, home / "serve.log")
-        _wait(lambda: _deployment_count(api) >= 8, 240, home / "serve.log")
+        from codepost.flows.post_train import STAGE_FLOWS
+
+        every = len(STAGE_FLOWS)  # post-train/nightly and each flow's on-demand
+        _wait(lambda: _deployment_count(api) >= every, 240, home / "serve.log")
         yield api, env, home, serving.pid
     finally:
         if serving is not None:

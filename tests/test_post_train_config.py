@@ -43,11 +43,12 @@ def _problem_sets(config: PostTrainConfig) -> list[ProblemSet]:
     "config",
     [
         embedded_default(),
-        PostTrainConfig.model_validate(
-            yaml.safe_load((REPO / "configs" / "learning-mbpp.yaml").read_text())
+        *(
+            PostTrainConfig.model_validate(yaml.safe_load((REPO / "configs" / name).read_text()))
+            for name in ("learning-mbpp.yaml", "gpu-1xh100.yaml")
         ),
     ],
-    ids=["embedded-default", "learning-mbpp"],
+    ids=["embedded-default", "learning-mbpp", "gpu-1xh100"],
 )
 def test_every_default_problem_set_loads_from_the_package(config):
     sets = _problem_sets(config)

@@ -130,3 +130,41 @@ def test_the_sandbox_hosts_image_and_container_sizes_come_from_the_config():
             if c.labels["codepost.owner"].endswith(f":{os.getpid()}")]  # fmt: skip
     sizes = {(c.attrs["HostConfig"]["NanoCpus"], c.attrs["HostConfig"]["Memory"]) for c in mine}
     assert (500_000_000, 1024 * 2**20) in sizes
+
+
+@pytest.mark.docker
+def test_scoring_spreads_over_two_docker_engines():
+    import os
+
+    import docker
+    from docker_engines import second_docker_engine
+
+    from codepost.pipeline.stages.scoring import SandboxSettings, close_pools
+
+    with second_docker_engine() as second:
+        hosts = ["unix:///var/run/docker.sock", second]
+        # A container size no other pool of this process uses: these are this pool's.
+        sandbox = SandboxSettings(docker_hosts=hosts, container_memory_mb=1280)
+        config = ScoreConfig(workers=2, timeout_s=5.0, sandbox=sandbox)
+        failing = (
+            "HumanEval/1",
+            "```python\ndef separate_paren_groups(s):\n    return []\n```",
+            "chat",
+        )
+        answers = [reference("HumanEval/0"), failing] * 3
+        try:
+            scored = score_rollouts(rows_for(answers), PROBLEMS, config)
+            per_engine = {
+                host: sum(
+                    c.labels["codepost.owner"].endswith(f":{os.getpid()}")
+                    and c.attrs["HostConfig"]["Memory"] == 1280 * 2**20
+                    for c in docker.DockerClient(base_url=host).containers.list(
+                        filters={"label": "codepost.owner"}
+                    )
+                )
+                for host in hosts
+            }
+        finally:
+            close_pools()  # before the engine stops
+    assert [row["status"] for row in scored] == ["passed", "failed"] * 3
+    assert per_engine == {hosts[0]: 1, hosts[1]: 1}, per_engine

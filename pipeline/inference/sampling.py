@@ -65,7 +65,10 @@ class EngineConfig(BaseModel):
     cpu_kv_cache_gib: int = Field(
         2, ge=1, description="CPU: KV cache space in whole GiB (vLLM's VLLM_CPU_KVCACHE_SPACE)"
     )
-    gpu_memory_utilization: float = Field(0.4, gt=0, le=0.95, description="GPU: share for vLLM")
+    gpu_memory_utilization: float = Field(
+        0.4, gt=0, le=0.95, description="GPU: vLLM's share of each GPU (the rest: training)"
+    )
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPU: vLLM's tensor parallel")
     hf_max_sequences: int = Field(
         64, ge=1, description="hf backend: sequences per generate call (KV cache bound)"
     )
@@ -149,7 +152,10 @@ class VLLMSampler:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(engine.cpu_kv_cache_gib))
             memory: dict[str, Any] = {}
         else:
-            memory = {"gpu_memory_utilization": engine.gpu_memory_utilization}
+            memory = {
+                "gpu_memory_utilization": engine.gpu_memory_utilization,
+                "tensor_parallel_size": engine.tensor_parallel_size,
+            }
         import vllm
 
         self.name = f"vllm-{vllm.__version__}"
