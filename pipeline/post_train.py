@@ -194,9 +194,11 @@ def run_post_train(config: PostTrainConfig, execute: Executor | None = None) -> 
             # A kind the stage makes but did not make this time (no pairs mined) is gone; the
             # checkpoint stays the last one trained.
             made: dict[str, Any] = {
-                kind: getattr(outputs, kind) for kind in stage.makes if kind != "checkpoint"
+                kind: getattr(outputs, kind)
+                for kind in stage.makes
+                if kind != "checkpoint" or outputs.checkpoint is not None
             }
-            artifacts = artifacts.model_copy(update=made).updated(outputs)
+            artifacts = artifacts.model_copy(update=made)
             done.append(
                 {"name": name, "stage": stage.name, "seed": stage_seed, **outputs.present()}
             )

@@ -51,10 +51,6 @@ class Artifacts(BaseModel):
     def present(self) -> dict[str, str]:
         return {kind: path for kind, path in self.model_dump().items() if path is not None}
 
-    def updated(self, newer: Artifacts) -> Artifacts:
-        """These artifacts with every kind ``newer`` has replaced by its own."""
-        return self.model_copy(update=newer.present())
-
 
 RunFunction = Callable[[Any, Artifacts, Path], Artifacts]
 
@@ -190,11 +186,6 @@ def run_stage(
     }
     atomic.write_json(record_path, record)
     return outputs
-
-
-def finished_record(out_root: Path, key: str) -> dict[str, Any] | None:
-    path = Path(out_root) / f"{key[:12]}.json"
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def execute_here(
