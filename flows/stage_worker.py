@@ -22,16 +22,15 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, cast
 
+from ..pipeline.output_lines import OutputLines
 from ..pipeline.resources import close_all
 
 _PR_SET_PDEATHSIG = 1
-PROGRESS_EVERY_S = 15.0
 
 
 class StageWorkerDied(RuntimeError):
@@ -105,7 +104,7 @@ class StageWorker:
             )
         child.close()
         self._lock = threading.Lock()
-        self._progress_shown = time.monotonic()
+        self._lines = OutputLines()
         atexit.register(self.stop)
 
     def call(self, function: Callable[..., Any], *args: Any, forward: Callable[[str], None]):
@@ -147,18 +146,9 @@ class StageWorker:
         with contextlib.suppress(FileNotFoundError), self.log_path.open("rb") as log:
             log.seek(self._offset)
             data = log.read()
-            complete = data.rfind(b"\n") + 1  # a partial last line waits for its end
-            self._offset += complete
-            for line in data[:complete].decode(errors="replace").splitlines():
-                text = line.rsplit("\r", 1)[-1].rstrip()  # a progress bar: its last state
-                if text:
-                    forward(text)
-            # A progress bar redraws one line with \r: show its state now and then.
-            redraws = data[complete:].decode(errors="replace").split("\r")
-            now = time.monotonic()
-            if len(redraws) > 2 and now - self._progress_shown > PROGRESS_EVERY_S:
-                self._progress_shown = now
-                forward(redraws[-2].strip())
+            self._offset += len(data)
+            for line in self._lines.feed(data):
+                forward(line)
 
     def stop(self, graceful: bool = True) -> None:
         """End the worker and everything it started: let it close its engine and sandboxes

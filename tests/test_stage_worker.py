@@ -42,7 +42,7 @@ def test_forwarded_lines_keep_the_level_they_were_logged_at(tmp_path):
 
 
 def test_a_progress_bar_shows_while_it_is_drawn_and_its_last_state_once_done(tmp_path, monkeypatch):
-    monkeypatch.setattr("codepost.flows.stage_worker.PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr("codepost.pipeline.output_lines.PROGRESS_EVERY_S", 0.0)
     lines: list[str] = []
     with stage_worker(tmp_path / "worker.log"):
         in_stage_worker(draw_progress, 8, forward=lines.append)
