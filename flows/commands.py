@@ -28,18 +28,38 @@ def register_run(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", type=Path, help="YAML file of PostTrainConfig settings")
     parser.add_argument("--run-dir", help="the run folder (default runs/post-train)")
+    parser.add_argument(
+        "--num-processes",
+        type=_positive,
+        help="processes for each rank-aware stage (update, sft), one per GPU, through "
+        "`accelerate launch` (launch.accelerate_config in --config chooses DDP, FSDP or "
+        "DeepSpeed); the other stages run in this process (default: launch.num_processes, 1)",
+    )
     parser.set_defaults(func=run)
     return parser
 
 
-def load_config(path: Path | None, run_dir: str | None) -> Any:
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(text)
+
+
+def load_config(path: Path | None, run_dir: str | None, num_processes: int | None = None) -> Any:
+    """The run's config, from ``path`` or the embedded default, with the command's overrides."""
     from ..pipeline.post_train import PostTrainConfig, embedded_default
 
-    if path is None:
-        config = embedded_default()
-    else:
-        config = PostTrainConfig.model_validate(read_settings(path, "PostTrainConfig"))
-    return config.model_copy(update={"run_dir": run_dir}) if run_dir else config
+    config = (
+        embedded_default()
+        if path is None
+        else PostTrainConfig.model_validate(read_settings(path, "PostTrainConfig"))
+    )
+    if run_dir:
+        config = config.model_copy(update={"run_dir": run_dir})
+    if num_processes is not None:
+        launch = config.launch.model_copy(update={"num_processes": num_processes})
+        config = config.model_copy(update={"launch": launch})
+    return config
 
 
 def _route_logs() -> None:
@@ -60,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
     err = Console(stderr=True)
     try:
-        config = load_config(args.config, args.run_dir)
+        config = load_config(args.config, args.run_dir, args.num_processes)
         config.model.resolve()  # a missing model is found before Prefect starts
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost run: invalid settings[/red]: {exc}")

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from ..pipeline.data.problem_sets import ProblemSet
 from ..pipeline.inference.sampling import WeightSyncError
+from ..pipeline.launch import LaunchConfig, launch_stage, launches
 from ..pipeline.model_config import ModelNotFoundError
 from ..pipeline.post_train import PostTrainConfig, run_post_train
 from ..pipeline.reporting.report import stage_rows
@@ -37,7 +38,13 @@ from ..pipeline.stages.scoring import (
     shard_count,
 )
 from ..sandbox import SandboxUnavailable
-from .stage_worker import StageWorkerDied, in_stage_worker, line_level, stage_worker
+from .stage_worker import (
+    StageWorkerDied,
+    in_stage_worker,
+    line_level,
+    stage_worker,
+    stop_stage_worker,
+)
 from .task_runners import FanOut
 
 ACCELERATOR = "accelerator"
@@ -70,10 +77,16 @@ STAGE_TIMEOUT_S = 24 * 3600
 
 
 def _stage_task(stage: Stage) -> Any:
-    """``stage`` as a task: in the flow run's stage worker when it needs the accelerator."""
+    """``stage`` as a task: on ``launch``'s processes when it is rank-aware and asks for more
+    than one, else in the flow run's stage worker when it needs the accelerator."""
 
-    def run(config: Any, inputs: Artifacts, out_dir: str, label: str) -> Artifacts:
-        if stage.accelerator:
+    def run(
+        config: Any, inputs: Artifacts, out_dir: str, label: str, launch: LaunchConfig | None
+    ) -> Artifacts:
+        if launch is not None and launches(stage, launch):
+            stop_stage_worker()  # what it holds on the accelerator is the ranks' to use
+            outputs = launch_stage(stage, config, inputs, Path(out_dir), launch, _log_line)
+        elif stage.accelerator:
             outputs = _in_worker(stage.run, config, inputs, Path(out_dir))
         else:
             outputs = stage.run(config, inputs, Path(out_dir))
@@ -94,17 +107,26 @@ STAGE_TASKS = {name: _stage_task(stage) for name, stage in STAGES.items()}
 
 
 def execute_as_task(
-    stage: Stage, config: Any, inputs: Artifacts, out_dir: Path, label: str
+    stage: Stage,
+    config: Any,
+    inputs: Artifacts,
+    out_dir: Path,
+    label: str,
+    launch: LaunchConfig | None = None,
 ) -> Artifacts:
     """The pipeline's executor in a flow run: the stage's task (the run loop stays in the flow)."""
     run = STAGE_TASKS[stage.name].with_options(task_run_name=label)
-    return run(config, inputs, str(out_dir), label)
+    return run(config, inputs, str(out_dir), label, launch)
+
+
+def _log_line(line: str) -> None:
+    """A line of a stage's output in this task run's logs, at the level it was logged at."""
+    get_run_logger().log(line_level(line), line)
 
 
 def _in_worker(function: Any, *args: Any) -> Any:
     """``function(*args)`` in the flow run's stage worker, its output in this task run's logs."""
-    log = get_run_logger()
-    return in_stage_worker(function, *args, forward=lambda line: log.log(line_level(line), line))
+    return in_stage_worker(function, *args, forward=_log_line)
 
 
 def _publish_artifacts(stage: Stage, out_dir: Path, outputs: Artifacts, label: str) -> None:

@@ -193,6 +193,13 @@ def stage_worker(log_path: Path) -> Iterator[None]:
             scope.worker.stop()
 
 
+def stop_stage_worker() -> None:
+    """Stop the current flow run's stage worker, if one runs, freeing what it holds (its
+    engine, the accelerator's memory); the next stage it runs starts a new one."""
+    if _scope is not None and _scope.worker is not None:
+        _scope.worker.stop()
+
+
 # The worker logs "LEVEL name: message"; vLLM's processes "(EngineCore pid=7) LEVEL 11-23 ...".
 _LEVEL_AT_START = re.compile(r"(?:\(\w+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
 

@@ -17,6 +17,7 @@ The layout of a run folder (``<key>``: see :mod:`.stages.registry`)::
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import logging
 from pathlib import Path
@@ -27,12 +28,12 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from ..verifiers.problems import MBPP
 from . import atomic
 from .data.problem_sets import ProblemSet
+from .launch import LaunchConfig, LaunchingExecutor, execute_launched
 from .model_config import ModelConfig
 from .reporting.report import stage_rows, write_report
 from .run_lock import run_folder_lock
 from .stages import STAGES, Artifacts, Stage, get_stage, run_stage
 from .stages.evaluation import EvalConfig
-from .stages.registry import Executor
 
 log = logging.getLogger("codepost.run")
 RUN_RECORD = "run.json"
@@ -81,6 +82,10 @@ class PostTrainConfig(BaseModel):
         min_length=1,
         description="benchmark name -> evaluation, run on the base model and after every "
         "stage that trains",
+    )
+    launch: LaunchConfig = Field(
+        default_factory=LaunchConfig,
+        description="the processes each rank-aware stage runs on (no stage's key depends on it)",
     )
 
     @field_validator("stages", mode="before")
@@ -160,11 +165,15 @@ def with_run_model(config: BaseModel, run_model: ModelConfig) -> BaseModel:
     return config.model_copy(update={"model": run_model.model_copy(update=explicit)})
 
 
-def run_post_train(config: PostTrainConfig, execute: Executor | None = None) -> RunResult:
+def run_post_train(
+    config: PostTrainConfig, execute: LaunchingExecutor = execute_launched
+) -> RunResult:
     """Every stage of ``config`` in order, each reused when its output is already there
     (:func:`run_stage`), with the evaluations after the base model and every stage that
-    trains; then the report. The run folder is locked while it runs."""
+    trains; then the report. ``execute`` runs each stage, a rank-aware one on
+    ``config.launch``'s processes. The run folder is locked while it runs."""
     run_dir = Path(config.run_dir)
+    executor = functools.partial(execute, launch=config.launch)
     with run_folder_lock(run_dir):
         artifacts = Artifacts(checkpoint=config.model.name_or_path)
         evaluations: dict[str, dict[str, Path]] = {name: {} for name in config.evaluations}
@@ -177,7 +186,7 @@ def run_post_train(config: PostTrainConfig, execute: Executor | None = None) -> 
                     seeded(evaluation, derive_seed(config.seed, f"eval/{benchmark}")),
                     Artifacts(checkpoint=checkpoint),
                     run_dir / label / "eval" / benchmark,
-                    execute,
+                    executor,
                     label=f"{label}/{benchmark}",
                 )
                 evaluations[benchmark][label] = Path(str(outputs.evaluation))
@@ -190,7 +199,7 @@ def run_post_train(config: PostTrainConfig, execute: Executor | None = None) -> 
             wanted = set(stage.needs) | set(stage.uses)
             inputs = Artifacts(**{k: v for k, v in artifacts.present().items() if k in wanted})
             log.info("stage %s (%s) from %s", name, stage.name, artifacts.checkpoint)
-            outputs = run_stage(stage, stage_config, inputs, run_dir / name, execute, label=name)
+            outputs = run_stage(stage, stage_config, inputs, run_dir / name, executor, label=name)
             # A kind the stage makes but did not make this time (no pairs mined) is gone; the
             # checkpoint stays the last one trained.
             made: dict[str, Any] = {

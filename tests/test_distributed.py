@@ -1,12 +1,9 @@
 """The update and SFT stages on 2 processes (``accelerate launch``, DDP over gloo on the CPU)
-through the ``codepost.pipeline.launch`` entry give what one process gives."""
+through :func:`codepost.pipeline.launch.launch_stage` give what one process gives."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,63 +17,43 @@ from update_cases import random_rows
 from codepost.pipeline.checkpoints.manifest import read_manifest, verify
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.data.rows import SCORED_COLUMNS, write_rows
+from codepost.pipeline.launch import LaunchConfig, LaunchFailed, launch_stage
 from codepost.pipeline.model_config import ModelConfig, load_tokenizer
 from codepost.pipeline.rl.policy_update import UpdateConfig
-from codepost.pipeline.stages import Artifacts, get_stage, run_stage
+from codepost.pipeline.stages import Artifacts, Stage, get_stage, run_stage
 from codepost.pipeline.stages.rl import UpdateStageConfig
 from codepost.pipeline.stages.sft import SFTStageConfig
 from codepost.pipeline.training import TrainingSettings
 
 pytestmark = pytest.mark.slow
 
-# accelerate's console script beside this interpreter (the project's virtual environment)
-ACCELERATE = Path(sys.executable).with_name("accelerate")
-
-
-def launch_command(
-    processes: int, stage: str, config: BaseModel, inputs: Artifacts, folder: Path
-) -> subprocess.CompletedProcess[str]:
-    """``stage`` on ``processes`` CPU ranks through the launch entry, into ``folder/out``."""
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(config.model_dump_json())
-    (folder / "inputs.json").write_text(inputs.model_dump_json())
-    command = [
-        str(ACCELERATE),
-        "launch",
-        *(["--multi_gpu"] if processes > 1 else []),  # with ACCELERATE_USE_CPU: DDP over gloo
-        f"--num_processes={processes}",
-        "--num_machines=1",
-        "--mixed_precision=no",
-        "--dynamo_backend=no",
-        "--main_process_port=0",
-        "-m",
-        "codepost.pipeline.launch",
-        stage,
-        f"--config={folder / 'config.json'}",
-        f"--inputs={folder / 'inputs.json'}",
-        f"--out-root={folder / 'out'}",
-    ]
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-
 
 def launch(
     processes: int, stage: str, config: BaseModel, inputs: Artifacts, folder: Path
 ) -> tuple[Artifacts, Path]:
-    """A launch that must succeed: the outputs the main process printed, the out root."""
-    done = launch_command(processes, stage, config, inputs, folder)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert f"{stage} on {processes} process(es)" in done.stderr
-    outputs = Artifacts.model_validate_json(done.stdout.strip().splitlines()[-1])
+    """``stage`` on ``processes`` CPU ranks through the launch entry, under the resume rule of
+    this process (as ``codepost run`` runs it): the outputs the main process printed, the out
+    root."""
+    lines: list[str] = []
+
+    def on_ranks(stage: Stage, config: BaseModel, inputs: Artifacts, out_dir: Path, label: str):
+        launch = LaunchConfig(num_processes=processes)
+        return launch_stage(stage, config, inputs, out_dir, launch, forward=lines.append)
+
+    outputs = run_stage(get_stage(stage), config, inputs, folder / "out", on_ranks)
+    assert f"{stage} on {processes} process(es)" in "\n".join(lines)
     return outputs, folder / "out"
 
 
 def test_a_stage_that_is_not_rank_aware_is_refused_on_two_processes(tmp_path: Path) -> None:
     pairs = get_stage("pairs")
-    done = launch_command(2, "pairs", pairs.config(), Artifacts(), tmp_path / "pairs")
-    assert done.returncode != 0
-    assert "stage 'pairs' runs in one process only" in done.stderr
-    assert not (tmp_path / "pairs" / "out").exists()
+    with pytest.raises(LaunchFailed) as failed:
+        launch_stage(
+            pairs, pairs.config(), Artifacts(), tmp_path / "out", LaunchConfig(num_processes=2)
+        )
+    assert "stage 'pairs' runs in one process only" in str(failed.value)
+    assert "pairs on 2 processes failed (exit status" in str(failed.value)
+    assert not (tmp_path / "out").exists()
 
 
 def scored_rollouts(path: Path, model: ModelConfig) -> Path:
