@@ -1,6 +1,7 @@
-"""The run loop on its own (no Prefect): SFT then RL on a tiny model. Run again unchanged,
-everything is reused; with RL's learning rate changed, SFT and its evaluation are reused and RL
-is computed into a new folder (the old one kept), with the reason logged."""
+"""The run loop on its own (no Prefect): SFT (on 2 processes: it is rank-aware) then RL on a
+tiny model. Run again unchanged, everything is reused; with RL's learning rate changed, SFT and
+its evaluation are reused and RL is computed into a new folder (the old one kept), with the
+reason logged."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from stage_helpers import save_tiny_model, tiny_problem_set
 
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
+from codepost.pipeline.launch import LaunchConfig
 from codepost.pipeline.post_train import RUN_RECORD, PostTrainConfig, run_post_train
 from codepost.pipeline.rl.policy_update import UpdateConfig
 from codepost.pipeline.stages.evaluation import EvalConfig
@@ -45,6 +47,7 @@ def _config(tmp_path: Path, lr: float) -> PostTrainConfig:
         model=save_tiny_model(tmp_path / "tiny"),
         stages=[{"stage": "sft", "config": sft}, {"stage": "rl", "config": rl}],
         evaluations={"tiny": EvalConfig(problems=problems, max_tokens=8, engine=HF)},
+        launch=LaunchConfig(num_processes=2),
     )
 
 
@@ -59,7 +62,10 @@ def _records(run_dir: Path) -> dict[str, float]:
 def test_a_rerun_reuses_what_did_not_change_and_recomputes_what_did(tmp_path, caplog):
     config = _config(tmp_path, lr=1e-2)
     run_dir = Path(config.run_dir)
-    first = run_post_train(config)
+    with caplog.at_level(logging.INFO, logger="codepost.launch"):
+        first = run_post_train(config)
+    assert "sft on 2 process(es)" in caplog.text  # the ranks' lines
+    caplog.clear()
     records = _records(run_dir)
     # base/eval, sft, sft/eval, rl, rl/eval: five finished outputs
     assert sorted(Path(r).parts[0] for r in records) == ["base", "rl", "rl", "sft", "sft"]
