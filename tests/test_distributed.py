@@ -1,4 +1,4 @@
-"""The update and SFT stages on 2 processes (``accelerate launch``, DDP over gloo on the CPU)
+"""The update, SFT and DPO stages on 2 processes (``accelerate launch``, DDP over gloo on the CPU)
 through the ``codepost.pipeline.launch`` entry give what one process gives."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import torch
 from pydantic import BaseModel
 from safetensors.torch import load_file
-from stage_helpers import save_tiny_model
+from stage_helpers import mined_pairs, save_tiny_model
 from update_cases import random_rows
 
 from codepost.pipeline.checkpoints.manifest import read_manifest, verify
@@ -23,6 +23,7 @@ from codepost.pipeline.data.rows import SCORED_COLUMNS, write_rows
 from codepost.pipeline.model_config import ModelConfig, load_tokenizer
 from codepost.pipeline.rl.policy_update import UpdateConfig
 from codepost.pipeline.stages import Artifacts, get_stage, run_stage
+from codepost.pipeline.stages.dpo import DPOStageConfig
 from codepost.pipeline.stages.rl import UpdateStageConfig
 from codepost.pipeline.stages.sft import SFTStageConfig
 from codepost.pipeline.training import TrainingSettings
@@ -180,3 +181,42 @@ def test_sft_on_two_ranks_follows_the_loss_of_one_at_the_same_global_batch(
     assert len(one["losses"]) == len(two["losses"]) == 6
     assert one["losses"][-1] < one["losses"][0]  # it learns: the comparison is not vacuous
     assert two["losses"] == pytest.approx(one["losses"], rel=1e-4)
+
+
+def test_dpo_on_two_ranks_follows_the_loss_of_one_at_the_same_global_batch(
+    tmp_path: Path,
+) -> None:
+    model = save_tiny_model(tmp_path / "model")
+    settings = {"max_steps": 6, "learning_rate": 5e-3, "logging_steps": 1, "max_length": 256}
+
+    def run(processes: int, per_device: int) -> tuple[Path, Path]:
+        """DPO on 12 mined pairs (4 held out), into a folder of its own with pairs of its own:
+        TRL caches the reference log-probs beside the pairs' files, and a run sharing them
+        would reuse the other's instead of computing them on its ranks."""
+        folder = tmp_path / f"{processes}-ranks"
+        folder.mkdir()
+        config = DPOStageConfig(
+            model=model,
+            training=TrainingSettings(**settings, per_device_train_batch_size=per_device),
+        )
+        inputs = Artifacts(pairs=str(mined_pairs(folder)))
+        outputs, out_root = launch(processes, "dpo", config, inputs, folder / "launch")
+        return Path(str(outputs.checkpoint)), out_root
+
+    one = read_manifest(run(1, 2)[0]).metrics
+    checkpoint, out_root = run(2, 1)
+    two = read_manifest(checkpoint).metrics
+    assert verify(checkpoint) == [] and (out_root / f"{checkpoint.name}.json").is_file()
+    assert sorted(p.name for p in out_root.iterdir()) == [
+        checkpoint.name,
+        f"{checkpoint.name}.json",
+    ]
+    print(f"\ndpo losses, 1 rank x 2: {one['losses']}\ndpo losses, 2 ranks x 1: {two['losses']}")
+    held_out_one, held_out_two = (m["held_out_after"]["loss"] for m in (one, two))
+    print(f"dpo held-out loss after, 1 rank: {held_out_one}; 2 ranks: {held_out_two}")
+    assert len(one["losses"]) == len(two["losses"]) == 6
+    assert one["losses"][-1] < one["losses"][0]  # it learns: the comparison is not vacuous
+    assert two["losses"] == pytest.approx(one["losses"], rel=1e-4)
+    # the held-out pairs scored before training (policy = reference) and by the published model
+    assert two["held_out_before"] == pytest.approx(one["held_out_before"], abs=1e-6)
+    assert held_out_two == pytest.approx(held_out_one, rel=1e-4)
