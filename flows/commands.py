@@ -31,7 +31,7 @@ def register_run(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--num-processes",
         type=_positive,
-        help="processes for each rank-aware stage (update, sft), one per GPU, through "
+        help="processes for each rank-aware stage (sft, rl, update, dpo), one per GPU, through "
         "`accelerate launch` (launch.accelerate_config in --config chooses DDP, FSDP or "
         "DeepSpeed); the other stages run in this process (default: launch.num_processes, 1)",
     )

@@ -57,8 +57,8 @@ class LaunchConfig(BaseModel):
     num_processes: int = Field(
         1,
         ge=1,
-        description="processes for each rank-aware stage (update, sft), one per GPU, through "
-        "`accelerate launch`; the other stages run in the driver",
+        description="processes for each rank-aware stage (sft, rl, update, dpo), one per GPU, "
+        "through `accelerate launch`; the other stages run in the driver",
     )
     accelerate_config: str | None = Field(
         None,
@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m codepost.pipeline.launch", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("stage", help="a registered stage (e.g. update, sft)")
+    parser.add_argument("stage", help="a registered stage (e.g. sft, rl, update, dpo)")
     parser.add_argument("--config", type=Path, required=True, help="the stage's config as JSON")
     parser.add_argument("--inputs", type=Path, help="an Artifacts object as JSON (default: none)")
     out = parser.add_mutually_exclusive_group(required=True)

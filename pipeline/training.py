@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
+from transformers import Trainer
 
 from .checkpoints.manifest import (
     CheckpointManifest,
@@ -89,10 +90,18 @@ def stage_manifest(
     )
 
 
-def publish_trained(
-    out_dir: Path, model: Any, tokenizer: Any, manifest: CheckpointManifest
-) -> None:
-    """Publish a trained model for serving: the trainers turn the KV cache off for training,
-    and a checkpoint saved that way generates without it (many times slower)."""
-    model.config.use_cache = True
-    publish_model(out_dir, model, tokenizer, manifest)
+def logged_losses(trainer: Trainer) -> list[float]:
+    """The loss logged every ``logging_steps`` (averaged over the ranks): the curve to compare."""
+    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+
+
+def publish_trained(out_dir: Path, trainer: Trainer, manifest: CheckpointManifest) -> None:
+    """Publish a trained model for serving, from the main process alone: under ``accelerate
+    launch`` every rank trained the same weights, and none returns before the checkpoint
+    exists. The trainers turn the KV cache off for training, and a checkpoint saved that way
+    generates without it (many times slower)."""
+    if trainer.accelerator.is_main_process:
+        model: Any = trainer.model  # a PreTrainedModel, or a PEFT model around one
+        model.config.use_cache = True
+        publish_model(out_dir, model, trainer.processing_class, manifest)
+    trainer.accelerator.wait_for_everyone()

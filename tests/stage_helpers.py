@@ -1,5 +1,5 @@
 """For the SFT / pairs / DPO tests: tiny random models saved as model folders, tiny problems,
-and hand-built scored rollouts."""
+hand-built scored rollouts and the pairs mined from them."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from datasets import Dataset
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.model_config import ModelConfig
 from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
+from codepost.pipeline.stages.pairs import PairMiningConfig, run_pair_mining
 
 # A chat template in the tokenizer's own characters, so chat-style prompts work on tiny models.
 CHAT_TEMPLATE = (
@@ -114,3 +115,13 @@ def mixed_group(prompt_id: str) -> list[dict[str, Any]]:
 def write_rollouts(path: Path, rows: list[dict[str, Any]]) -> Path:
     Dataset.from_list(rows).to_parquet(str(path))
     return path
+
+
+def mined_pairs(folder: Path) -> Path:
+    """Pairs mined from four :func:`mixed_group` prompts, one of them held out, in ``folder``."""
+    rows = [row for i in range(4) for row in mixed_group(f"p{i}")]
+    rollouts = write_rollouts(folder / "rollouts.parquet", rows)
+    config = PairMiningConfig(held_out_fraction=0.25)
+    pairs = run_pair_mining(config, rollouts, folder / "pairs").path
+    assert pairs is not None
+    return pairs

@@ -1,31 +1,64 @@
-"""The update and SFT stages on 2 processes (``accelerate launch``, DDP over gloo on the CPU)
-through :func:`codepost.pipeline.launch.launch_stage` give what one process gives."""
+"""The update, SFT, DPO and RL stages on 2 processes (``accelerate launch``, DDP over gloo on the
+CPU) through :func:`codepost.pipeline.launch.launch_stage` give what one process gives, and an RL
+run killed on 2 processes resumes on 1 and on 2."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from processes import kill_tree, wait_until
 from pydantic import BaseModel
 from safetensors.torch import load_file
-from stage_helpers import save_tiny_model
+from stage_helpers import mined_pairs, save_tiny_model
 from update_cases import random_rows
 
 from codepost.pipeline.checkpoints.manifest import read_manifest, verify
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.data.rows import SCORED_COLUMNS, write_rows
-from codepost.pipeline.launch import LaunchConfig, LaunchFailed, launch_stage
+from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
+from codepost.pipeline.launch import LaunchConfig, LaunchFailed, launch_command, launch_stage
 from codepost.pipeline.model_config import ModelConfig, load_tokenizer
 from codepost.pipeline.rl.policy_update import UpdateConfig
 from codepost.pipeline.stages import Artifacts, Stage, get_stage, run_stage
-from codepost.pipeline.stages.rl import UpdateStageConfig
+from codepost.pipeline.stages.dpo import DPOStageConfig
+from codepost.pipeline.stages.rl import (
+    RLConfig,
+    UpdateStageConfig,
+    iteration_dir,
+    last_published_iteration,
+)
+from codepost.pipeline.stages.scoring import ScoreConfig
 from codepost.pipeline.stages.sft import SFTStageConfig
 from codepost.pipeline.training import TrainingSettings
+from codepost.verifiers import RewardConfig
 
 pytestmark = pytest.mark.slow
+
+
+def launched(
+    processes: int, stage: str, config: BaseModel, inputs: Artifacts, folder: Path
+) -> subprocess.Popen[str]:
+    """The entry started on its own under its resume rule (``--out-root folder/out``), with the
+    command the pipeline builds: a test may kill it mid-run."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(config.model_dump_json())
+    (folder / "inputs.json").write_text(inputs.model_dump_json())
+    entry_args = [
+        stage,
+        f"--config={folder / 'config.json'}",
+        f"--inputs={folder / 'inputs.json'}",
+        f"--out-root={folder / 'out'}",
+    ]
+    command, env = launch_command(LaunchConfig(num_processes=processes), entry_args, on_cpu=True)
+    return subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def launch(
@@ -157,3 +190,102 @@ def test_sft_on_two_ranks_follows_the_loss_of_one_at_the_same_global_batch(
     assert len(one["losses"]) == len(two["losses"]) == 6
     assert one["losses"][-1] < one["losses"][0]  # it learns: the comparison is not vacuous
     assert two["losses"] == pytest.approx(one["losses"], rel=1e-4)
+
+
+def test_dpo_on_two_ranks_follows_the_loss_of_one_at_the_same_global_batch(
+    tmp_path: Path,
+) -> None:
+    model = save_tiny_model(tmp_path / "model")
+    settings = {"max_steps": 6, "learning_rate": 5e-3, "logging_steps": 1, "max_length": 256}
+
+    def run(processes: int, per_device: int) -> tuple[Path, Path]:
+        """DPO on 12 mined pairs (4 held out), into a folder of its own with pairs of its own:
+        TRL caches the reference log-probs beside the pairs' files, and a run sharing them
+        would reuse the other's instead of computing them on its ranks."""
+        folder = tmp_path / f"{processes}-ranks"
+        folder.mkdir()
+        config = DPOStageConfig(
+            model=model,
+            training=TrainingSettings(**settings, per_device_train_batch_size=per_device),
+        )
+        inputs = Artifacts(pairs=str(mined_pairs(folder)))
+        outputs, out_root = launch(processes, "dpo", config, inputs, folder / "launch")
+        return Path(str(outputs.checkpoint)), out_root
+
+    one = read_manifest(run(1, 2)[0]).metrics
+    checkpoint, out_root = run(2, 1)
+    two = read_manifest(checkpoint).metrics
+    assert verify(checkpoint) == [] and (out_root / f"{checkpoint.name}.json").is_file()
+    assert sorted(p.name for p in out_root.iterdir()) == [
+        checkpoint.name,
+        f"{checkpoint.name}.json",
+    ]
+    print(f"\ndpo losses, 1 rank x 2: {one['losses']}\ndpo losses, 2 ranks x 1: {two['losses']}")
+    held_out_one, held_out_two = (m["held_out_after"]["loss"] for m in (one, two))
+    print(f"dpo held-out loss after, 1 rank: {held_out_one}; 2 ranks: {held_out_two}")
+    assert len(one["losses"]) == len(two["losses"]) == 6
+    assert one["losses"][-1] < one["losses"][0]  # it learns: the comparison is not vacuous
+    assert two["losses"] == pytest.approx(one["losses"], rel=1e-4)
+    # the held-out pairs scored before training (policy = reference) and by the published model
+    assert two["held_out_before"] == pytest.approx(one["held_out_before"], abs=1e-6)
+    assert held_out_two == pytest.approx(held_out_one, rel=1e-4)
+
+
+@pytest.mark.docker
+def test_an_rl_run_killed_on_two_ranks_resumes_on_one_and_on_two(tmp_path: Path) -> None:
+    model = save_tiny_model(tmp_path / "model")
+    lr = 1e-2
+    config = RLConfig(
+        model=model,
+        problems=ProblemSet(limit=4),
+        prompt_style="continuation",
+        iterations=4,
+        prompts_per_iteration=2,
+        dynamic_sampling=False,
+        sampling=SamplingConfig(num_generations=3, max_tokens=12),
+        engine=EngineConfig(backend="hf"),
+        # a length penalty past a tiny budget varies within every group: always a signal
+        scoring=ScoreConfig(
+            workers=2,
+            timeout_s=3.0,
+            reward=RewardConfig(length_weight=1.0, length_budget=1, length_buffer=200),
+        ),
+        update=UpdateConfig(lr=lr, sampler_is_cap=2.0),
+    )
+    killed = tmp_path / "killed"
+    run = launched(2, "rl", config, Artifacts(), killed)
+    first_published = killed / "out"
+    assert wait_until(
+        lambda: (
+            run.poll() is not None
+            or any(first_published.glob("*/checkpoints/iteration-0001/manifest.json"))
+        ),
+        timeout=300,
+    )
+    assert run.poll() is None, run.communicate(timeout=600)[1][-3000:]
+    kill_tree(run.pid)  # every rank, mid-run
+    run.communicate()
+    [out_dir] = [p for p in (killed / "out").iterdir() if p.is_dir()]
+    published = last_published_iteration(out_dir)
+    assert 1 <= published < 4 and not list((killed / "out").glob("*.json"))  # unfinished
+    first = read_manifest(iteration_dir(out_dir, 1))
+    before = load_file(iteration_dir(out_dir, 1) / "model.safetensors")
+    shutil.copytree(killed, tmp_path / "again")
+
+    finals = {}
+    for processes, folder in ((1, killed), (2, tmp_path / "again")):
+        outputs, out_root = launch(processes, "rl", config, Artifacts(), folder)
+        checkpoint = Path(str(outputs.checkpoint))
+        assert checkpoint == out_root / out_dir.name / "checkpoints" / "iteration-0004"
+        assert (out_root / f"{out_dir.name}.json").is_file()
+        assert read_manifest(checkpoint.parent / "iteration-0001") == first  # kept, not redone
+        assert all(verify(checkpoint.parent / f"iteration-{i:04d}") == [] for i in range(1, 5))
+        rows = (out_root / out_dir.name / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(row)["iteration"] for row in rows] == [1, 2, 3, 4]
+        finals[processes] = load_file(checkpoint / "model.safetensors")
+    moved = max((finals[1][k] - before[k]).abs().max().item() for k in finals[1])
+    diff = max((finals[1][k] - finals[2][k]).abs().max().item() for k in finals[1])
+    print(f"\nrl resumed after {published}: max |w(1 rank) - w(2 ranks)| = {diff:.3g}")
+    assert moved > 1e-3
+    for name in finals[1]:
+        torch.testing.assert_close(finals[2][name], finals[1][name], rtol=0, atol=0.05 * lr)

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from datasets import Dataset, DatasetDict
-from stage_helpers import mixed_group, save_tiny_model, write_rollouts
+from stage_helpers import mined_pairs, mixed_group, save_tiny_model, write_rollouts
 from transformers import AutoModelForCausalLM
 
 from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish, read_manifest
@@ -86,13 +86,6 @@ def test_trainer_loss_equals_the_seed_formulas(tmp_path: Path, loss_type: str) -
     by_hand = sum(losses) / len(losses)
     assert trainer_loss == pytest.approx(by_hand, rel=1e-4, abs=1e-5)
     assert abs(by_hand - (0.693147 if loss_type == "sigmoid" else (1 / (2 * BETA)) ** 2)) > 1e-3
-
-
-def mined_pairs(tmp_path: Path) -> Path:
-    rows = [row for i in range(4) for row in mixed_group(f"p{i}")]
-    rollouts = write_rollouts(tmp_path / "rollouts.parquet", rows)
-    config = PairMiningConfig(held_out_fraction=0.25)
-    return run_pair_mining(config, rollouts, tmp_path / "pairs").path
 
 
 def test_run_dpo_publishes_a_merged_checkpoint_with_held_out_metrics(tmp_path: Path) -> None:

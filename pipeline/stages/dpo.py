@@ -25,6 +25,7 @@ from ..training import (
     TrainingSettings,
     already_published,
     console,
+    logged_losses,
     publish_trained,
     stage_manifest,
     trainer_arguments,
@@ -86,12 +87,17 @@ def dpo_trainer(
     output_dir: Path,
 ) -> DPOTrainer:
     """TRL's trainer for ``config``: reference log-probs of both splits precomputed from the
-    untrained model."""
+    untrained model, and the held-out split scored as training starts.
+
+    That first score is the trainer's ``eval_on_start``, not an ``evaluate()`` call before
+    ``train()``: such a call prepares the model for evaluation, and accelerate then takes it as
+    prepared and never wraps it in DDP, so each rank would train alone on its shard."""
     args = DPOConfig(
         **trainer_arguments(config.training, config.model, output_dir),
         loss_type=[config.loss_type],
         beta=config.beta,
         precompute_ref_log_probs=True,
+        eval_on_start=held_out is not None,
     )
     return DPOTrainer(
         model=load_causal_lm(config.model),
@@ -113,14 +119,15 @@ def check_reference(config: DPOStageConfig, pairs: Path) -> None:
         )
 
 
-def _held_out_metrics(trainer: DPOTrainer) -> dict[str, float]:
-    scores = trainer.evaluate()
+def _held_out_metrics(scores: dict[str, float]) -> dict[str, float]:
     return {name: scores[f"eval_{name}"] for name in EVAL_METRICS}
 
 
 def run_dpo(config: DPOStageConfig, pairs: Path | None, out_dir: Path) -> DPOResult:
     """Train ``config.model`` on the published ``pairs``; the checkpoint in ``out_dir``.
-    ``pairs`` None (mining found none, :attr:`MinedPairs.path`) skips the stage."""
+    ``pairs`` None (mining found none, :attr:`MinedPairs.path`) skips the stage, writing nothing.
+    Under ``accelerate launch`` the trainer shares each batch among the ranks
+    (``per_device_train_batch_size`` is per rank) and the main process alone publishes."""
     out_dir = Path(out_dir)
     if pairs is None:
         console.print("[yellow]dpo: no pairs were mined; DPO skipped[/yellow]")
@@ -137,23 +144,25 @@ def run_dpo(config: DPOStageConfig, pairs: Path | None, out_dir: Path) -> DPORes
 
     with tempfile.TemporaryDirectory(prefix="codepost-dpo-") as scratch:
         trainer = dpo_trainer(config, dataset["train"], held_out, Path(scratch))
-        metrics: dict[str, Any] = {}
-        if held_out is not None:
-            metrics["held_out_before"] = _held_out_metrics(trainer)
         started = time.monotonic()
         result = trainer.train()
+        metrics: dict[str, Any] = {}
+        if held_out is not None:
+            before = next(entry for entry in trainer.state.log_history if "eval_loss" in entry)
+            metrics["held_out_before"] = _held_out_metrics(before)
         metrics.update(
             train_loss=result.training_loss,
+            losses=logged_losses(trainer),
             steps=result.global_step,
             train_pairs=len(dataset["train"]),
             wall_s=round(time.monotonic() - started, 1),
         )
         if held_out is not None:
-            metrics["held_out_after"] = _held_out_metrics(trainer)
+            metrics["held_out_after"] = _held_out_metrics(trainer.evaluate())
     console.print(f"dpo: done {metrics}")
     data = {"pairs": read_manifest(pairs).version}
     manifest = stage_manifest("dpo", config, config.model.name_or_path, data, metrics)
-    publish_trained(out_dir, trainer.model, trainer.processing_class, manifest)
+    publish_trained(out_dir, trainer, manifest)
     return DPOResult(checkpoint=out_dir, metrics=metrics)
 
 
@@ -171,6 +180,7 @@ register(
         needs=("pairs",),
         uses=("checkpoint",),
         makes=("checkpoint",),
+        multi_process=True,
         description="DPO / IPO on mined pairs (skipped when mining found none)",
     )
 )

@@ -12,6 +12,12 @@ place with the new weights after every update and checked with a probe. Each ite
 publishes a checkpoint (safetensors + manifest, with the trainer state that continues
 training exactly) and appends a metrics row; the curves are redrawn as PNG. A run that was
 stopped resumes after its last published iteration.
+
+On N ranks (``accelerate launch``, DDP): the main process samples (one engine, colocated), every
+rank scores its share of the rows on its own sandbox pool and gets them all back, every rank
+updates on its share of each minibatch (the weights do not depend on N), and the main process
+alone writes (rollouts, checkpoint, trainer state, metrics) and refreshes its engine while the
+others wait. The trainer state is whole (not sharded), so a run resumes on any number of ranks.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from accelerate import Accelerator, PartialState
+from accelerate.utils import broadcast_object_list, gather_object
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...verifiers import RewardConfig
@@ -212,7 +220,6 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
     """Train ``config.num_iterations`` iterations into ``out_dir``; returns the last
     checkpoint."""
     out_dir = Path(out_dir)
-    atomic.write_text(out_dir / "config.json", config.model_dump_json(indent=2))
     torch.manual_seed(config.seed)
 
     # Problems and prompts.
@@ -227,17 +234,21 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
 
     # Resume after the last published iteration, with the trainer state it saved.
     start = last_published_iteration(out_dir)
-    _metrics_of_published(out_dir, start)
     parent = str(iteration_dir(out_dir, start)) if start else config.model.resolve()
     batches_drawn = _batches_drawn(Path(parent)) if start else 0
     for _ in range(batches_drawn):  # the schedule continues where it was
         next(schedule)
     policy = load_causal_lm(config.model.model_copy(update={"name_or_path": parent}))
     updater = _updater(config.update, config.model, policy)
+    accelerator = updater.accelerator
+    main = accelerator.is_main_process
     if start:
         load_trainer_state(updater, Path(parent))
         log.info("resuming after iteration %d (%s)", start, parent)
-    sampler = get_sampler(config.model, config.engine, checkpoint=parent)
+    if main:
+        atomic.write_text(out_dir / "config.json", config.model_dump_json(indent=2))
+        _metrics_of_published(out_dir, start)
+    sampler = get_sampler(config.model, config.engine, checkpoint=parent) if main else None
     vocab_size = policy.config.vocab_size
     data = {"problems": fingerprint(problems)}
 
@@ -254,11 +265,15 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
                 update={"seed": config.sampling.seed + batches_drawn}
             )
             with phases(Time.SAMPLE):
-                rows = sampler.sample(
-                    [prompts[t] for t in task_ids], sampling, policy_version=iteration - 1
+                rows = (
+                    sampler.sample(
+                        [prompts[t] for t in task_ids], sampling, policy_version=iteration - 1
+                    )
+                    if sampler is not None
+                    else []
                 )
             with phases(Time.SCORE):
-                new = score_rollouts(rows, problems, config.scoring)
+                new = _score_on_every_rank(rows, problems, config.scoring, accelerator)
             scored += new
             # A prompt drawn again in a later round (the schedule wraps) stays one group.
             taken = {group[0]["prompt_id"] for group in groups}
@@ -273,9 +288,10 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
         trained_ids = {id(row) for row in trained}
         for row in scored:
             row["trained"] = id(row) in trained_ids
-        write_rows(
-            scored, out_dir / "rollouts" / f"iteration-{iteration:04d}.parquet", SCORED_COLUMNS
-        )
+        if main:
+            write_rows(
+                scored, out_dir / "rollouts" / f"iteration-{iteration:04d}.parquet", SCORED_COLUMNS
+            )
         with phases(Time.UPDATE):
             update_metrics = (
                 updater.update(collate_rollouts(trained, pad_token_id=tokenizer.pad_token_id))
@@ -308,9 +324,15 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             data=data,
             metrics=metrics,
         )
+        parent = str(target)
+        if not main:
+            accelerator.wait_for_everyone()  # the main process publishes
+            continue
         with phases(Time.SAVE):
             _publish(updater, tokenizer, target, manifest, iteration)
+        accelerator.wait_for_everyone()
         with phases(Time.REFRESH):
+            assert sampler is not None
             expected = trainer_probe_logprobs(updater.policy, vocab_size)
             metrics[Sampler.REFRESH_PROBE_DIFF] = sampler.refresh(target, expected)
         metrics.update(phases.seconds)
@@ -328,8 +350,27 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             metrics.get(Sampler.LOGPROB_DIFF_MEAN, float("nan")),
             ", ".join(f"{k} {v:.1f}" for k, v in phases.seconds.items()),
         )
-        parent = str(target)
     return iteration_dir(out_dir, iterations)
+
+
+def _score_on_every_rank(
+    rows: list[dict[str, Any]],
+    problems: dict[str, Any],
+    scoring: ScoreConfig,
+    accelerator: Accelerator,
+) -> list[dict[str, Any]]:
+    """The main process's ``rows``, scored: on N ranks every rank scores rows ``rank::N`` on
+    its own sandbox pool, and every rank gets all of them back in order (a verdict depends on
+    its row alone, so the split changes nothing)."""
+    if accelerator.num_processes == 1:
+        return score_rollouts(rows, problems, scoring)
+    [rows] = broadcast_object_list([rows])
+    rank, world = accelerator.process_index, accelerator.num_processes
+    shares = gather_object([score_rollouts(rows[rank::world], problems, scoring)])
+    scored: list[dict[str, Any]] = [{}] * len(rows)
+    for index, share in enumerate(shares):
+        scored[index::world] = share
+    return scored
 
 
 def _metrics_of_published(out_dir: Path, last: int) -> None:
@@ -476,7 +517,10 @@ def _record(out_dir: Path, metrics: dict[str, Any]) -> None:
 def _rl_stage(config: RLConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
     config = kept_problems(with_weights(config, inputs.checkpoint), inputs.problems)
     checkpoint = run_rl(config, out_dir)
-    return Artifacts(checkpoint=str(checkpoint), scored=str(merge_rollouts(out_dir)))
+    state = PartialState()
+    scored = merge_rollouts(out_dir) if state.is_main_process else out_dir / "rollouts.parquet"
+    state.wait_for_everyone()
+    return Artifacts(checkpoint=str(checkpoint), scored=str(scored))
 
 
 def _update_stage(config: UpdateStageConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
@@ -495,6 +539,7 @@ register(
         uses=("checkpoint", "problems"),
         makes=("checkpoint", "scored"),
         extendable=("iterations", "epochs"),
+        multi_process=True,
         description="sample, score and update in a loop (GRPO, RLOO, REINFORCE++, PPO)",
     )
 )

@@ -25,6 +25,7 @@ from ..training import (
     TrainingSettings,
     already_published,
     console,
+    logged_losses,
     publish_trained,
     stage_manifest,
     trainer_arguments,
@@ -105,17 +106,14 @@ def run_sft(config: SFTStageConfig, out_dir: Path) -> Path:
         result = trainer.train()
     metrics = {
         "train_loss": result.training_loss,
-        # the loss logged every `logging_steps` (averaged over the ranks): the curve to compare
-        "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
+        "losses": logged_losses(trainer),
         "steps": result.global_step,
         "examples": len(dataset),
         "wall_s": round(time.monotonic() - started, 1),
     }
     console.print(f"sft: done {metrics}")
-    if trainer.accelerator.is_main_process:
-        manifest = stage_manifest("sft", config, config.model.name_or_path, data, metrics)
-        publish_trained(out_dir, trainer.model, tokenizer, manifest)
-    trainer.accelerator.wait_for_everyone()  # no rank returns before the checkpoint exists
+    manifest = stage_manifest("sft", config, config.model.name_or_path, data, metrics)
+    publish_trained(out_dir, trainer, manifest)
     return out_dir
 
 
