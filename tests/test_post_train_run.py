@@ -1,5 +1,5 @@
-"""The run loop on its own (no Prefect): SFT (on 2 processes: it is rank-aware) then RL on a
-tiny model. Run again unchanged, everything is reused; with RL's learning rate changed, SFT and
+"""The run loop on its own (no Prefect): SFT then RL on a tiny model, both rank-aware, so each
+on 2 processes. Run again unchanged, everything is reused; with RL's learning rate changed, SFT and
 its evaluation are reused and RL is computed into a new folder (the old one kept), with the
 reason logged."""
 
