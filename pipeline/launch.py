@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import logging
 import os
 import selectors
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+import psutil
 import torch
 from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env
@@ -179,7 +180,6 @@ def _run(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        start_new_session=True,  # its own process group: the ranks are killed with it
     )
     printed: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
@@ -201,13 +201,22 @@ def _run(
                             printed.append(line)
         return process.wait(), printed, tail
     except BaseException:
-        os.killpg(process.pid, signal.SIGKILL)
+        kill_process_tree(process.pid)
         process.wait()
         raise
     finally:
         for pipe in (process.stdout, process.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+def kill_process_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process under it. Not its process group: torchrun starts each
+    rank in a session of its own, and a rank left running holds its accelerator's memory."""
+    root = psutil.Process(pid)
+    for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
 
 
 class LaunchingExecutor(Protocol):

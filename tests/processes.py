@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 
@@ -25,12 +24,3 @@ def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
             return True
         time.sleep(0.2)
     return condition()
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL ``pid`` and every process under it, including those in sessions of their own
-    (torchrun starts each rank in one), as a machine going down would."""
-    root = psutil.Process(pid)
-    for process in [root, *root.children(recursive=True)]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()

@@ -10,9 +10,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import torch
-from processes import kill_tree, wait_until
+from processes import gone, wait_until
 from pydantic import BaseModel
 from safetensors.torch import load_file
 from stage_helpers import mined_pairs, save_tiny_model
@@ -22,7 +23,13 @@ from codepost.pipeline.checkpoints.manifest import read_manifest, verify
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.data.rows import SCORED_COLUMNS, write_rows
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
-from codepost.pipeline.launch import LaunchConfig, LaunchFailed, launch_command, launch_stage
+from codepost.pipeline.launch import (
+    LaunchConfig,
+    LaunchFailed,
+    kill_process_tree,
+    launch_command,
+    launch_stage,
+)
 from codepost.pipeline.model_config import ModelConfig, load_tokenizer
 from codepost.pipeline.rl.policy_update import UpdateConfig
 from codepost.pipeline.stages import Artifacts, Stage, get_stage, run_stage
@@ -87,6 +94,30 @@ def test_a_stage_that_is_not_rank_aware_is_refused_on_two_processes(tmp_path: Pa
     assert "stage 'pairs' runs in one process only" in str(failed.value)
     assert "pairs on 2 processes failed (exit status" in str(failed.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_an_interrupted_launch_leaves_no_rank_running(tmp_path: Path) -> None:
+    model = save_tiny_model(tmp_path / "model")
+    config = SFTStageConfig(model=model, problems=problem_set(tmp_path, 16), prompt_style="chat")
+    ranks: list[psutil.Process] = []
+
+    def interrupt_once_running(line: str) -> None:
+        if "sft on 2 process(es)" in line:  # both ranks are up: the process group is formed
+            ranks.extend(psutil.Process().children(recursive=True))
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        launch_stage(
+            get_stage("sft"),
+            config,
+            Artifacts(),
+            tmp_path / "out",
+            LaunchConfig(num_processes=2),
+            forward=interrupt_once_running,
+        )
+    # the launcher (torchrun's agent runs in it) and its 2 ranks, each in a session of its own
+    assert len(ranks) >= 3
+    assert wait_until(lambda: all(gone(rank.pid) for rank in ranks), timeout=10)
 
 
 def scored_rollouts(path: Path, model: ModelConfig) -> Path:
@@ -263,7 +294,7 @@ def test_an_rl_run_killed_on_two_ranks_resumes_on_one_and_on_two(tmp_path: Path)
         timeout=300,
     )
     assert run.poll() is None, run.communicate(timeout=600)[1][-3000:]
-    kill_tree(run.pid)  # every rank, mid-run
+    kill_process_tree(run.pid)  # every rank, mid-run
     run.communicate()
     [out_dir] = [p for p in (killed / "out").iterdir() if p.is_dir()]
     published = last_published_iteration(out_dir)
