@@ -25,8 +25,8 @@ from codepost.pipeline.stages.evaluation import RESULTS_FILE, EvaluationResults
 def timed_run(config: Path, run_dir: Path, processes: int, log: Path) -> float:
     """``codepost run`` of ``config`` into ``run_dir`` on ``processes`` processes: seconds."""
     command = [
-        sys.executable, "-m", "codepost", "run", f"--config={config}", f"--run-dir={run_dir}",
-        f"--num-processes={processes}",
+        sys.executable, "-m", "codepost.flows.cli", "run", f"--config={config}",
+        f"--run-dir={run_dir}", f"--num-processes={processes}",
     ]  # fmt: skip
     started = time.perf_counter()
     with log.open("w") as out:

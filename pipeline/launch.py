@@ -46,6 +46,8 @@ from .output_lines import OutputLines
 from .stages import Artifacts, Stage, get_stage, run_stage
 
 log = logging.getLogger("codepost.launch")
+# accelerate's sharded setups (its launcher sets ACCELERATE_USE_<name>), not supported yet
+SHARDED = ("FSDP", "DEEPSPEED", "MEGATRON_LM")
 TAIL_LINES = 60  # of the output, in the error when a launch fails (the launcher adds ~45)
 
 
@@ -64,7 +66,8 @@ class LaunchConfig(BaseModel):
     accelerate_config: str | None = Field(
         None,
         description="an accelerate config YAML (`accelerate config`), passed as --config_file: "
-        "DDP, FSDP or DeepSpeed on GPUs; default: DDP (over gloo on a machine without CUDA)",
+        "machines, GPUs, DDP settings; default: DDP on this machine (over gloo without CUDA). "
+        "FSDP and DeepSpeed are refused: the stages are not built for sharded weights yet",
     )
 
     @field_validator("accelerate_config")
@@ -263,6 +266,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     stage = get_stage(args.stage)
+    sharded = [name for name in SHARDED if parse_flag_from_env(f"ACCELERATE_USE_{name}")]
+    if sharded:
+        parser.error(
+            f"{sharded[0]} shards the weights across the ranks; the stages publish whole weights "
+            "from the main process and are not built for sharded training yet: use DDP (an "
+            "accelerate config without FSDP or DeepSpeed)"
+        )
     # `accelerate launch --cpu` says so in the environment, which only the Accelerator reads: the
     # shared state made here first would otherwise be one process per rank.
     state = PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))

@@ -63,3 +63,11 @@ def test_the_entry_takes_an_out_root_or_an_out_dir_not_both(capsys):
     with pytest.raises(SystemExit):
         main(["sft", "--config=c.json"])
     assert "one of the arguments --out-root --out-dir is required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sharded", ["FSDP", "DEEPSPEED"])
+def test_sharded_training_is_refused_naming_it(sharded, monkeypatch, capsys):
+    monkeypatch.setenv(f"ACCELERATE_USE_{sharded}", "true")
+    with pytest.raises(SystemExit):
+        main(["sft", "--config=c.json", "--out-root=a"])
+    assert f"{sharded} shards the weights" in capsys.readouterr().err
