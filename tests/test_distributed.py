@@ -21,7 +21,7 @@ from update_cases import random_rows
 
 from codepost.pipeline.checkpoints.manifest import read_manifest, verify
 from codepost.pipeline.data.problem_sets import ProblemSet
-from codepost.pipeline.data.rows import SCORED_COLUMNS, write_rows
+from codepost.pipeline.data.rows import SCORED_COLUMNS, read_rows, write_rows
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.launch import (
     LaunchConfig,
@@ -262,16 +262,13 @@ def test_dpo_on_two_ranks_follows_the_loss_of_one_at_the_same_global_batch(
     assert held_out_two == pytest.approx(held_out_one, rel=1e-4)
 
 
-@pytest.mark.docker
-def test_an_rl_run_killed_on_two_ranks_resumes_on_one_and_on_two(tmp_path: Path) -> None:
-    model = save_tiny_model(tmp_path / "model")
-    lr = 1e-2
-    config = RLConfig(
+def rl_config(model: ModelConfig, **changes: Any) -> RLConfig:
+    """A few GRPO iterations of the tiny model on MBPP problems, sampled with transformers."""
+    settings: dict[str, Any] = {"iterations": 4, "prompts_per_iteration": 2, **changes}
+    return RLConfig(
         model=model,
         problems=ProblemSet(limit=4),
         prompt_style="continuation",
-        iterations=4,
-        prompts_per_iteration=2,
         dynamic_sampling=False,
         sampling=SamplingConfig(num_generations=3, max_tokens=12),
         engine=EngineConfig(backend="hf"),
@@ -281,8 +278,34 @@ def test_an_rl_run_killed_on_two_ranks_resumes_on_one_and_on_two(tmp_path: Path)
             timeout_s=3.0,
             reward=RewardConfig(length_weight=1.0, length_budget=1, length_buffer=200),
         ),
-        update=UpdateConfig(lr=lr, sampler_is_cap=2.0),
+        update=UpdateConfig(lr=1e-2, sampler_is_cap=2.0),
+        **settings,
     )
+
+
+@pytest.mark.docker
+def test_rl_on_two_ranks_with_an_engine_on_every_rank(tmp_path: Path) -> None:
+    model = save_tiny_model(tmp_path / "model")
+    config = rl_config(model, samplers="every_rank", iterations=2, prompts_per_iteration=3)
+    outputs, _ = launch(2, "rl", config, Artifacts(), tmp_path / "two")
+    run_dir = Path(str(outputs.checkpoint)).parents[1]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["iteration"] for row in rows] == [1, 2]
+    for row in rows:
+        assert row["sampler/engines"] == 2  # rank 1 sampled its share, not the main process
+        assert row["data/samples"] == 9 and row["data/groups_trained"] == 3
+        assert row["sampler/refresh_probe_diff"] < 1e-5  # both engines serve the update
+    scored = read_rows(run_dir / "rollouts" / "iteration-0001.parquet", ("prompt_id",))
+    ids = [row["prompt_id"] for row in scored]
+    assert len(set(ids)) == 3 and all(ids[i] == ids[i - i % 3] for i in range(9))  # in groups
+    assert verify(Path(str(outputs.checkpoint))) == []
+
+
+@pytest.mark.docker
+def test_an_rl_run_killed_on_two_ranks_resumes_on_one_and_on_two(tmp_path: Path) -> None:
+    model = save_tiny_model(tmp_path / "model")
+    config = rl_config(model)
+    lr = config.update.lr
     killed = tmp_path / "killed"
     run = launched(2, "rl", config, Artifacts(), killed)
     first_published = killed / "out"
@@ -311,8 +334,12 @@ def test_an_rl_run_killed_on_two_ranks_resumes_on_one_and_on_two(tmp_path: Path)
         assert (out_root / f"{out_dir.name}.json").is_file()
         assert read_manifest(checkpoint.parent / "iteration-0001") == first  # kept, not redone
         assert all(verify(checkpoint.parent / f"iteration-{i:04d}") == [] for i in range(1, 5))
-        rows = (out_root / out_dir.name / "metrics.jsonl").read_text().splitlines()
-        assert [json.loads(row)["iteration"] for row in rows] == [1, 2, 3, 4]
+        rows = [
+            json.loads(line)
+            for line in (out_root / out_dir.name / "metrics.jsonl").read_text().splitlines()
+        ]
+        assert [row["iteration"] for row in rows] == [1, 2, 3, 4]
+        assert all(row["sampler/engines"] == 1 for row in rows[published:])  # the main's
         finals[processes] = load_file(checkpoint / "model.safetensors")
     moved = max((finals[1][k] - before[k]).abs().max().item() for k in finals[1])
     diff = max((finals[1][k] - finals[2][k]).abs().max().item() for k in finals[1])

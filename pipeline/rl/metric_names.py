@@ -45,7 +45,8 @@ class Sampler:
     LOGPROB_DIFF_MEAN: Final = "sampler/logprob_diff/mean"  # |trainer - sampler| per token
     LOGPROB_DIFF_MAX: Final = "sampler/logprob_diff/max"
     KL: Final = "sampler/kl"  # KL(sampler || trainer), k3 estimator
-    REFRESH_PROBE_DIFF: Final = "sampler/refresh_probe_diff"  # weight refresh check
+    REFRESH_PROBE_DIFF: Final = "sampler/refresh_probe_diff"  # weight refresh check (worst)
+    ENGINES: Final = "sampler/engines"  # engines that sampled (1, or every rank's)
     IS_WEIGHT_MEAN: Final = "sampler/is_weight/mean"  # truncated importance weights
     IS_RATIO_MAX: Final = "sampler/is_ratio/max"
     IS_TRUNCATED_FRACTION: Final = "sampler/is_truncated_fraction"

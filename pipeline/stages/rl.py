@@ -13,11 +13,13 @@ publishes a checkpoint (safetensors + manifest, with the trainer state that cont
 training exactly) and appends a metrics row; the curves are redrawn as PNG. A run that was
 stopped resumes after its last published iteration.
 
-On N ranks (``accelerate launch``, DDP): the main process samples (one engine, colocated), every
-rank scores its share of the rows on its own sandbox pool and gets them all back, every rank
-updates on its share of each minibatch (the weights do not depend on N), and the main process
-alone writes (rollouts, checkpoint, trainer state, metrics) and refreshes its engine while the
-others wait. The trainer state is whole (not sharded), so a run resumes on any number of ranks.
+On N ranks (``accelerate launch``, DDP): the main process samples with one engine, or every rank
+samples its share of the prompts with an engine of its own (``samplers``: vLLM data parallel,
+colocated, as TRL's colocate mode); every rank scores its share of the rows on its own sandbox
+pool and gets them all back; every rank updates on its share of each minibatch (the weights do
+not depend on N); the main process alone writes (rollouts, checkpoint, trainer state, metrics),
+and every engine is refreshed from the published checkpoint. The trainer state is whole (not
+sharded), so a run resumes on any number of ranks.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from accelerate import Accelerator, PartialState
@@ -49,7 +51,7 @@ from ..checkpoints.manifest import (
     write_model,
 )
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
-from ..data.prompts import PromptStyle, build_prompt
+from ..data.prompts import Prompt, PromptStyle, build_prompt
 from ..data.rows import SCORED_COLUMNS, TO_TRAIN, read_rows, read_table, write_rows, write_table
 from ..inference.sampling import (
     EngineConfig,
@@ -58,6 +60,7 @@ from ..inference.sampling import (
     get_sampler,
     trainer_probe_logprobs,
 )
+from ..inference.sampling import Sampler as Engine
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
 from ..reporting.plots import plot_curves
 from ..rl.metric_names import ITERATION, Data, Reward, Sampler, Time, Update, lookup
@@ -114,6 +117,12 @@ class RLConfig(BaseModel):
     )
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    samplers: Literal["main_process", "every_rank"] = Field(
+        "main_process",
+        description="on N processes: one engine on the main process samples every prompt, or "
+        "an engine on every rank samples its share (vLLM data parallel, colocated: each GPU "
+        "holds an engine); the same on one process",
+    )
     scoring: ScoreConfig = Field(
         # Small format and syntax terms give a signal while no sample of a group passes yet.
         default_factory=lambda: ScoreConfig(
@@ -248,7 +257,11 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
     if main:
         atomic.write_text(out_dir / "config.json", config.model_dump_json(indent=2))
         _metrics_of_published(out_dir, start)
-    sampler = get_sampler(config.model, config.engine, checkpoint=parent) if main else None
+    sampler = (
+        get_sampler(config.model, config.engine, checkpoint=parent)
+        if main or config.samplers == "every_rank"
+        else None
+    )
     vocab_size = policy.config.vocab_size
     data = {"problems": fingerprint(problems)}
 
@@ -265,12 +278,13 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
                 update={"seed": config.sampling.seed + batches_drawn}
             )
             with phases(Time.SAMPLE):
-                rows = (
-                    sampler.sample(
-                        [prompts[t] for t in task_ids], sampling, policy_version=iteration - 1
-                    )
-                    if sampler is not None
-                    else []
+                rows, engines = _sample_on_ranks(
+                    sampler,
+                    [prompts[t] for t in task_ids],
+                    sampling,
+                    iteration - 1,
+                    accelerator,
+                    every_rank=config.samplers == "every_rank",
                 )
             with phases(Time.SCORE):
                 new = _score_on_every_rank(rows, problems, config.scoring, accelerator)
@@ -313,6 +327,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             Data.GROUPS_DROPPED: float(dropped),
             Data.SCHEDULE_BATCHES: float(batches_drawn),
             Data.EPOCH: batches_drawn * config.prompts_per_iteration / len(problems),
+            Sampler.ENGINES: float(engines),
             **update_metrics,
         }
         target = iteration_dir(out_dir, iteration)
@@ -325,16 +340,20 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             metrics=metrics,
         )
         parent = str(target)
-        if not main:
-            accelerator.wait_for_everyone()  # the main process publishes
-            continue
-        with phases(Time.SAVE):
-            _publish(updater, tokenizer, target, manifest, iteration)
+        if main:
+            with phases(Time.SAVE):
+                _publish(updater, tokenizer, target, manifest, iteration)
         accelerator.wait_for_everyone()
         with phases(Time.REFRESH):
-            assert sampler is not None
-            expected = trainer_probe_logprobs(updater.policy, vocab_size)
-            metrics[Sampler.REFRESH_PROBE_DIFF] = sampler.refresh(target, expected)
+            probe_diff = (
+                sampler.refresh(target, trainer_probe_logprobs(updater.policy, vocab_size))
+                if sampler is not None
+                else None
+            )
+            probe_diffs = gather_object([probe_diff])  # every engine's (one process: as is)
+        if not main:
+            continue
+        metrics[Sampler.REFRESH_PROBE_DIFF] = max(d for d in probe_diffs if d is not None)
         metrics.update(phases.seconds)
         _record(out_dir, metrics)
         log.info(
@@ -353,18 +372,44 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
     return iteration_dir(out_dir, iterations)
 
 
+def _sample_on_ranks(
+    sampler: Engine | None,
+    prompts: list[Prompt],
+    sampling: SamplingConfig,
+    policy_version: int,
+    accelerator: Accelerator,
+    every_rank: bool,
+) -> tuple[list[dict[str, Any]], int]:
+    """Every prompt's rows on every rank, in prompt order, and how many engines sampled them:
+    the main process's engine samples them all, or (an engine on every rank) each rank samples
+    a contiguous share."""
+    rank, world = accelerator.process_index, accelerator.num_processes
+    if world == 1:
+        assert sampler is not None
+        return sampler.sample(prompts, sampling, policy_version=policy_version), 1
+    if not every_rank:
+        rows = sampler.sample(prompts, sampling, policy_version=policy_version) if sampler else []
+        [rows] = broadcast_object_list([rows])
+        return rows, 1
+    assert sampler is not None
+    share = math.ceil(len(prompts) / world)
+    mine = prompts[rank * share : (rank + 1) * share]
+    rows = sampler.sample(mine, sampling, policy_version=policy_version) if mine else []
+    shares = gather_object([rows])
+    return [row for share_rows in shares for row in share_rows], sum(map(bool, shares))
+
+
 def _score_on_every_rank(
     rows: list[dict[str, Any]],
     problems: dict[str, Any],
     scoring: ScoreConfig,
     accelerator: Accelerator,
 ) -> list[dict[str, Any]]:
-    """The main process's ``rows``, scored: on N ranks every rank scores rows ``rank::N`` on
-    its own sandbox pool, and every rank gets all of them back in order (a verdict depends on
+    """``rows`` (the same on every rank), scored: on N ranks every rank scores rows ``rank::N``
+    on its own sandbox pool, and every rank gets all of them back in order (a verdict depends on
     its row alone, so the split changes nothing)."""
     if accelerator.num_processes == 1:
         return score_rollouts(rows, problems, scoring)
-    [rows] = broadcast_object_list([rows])
     rank, world = accelerator.process_index, accelerator.num_processes
     shares = gather_object([score_rollouts(rows[rank::world], problems, scoring)])
     scored: list[dict[str, Any]] = [{}] * len(rows)
