@@ -13,6 +13,7 @@ pipeline's: a finished output with the same key is reused (:mod:`codepost.pipeli
 from __future__ import annotations
 
 import base64
+import functools
 import inspect
 import logging
 import re
@@ -179,8 +180,9 @@ def _worker_log(out_dir: str | Path) -> Path:
 
 
 def _flow_for(stage: Stage) -> Any:
-    """``stage`` as a flow: the inputs it needs, its config, an output folder, and the optional
-    inputs; it returns the path of its first output (``stage.makes[0]``)."""
+    """``stage`` as a flow: the inputs it needs, its config, an output folder, its processes
+    (a rank-aware stage), and the optional inputs; it returns the path of its first output
+    (``stage.makes[0]``)."""
     kinds = [*stage.needs, *(k for k in stage.uses if k not in stage.needs)]
     parameters = [
         inspect.Parameter(kind, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str)
@@ -200,6 +202,15 @@ def _flow_for(stage: Stage) -> Any:
             annotation=str,
         ),
     ]
+    if stage.multi_process:  # how many processes it runs on
+        parameters.append(
+            inspect.Parameter(
+                "launch",
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=LaunchConfig(),
+                annotation=LaunchConfig,
+            )
+        )
     parameters += [
         inspect.Parameter(kind, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
                           annotation=str | None)
@@ -213,8 +224,10 @@ def _flow_for(stage: Stage) -> Any:
         given = bound.arguments
         config = _validated(given["config"], stage.config)
         inputs = Artifacts(**{kind: given[kind] for kind in kinds})
+        launch = _validated(given["launch"], LaunchConfig) if stage.multi_process else None
+        execute = functools.partial(execute_as_task, launch=launch)
         with stage_worker(_worker_log(given["out_dir"])):
-            outputs = run_stage(stage, config, inputs, Path(given["out_dir"]), execute_as_task)
+            outputs = run_stage(stage, config, inputs, Path(given["out_dir"]), execute)
         return getattr(outputs, stage.makes[0])
 
     run.__signature__ = signature  # type: ignore[attr-defined]

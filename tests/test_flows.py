@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from engines import saved_tiny_model
+from safetensors.torch import load_file
 
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
@@ -107,6 +109,13 @@ def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_c
     updated = update_flow(str(rollouts), update, f"{run_dir}/u")
     assert read_manifest(Path(updated)).version == "policy-0003"
     assert "update" in Path(f"{run_dir}/logs/u-stage-worker.log").read_text()  # its output
+    # the same update on 2 processes (a rank-aware stage's flow takes `launch`): its ranks, not
+    # the stage worker, compute the same weights
+    on_two = update_flow(str(rollouts), update, f"{run_dir}/u2", launch={"num_processes": 2})
+    assert not Path(f"{run_dir}/logs/u2-stage-worker.log").exists()
+    one, two = (load_file(Path(c) / "model.safetensors") for c in (updated, on_two))
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], rtol=0, atol=0.05 * 1e-2)  # lr: 1e-2
 
 
 def test_invalid_parameters_are_refused_naming_the_field(prefect_api):
