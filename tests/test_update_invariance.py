@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from update_cases import minibatch_gradients, tiny_case, weights
 from codepost.pipeline.rl.policy_update import UpdateConfig
 
 REPO = Path(__file__).resolve().parents[1]
+# accelerate's console script beside this interpreter (the project's virtual environment)
+ACCELERATE = Path(sys.executable).with_name("accelerate")
 
 CASES = {
     "grpo-token-mean": {"algorithm": "grpo", "loss_agg_mode": "token-mean"},
@@ -90,7 +93,7 @@ def test_two_processes_give_the_gradient_and_weights_of_one(case, tmp_path):
     config = UpdateConfig(**CASES[case], lr=1e-3, epochs=2, minibatch_size=5, micro_batch_size=2)
     row_kwargs = {"num_prompts": 6, "group_size": 3}
     command = [
-        str(REPO / ".venv/bin/accelerate"),
+        str(ACCELERATE),
         "launch",
         "--multi_gpu",
         "--num_processes=2",
