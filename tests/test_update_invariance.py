@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from update_cases import minibatch_gradients, tiny_case, weights
 from codepost.pipeline.rl.policy_update import UpdateConfig
 
 REPO = Path(__file__).resolve().parents[1]
+# accelerate's console script beside this interpreter (the project's virtual environment)
+ACCELERATE = Path(sys.executable).with_name("accelerate")
 
 CASES = {
     "grpo-token-mean": {"algorithm": "grpo", "loss_agg_mode": "token-mean"},
@@ -28,6 +31,11 @@ CASES = {
     "rloo-seq-mean-token-mean": {"algorithm": "rloo", "loss_agg_mode": "seq-mean-token-mean"},
     "ppo-kl-in-reward": {"algorithm": "ppo", "kl_in": "reward", "kl_coef": 0.05},
 }
+# A reference other than the starting policy: at policy == reference the KL term's gradient is
+# float noise (ref logprobs come from forwards of other shapes), so a mis-scaled KL term would go
+# unseen, and Adam turns that noise into up to a full lr step on a coordinate whose gradient is
+# otherwise exactly 0 (a zero-advantage row's tokens).
+REFERENCE = {"reference_seed": 1}
 
 
 def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float) -> None:
@@ -53,7 +61,7 @@ def test_micro_batch_size_does_not_change_the_gradient(case):
     grads = {}
     for micro in (1, 4):
         config = UpdateConfig(**CASES[case], micro_batch_size=micro, drop_uniform_groups=False)
-        updater, batch = tiny_case(config)
+        updater, batch = tiny_case(config, **REFERENCE)
         grads[micro] = minibatch_gradients(updater, batch)
     assert_same(grads[1], grads[4], atol=1e-6)
 
@@ -88,9 +96,9 @@ def test_two_processes_give_the_gradient_and_weights_of_one(case, tmp_path):
     # micro-batches of 2 give rank 0 rows (2, 1) and rank 1 rows (2) plus a zero-weight
     # placeholder, as DDP needs the same number of backwards on every rank.
     config = UpdateConfig(**CASES[case], lr=1e-3, epochs=2, minibatch_size=5, micro_batch_size=2)
-    row_kwargs = {"num_prompts": 6, "group_size": 3}
+    case_kwargs = {"num_prompts": 6, "group_size": 3, **REFERENCE}
     command = [
-        str(REPO / ".venv/bin/accelerate"),
+        str(ACCELERATE),
         "launch",
         "--multi_gpu",
         "--num_processes=2",
@@ -101,7 +109,7 @@ def test_two_processes_give_the_gradient_and_weights_of_one(case, tmp_path):
         str(REPO / "tests/update_cases.py"),
         config.model_dump_json(),
         str(tmp_path),
-        json.dumps(row_kwargs),
+        json.dumps(case_kwargs),
     ]
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
@@ -110,7 +118,7 @@ def test_two_processes_give_the_gradient_and_weights_of_one(case, tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (tmp_path / "world.txt").read_text() == "2"
 
-    updater, batch = tiny_case(config, **row_kwargs)
+    updater, batch = tiny_case(config, **case_kwargs)
     single_grads = minibatch_gradients(updater, batch)
     updater.optimizer.zero_grad(set_to_none=True)
     single_metrics = updater.update(batch)

@@ -2,10 +2,11 @@
 
 As a script (one process per rank)::
 
-    accelerate launch --multi_gpu --num_processes 2 tests/update_cases.py CONFIG_JSON OUT_DIR [ROW_KWARGS_JSON]
+    accelerate launch --multi_gpu --num_processes 2 tests/update_cases.py CONFIG_JSON OUT_DIR [CASE_KWARGS_JSON]
 
-builds the same tiny model and batch as :func:`tiny_case`, runs one full ``update`` and one
-gradient pass, and rank 0 saves the gradients, the updated weights and the metrics.
+builds the same tiny model and batch as :func:`tiny_case` (given the keyword arguments of
+CASE_KWARGS_JSON), runs one full ``update`` and one gradient pass, and rank 0 saves the
+gradients, the updated weights and the metrics.
 """
 
 from __future__ import annotations
@@ -66,14 +67,25 @@ def tiny_case(
     *,
     model_config: ModelConfig | None = None,
     seed: int = 0,
+    reference_seed: int | None = None,
     **row_kwargs: Any,
 ) -> tuple[PolicyUpdater, RolloutBatch]:
-    """A fresh updater on the seeded tiny model (plus reference/critic as the config needs)."""
+    """A fresh updater on the seeded tiny model (plus reference/critic as the config needs).
+
+    The reference is a copy of the policy, as at the start of a run, or with
+    ``reference_seed`` another random model: at policy == reference the KL term's gradient is
+    float noise, so only a different reference tests how that term is scaled and aggregated.
+    """
     model_config = model_config or ModelConfig()
     tokenizer = char_tokenizer(ALPHABET)
     policy = tiny_causal_lm(len(tokenizer), seed=seed)
-    needs_ref = config.needs_reference and not model_config.lora_r
-    ref_model = copy.deepcopy(policy) if needs_ref else None
+    ref_model = None
+    if config.needs_reference and not model_config.lora_r:
+        ref_model = (
+            copy.deepcopy(policy)
+            if reference_seed is None
+            else tiny_causal_lm(len(tokenizer), seed=reference_seed)
+        )
     critic = ValueModel.from_policy(policy) if config.needs_critic else None
     updater = PolicyUpdater(
         config, policy, model_config=model_config, ref_model=ref_model, critic=critic
@@ -103,9 +115,9 @@ def minibatch_gradients(updater: PolicyUpdater, batch: RolloutBatch) -> dict[str
     return gradients(updater)
 
 
-def _worker(config_json: str, out_dir: str, row_kwargs_json: str = "{}") -> None:
+def _worker(config_json: str, out_dir: str, case_kwargs_json: str = "{}") -> None:
     config = UpdateConfig.model_validate_json(config_json)
-    updater, batch = tiny_case(config, **json.loads(row_kwargs_json))
+    updater, batch = tiny_case(config, **json.loads(case_kwargs_json))
     grads = minibatch_gradients(updater, batch)
     updater.optimizer.zero_grad(set_to_none=True)
     metrics = updater.update(batch)
