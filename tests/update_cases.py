@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from codepost.pipeline.launch import leave_process_group
 from codepost.pipeline.model_config import ModelConfig
 from codepost.pipeline.rl.models import ValueModel, char_tokenizer, tiny_causal_lm
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
@@ -127,6 +128,7 @@ def _worker(config_json: str, out_dir: str, case_kwargs_json: str = "{}") -> Non
         torch.save(weights(updater), out / "weights.pt")
         (out / "metrics.json").write_text(json.dumps(metrics))
         (out / "world.txt").write_text(str(updater.accelerator.num_processes))
+    leave_process_group(updater.accelerator)
 
 
 if __name__ == "__main__":
