@@ -31,6 +31,7 @@ import selectors
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -43,12 +44,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .inference.sampling import close_samplers
 from .output_lines import OutputLines
+from .resources import close_all
 from .stages import Artifacts, Stage, get_stage, run_stage
 
 log = logging.getLogger("codepost.launch")
 # accelerate's sharded setups (its launcher sets ACCELERATE_USE_<name>), not supported yet
 SHARDED = ("FSDP", "DEEPSPEED", "MEGATRON_LM")
-TAIL_LINES = 60  # of the output, in the error when a launch fails (the launcher adds ~45)
+TAIL_LINES = 60
+LINGER_S = 10.0  # reading a launch's output after it exited, at most  # of the output, in the error when a launch fails (the launcher adds ~45)
 
 
 class LaunchConfig(BaseModel):
@@ -176,7 +179,8 @@ def _run(
     command: list[str], env: dict[str, str], forward: Callable[[str], None]
 ) -> tuple[int, collections.deque[str], collections.deque[str]]:
     """``command``'s exit status, its last stdout lines and its last lines of both, every
-    line passed to ``forward`` as it comes; its process group killed if this is interrupted."""
+    line passed to ``forward`` as it comes; every process under it killed if this is
+    interrupted. A process it left behind holding its output is not waited for."""
     process = subprocess.Popen(
         command,
         env=env,
@@ -191,8 +195,17 @@ def _run(
             for pipe in (process.stdout, process.stderr):
                 assert pipe is not None
                 selector.register(pipe, selectors.EVENT_READ, OutputLines())
+            exited_at = None
             while selector.get_map():
-                for key, _ in selector.select():
+                if process.poll() is not None:
+                    exited_at = exited_at or time.monotonic()
+                    if time.monotonic() - exited_at > LINGER_S:
+                        log.warning(
+                            "the launch exited, but a process it started still holds its "
+                            "output: not waiting for it"
+                        )
+                        break
+                for key, _ in selector.select(timeout=1.0):
                     data = os.read(key.fd, 1 << 16)
                     if not data:  # the end: a last line that did not end
                         selector.unregister(key.fileobj)
@@ -302,6 +315,7 @@ def leave_process_group(state: PartialState | Accelerator) -> None:
     an active exception", ~1 launch in 30 on a loaded machine), failing a finished stage."""
     state.wait_for_everyone()
     if state.num_processes > 1:
+        close_all()  # the engine's own processes (vLLM's) and sandbox containers: not orphaned
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -1,12 +1,17 @@
 """The ``accelerate launch`` command a rank-aware stage is started with (no launch here: the
-launches are in test_distributed.py and test_run_cli.py), and what decides that one is."""
+launches are in test_distributed.py and test_run_cli.py), what decides that one is, and how
+the driver reads a launch's output."""
 
 from __future__ import annotations
+
+import os
+import sys
+import time
 
 import pytest
 from pydantic import ValidationError
 
-from codepost.pipeline.launch import LaunchConfig, launch_command, launches, main
+from codepost.pipeline.launch import LaunchConfig, _run, launch_command, launches, main
 from codepost.pipeline.post_train import PostTrainConfig
 from codepost.pipeline.stages import get_stage
 
@@ -71,3 +76,12 @@ def test_sharded_training_is_refused_naming_it(sharded, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["sft", "--config=c.json", "--out-root=a"])
     assert f"{sharded} shards the weights" in capsys.readouterr().err
+
+
+def test_output_held_by_a_process_the_launch_left_behind_is_not_waited_for():
+    # the launch prints its outputs and exits; a process it started keeps the pipes open
+    command = [sys.executable, "-c", "import subprocess; subprocess.Popen(['sleep', '60']); print('done')"]  # fmt: skip
+    started = time.monotonic()
+    status, printed, _ = _run(command, dict(os.environ), forward=lambda line: None)
+    assert (status, list(printed)) == (0, ["done"])
+    assert time.monotonic() - started < 30
