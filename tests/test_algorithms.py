@@ -606,6 +606,15 @@ def test_k1_and_k3_average_to_the_exact_kl_under_the_sampling_policy(pair):
         assert expectation.item() == pytest.approx(exact.item(), abs=1e-9)
 
 
+def test_k3_gives_a_finite_gradient_where_a_mask_hides_a_huge_log_ratio():
+    # a padded position (mask 0) whose logprob is far below the reference's
+    logp = t([[-0.5, -100.0]]).requires_grad_()
+    ref, mask = t([[-0.4, 0.0]]), t([[1.0, 0.0]])
+    (kl_penalty(logp, ref, "k3") * mask).sum().backward()
+    assert torch.isfinite(logp.grad).all()  # NaN before the clamp: 0 * inf
+    assert logp.grad[0, 1] == 0 and logp.grad[0, 0] != 0
+
+
 def test_kl_penalty_rejects_unknown_estimator():
     with pytest.raises(ValueError, match=r"unknown KL estimator 'k4'.*k3"):
         kl_penalty(t([[0.0]]), t([[0.0]]), "k4")

@@ -413,6 +413,9 @@ def gae_advantages(
 # --------------------------------------------------------------------------------------------
 
 
+K3_MAX_LOG_RATIO = 20.0
+
+
 def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str) -> Tensor:
     """Per-token estimate of KL(pi || ref) for tokens sampled from pi (Schulman's k1/k2/k3).
 
@@ -427,7 +430,11 @@ def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str) -> Tensor
     if estimator == "k2":
         return 0.5 * log_ratio**2
     if estimator == "k3":
-        # expm1(x) - x is exactly >= 0 in floating point, unlike exp(x) - x - 1 near x = 0.
+        # expm1(x) - x is exactly >= 0 in floating point, unlike exp(x) - x - 1 near x = 0. The
+        # exponent is clamped (verl's low_var_kl clamps it at 20 too): at a padded position the
+        # log ratio can be anything, expm1 overflows past ~88.7, and a mask multiplying inf
+        # still makes the gradient NaN.
+        log_ratio = log_ratio.clamp(-K3_MAX_LOG_RATIO, K3_MAX_LOG_RATIO)
         return torch.expm1(-log_ratio) + log_ratio
     raise ValueError(f"unknown KL estimator {estimator!r}; known: {list(KL_ESTIMATORS)}")
 
