@@ -32,8 +32,8 @@ def register_run(subparsers: Any) -> argparse.ArgumentParser:
         "--num-processes",
         type=_positive,
         help="processes for each rank-aware stage (sft, rl, update, dpo), one per GPU, through "
-        "`accelerate launch` (launch.accelerate_config in --config chooses DDP, FSDP or "
-        "DeepSpeed); the other stages run in this process (default: launch.num_processes, 1)",
+        "`accelerate launch`, DDP (launch.accelerate_config in --config sets machines and GPUs); "
+        "the other stages run in this process (default: launch.num_processes, 1)",
     )
     parser.set_defaults(func=run)
     return parser

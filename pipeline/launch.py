@@ -50,8 +50,8 @@ from .stages import Artifacts, Stage, get_stage, run_stage
 log = logging.getLogger("codepost.launch")
 # accelerate's sharded setups (its launcher sets ACCELERATE_USE_<name>), not supported yet
 SHARDED = ("FSDP", "DEEPSPEED", "MEGATRON_LM")
-TAIL_LINES = 60
-LINGER_S = 10.0  # reading a launch's output after it exited, at most  # of the output, in the error when a launch fails (the launcher adds ~45)
+TAIL_LINES = 60  # of the output, in the error when a launch fails (the launcher adds ~45)
+LINGER_S = 10.0  # reading a launch's output after it exited, at most
 
 
 class LaunchConfig(BaseModel):

@@ -382,11 +382,8 @@ def _sample_on_ranks(
 ) -> tuple[list[dict[str, Any]], int]:
     """Every prompt's rows on every rank, in prompt order, and how many engines sampled them:
     the main process's engine samples them all, or (an engine on every rank) each rank samples
-    a contiguous share."""
+    a contiguous share. (On one process the collectives hand their input back.)"""
     rank, world = accelerator.process_index, accelerator.num_processes
-    if world == 1:
-        assert sampler is not None
-        return sampler.sample(prompts, sampling, policy_version=policy_version), 1
     if not every_rank:
         rows = sampler.sample(prompts, sampling, policy_version=policy_version) if sampler else []
         [rows] = broadcast_object_list([rows])
@@ -408,14 +405,9 @@ def _score_on_every_rank(
     """``rows`` (the same on every rank), scored: on N ranks every rank scores rows ``rank::N``
     on its own sandbox pool, and every rank gets all of them back in order (a verdict depends on
     its row alone, so the split changes nothing)."""
-    if accelerator.num_processes == 1:
-        return score_rollouts(rows, problems, scoring)
     rank, world = accelerator.process_index, accelerator.num_processes
     shares = gather_object([score_rollouts(rows[rank::world], problems, scoring)])
-    scored: list[dict[str, Any]] = [{}] * len(rows)
-    for index, share in enumerate(shares):
-        scored[index::world] = share
-    return scored
+    return [shares[index % world][index // world] for index in range(len(rows))]
 
 
 def _metrics_of_published(out_dir: Path, last: int) -> None:
