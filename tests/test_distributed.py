@@ -100,10 +100,11 @@ def test_an_interrupted_launch_leaves_no_rank_running(tmp_path: Path) -> None:
     model = save_tiny_model(tmp_path / "model")
     config = SFTStageConfig(model=model, problems=problem_set(tmp_path, 16), prompt_style="chat")
     ranks: list[psutil.Process] = []
+    earlier = set(psutil.Process().children(recursive=True))  # e.g. an earlier test's engine
 
     def interrupt_once_running(line: str) -> None:
         if "sft on 2 process(es)" in line:  # both ranks are up: the process group is formed
-            ranks.extend(psutil.Process().children(recursive=True))
+            ranks.extend(set(psutil.Process().children(recursive=True)) - earlier)
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
