@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "codepost.verifiers.server:register",
         "serve the sandbox over HTTP: SandboxFusion's /run_code, codepost's /verify",
     ),
+    "sample-server": (
+        "codepost.pipeline.inference.server:register",
+        "serve a sampling engine over HTTP, for stages whose engine.server_url names it",
+    ),
     "evaluate": (
         "codepost.pipeline.cli:register_evaluate",
         "pass@k of a checkpoint (greedy pass@1, sampled pass@k) in the sandbox",

@@ -85,15 +85,25 @@ def run(args: argparse.Namespace) -> int:
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost run: invalid settings[/red]: {exc}")
         return EXIT_BAD_INPUT
-    from ..pipeline.stages.scoring import check_sandbox, sandboxes_of
+    from ..pipeline.config_walk import settings_of
+    from ..pipeline.inference.sampling import EngineConfig
+    from ..pipeline.inference.server import check_server
+    from ..pipeline.stages.scoring import SandboxSettings, check_sandbox
     from ..sandbox import SandboxUnavailable
 
     try:
-        for sandbox in sandboxes_of(config):  # every engine the run scores on
+        for sandbox in settings_of(config, SandboxSettings):  # every engine the run scores on
             check_sandbox(sandbox)
     except SandboxUnavailable as exc:
         err.print(f"[red]codepost run: the sandbox is unavailable[/red]: {exc}")
         return EXIT_SANDBOX_UNAVAILABLE
+    try:
+        for engine in settings_of(config, EngineConfig):
+            if engine.server_url is not None:
+                check_server(engine.server_url)
+    except (ConnectionError, RuntimeError) as exc:
+        err.print(f"[red]codepost run: a sample server is unavailable[/red]: {exc}")
+        return EXIT_BAD_INPUT
     try:
         with run_folder_lock(Path(config.run_dir)):
             pass  # refused at once, not after Prefect has started; the run takes it again

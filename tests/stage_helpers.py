@@ -1,5 +1,5 @@
-"""For the SFT / pairs / DPO tests: tiny random models saved as model folders, tiny problems,
-hand-built scored rollouts and the pairs mined from them."""
+"""For the stage tests: tiny random models saved as model folders, tiny problems, hand-built
+scored rollouts and the pairs mined from them, a small RL run."""
 
 from __future__ import annotations
 
@@ -12,9 +12,21 @@ from typing import Any
 from datasets import Dataset
 
 from codepost.pipeline.data.problem_sets import ProblemSet
+from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.model_config import ModelConfig
 from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
+from codepost.pipeline.rl.policy_update import UpdateConfig
 from codepost.pipeline.stages.pairs import PairMiningConfig, run_pair_mining
+from codepost.pipeline.stages.rl import RLConfig
+from codepost.pipeline.stages.scoring import ScoreConfig
+from codepost.verifiers import RewardConfig
+
+# A length penalty past a tiny budget varies within every group: there is always a signal.
+SIGNAL = ScoreConfig(
+    workers=2,
+    timeout_s=3.0,
+    reward=RewardConfig(length_weight=1.0, length_budget=1, length_buffer=200),
+)
 
 # A chat template in the tokenizer's own characters, so chat-style prompts work on tiny models.
 CHAT_TEMPLATE = (
@@ -125,3 +137,20 @@ def mined_pairs(folder: Path) -> Path:
     pairs = run_pair_mining(config, rollouts, folder / "pairs").path
     assert pairs is not None
     return pairs
+
+
+def small_rl_config(model: ModelConfig, engine: EngineConfig) -> RLConfig:
+    """Two GRPO iterations of 2 prompts x 3 completions (of 12 tokens), continuation prompts,
+    one sampling round each (dynamic sampling off: the tests count samples)."""
+    return RLConfig(
+        model=model,
+        problems=ProblemSet(limit=3),
+        prompt_style="continuation",
+        iterations=2,
+        prompts_per_iteration=2,
+        dynamic_sampling=False,
+        sampling=SamplingConfig(num_generations=3, max_tokens=12),
+        engine=engine,
+        scoring=SIGNAL,
+        update=UpdateConfig(lr=1e-2, sampler_is_cap=2.0),
+    )

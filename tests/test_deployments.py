@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import psutil
 import pytest
 from engines import TEST_ENGINE, saved_tiny_model
 from processes import gone, wait_until
+from servers import free_port
 
 from codepost.pipeline.data.prompts import reference_answer
 
@@ -26,12 +26,6 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 # Daily, 12 hours from now: the scheduler creates its runs, none of them starts during the module
 # (a scheduled post-train would run the whole default job beside the tests).
 CRON = f"0 {(time.gmtime().tm_hour + 12) % 24} * * *"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _start(command: list[str], env: dict, log: Path) -> subprocess.Popen:
@@ -54,7 +48,7 @@ def _stop(process: subprocess.Popen) -> None:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     home = tmp_path_factory.mktemp("prefect")
-    port = _free_port()
+    port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     # A shell's environment: importing TRL in this test process set VLLM_LOGGING_LEVEL=ERROR.
     shell = {k: v for k, v in os.environ.items() if k != "VLLM_LOGGING_LEVEL"}

@@ -11,6 +11,7 @@ import pytest
 import torch
 from engines import TEST_ENGINE, saved_tiny_model
 from safetensors.torch import load_file
+from stage_helpers import SIGNAL, small_rl_config
 
 from codepost.pipeline.checkpoints import manifest as checkpoints
 from codepost.pipeline.data.problem_sets import ProblemSet
@@ -31,13 +32,6 @@ from codepost.pipeline.stages.rl import (
 from codepost.pipeline.stages.scoring import ScoreConfig
 from codepost.verifiers import RewardConfig
 
-# A length penalty past a tiny budget varies within every group: there is always a signal.
-SIGNAL = ScoreConfig(
-    workers=2,
-    timeout_s=3.0,
-    reward=RewardConfig(length_weight=1.0, length_budget=1, length_buffer=200),
-)
-
 
 def metrics(out_dir) -> list[dict]:
     return [json.loads(line) for line in (out_dir / METRICS_FILE).read_text().splitlines()]
@@ -52,20 +46,8 @@ def tiny_model(tmp_path):
 def test_iterations_publish_checkpoints_and_a_rerun_resumes_after_the_last_one(
     tiny_model, tmp_path
 ):
-    config = RLConfig(
-        model=tiny_model,
-        problems=ProblemSet(limit=3),
-        prompt_style="continuation",
-        iterations=2,
-        prompts_per_iteration=2,
-        # One sampling round per iteration: this test counts samples (dynamic sampling's
-        # extra rounds have their own test).
-        dynamic_sampling=False,
-        sampling=SamplingConfig(num_generations=3, max_tokens=12),
-        engine=EngineConfig(backend="hf"),
-        scoring=SIGNAL,
-        update=UpdateConfig(lr=1e-2, sampler_is_cap=2.0),
-    )
+    # dynamic sampling's extra rounds have their own test
+    config = small_rl_config(tiny_model, EngineConfig(backend="hf"))
     out = tmp_path / "run"
     assert run_rl(config, out) == iteration_dir(out, 2)
     first = [checkpoints.read_manifest(iteration_dir(out, i)) for i in (1, 2)]

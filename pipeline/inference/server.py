@@ -1,0 +1,258 @@
+"""A sampling engine of its own (``codepost sample-server``), and :class:`RemoteSampler`, which
+the stages use when ``EngineConfig.server_url`` names one.
+
+For a sampler on GPUs of its own, as TRL's ``trl vllm-serve`` and prime-rl's inference server:
+training keeps its GPUs, and the engine is started once for a whole run. The weights travel
+through the filesystem, as in prime-rl: the trainer publishes a checkpoint, then asks the server
+to refresh from that folder, so the server must see the run folder at the same path (one
+machine, or a shared filesystem). The refresh is checked with the trainer's probe, as for an
+engine in the trainer's process. One request runs at a time: an engine runs one batch at once
+anyway, and so a refresh never lands in the middle of a batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hmac
+import math
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..data.prompts import Prompt
+from ..model_config import ModelConfig
+from .sampling import EngineConfig, SamplingConfig, WeightSyncError
+
+TOKEN_ENV = "CODEPOST_SAMPLER_TOKEN"
+
+
+class SampleServerConfig(BaseModel):
+    """What ``codepost sample-server`` serves, and where."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelConfig = Field(default_factory=ModelConfig, description="the weights at start")
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    host: str = Field("127.0.0.1", description="interface to bind (0.0.0.0: every one)")
+    port: int = Field(8020, ge=1, le=65535)
+    token: str | None = Field(None, description="bearer token the clients must send")
+
+
+class SampleRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prompts: list[dict[str, str]]
+    sampling: SamplingConfig
+    policy_version: int = 0
+
+
+class RefreshRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint: str
+    expected_probe: list[float] | None = None
+
+
+def create_app(config: SampleServerConfig, sampler: Any) -> FastAPI:
+    """The server's app over a started ``sampler`` (a :class:`~.sampling.Sampler`)."""
+    lock = threading.Lock()  # FastAPI runs these handlers in a thread pool
+
+    def authorized(request: Request) -> None:
+        if config.token is None:
+            return
+        sent = request.headers.get("authorization", "")
+        if not hmac.compare_digest(sent.encode(), f"Bearer {config.token}".encode()):
+            raise HTTPException(401, "missing or wrong bearer token (Authorization: Bearer ...)")
+
+    app = FastAPI(title="codepost sample-server")
+
+    @app.get("/health")  # open, for load balancers and start-up checks: it says nothing more
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    guarded = APIRouter(dependencies=[Depends(authorized)])
+
+    @guarded.get("/engine")
+    def engine() -> dict[str, Any]:
+        return {"sampler": sampler.name, "weights": sampler.weights}
+
+    @guarded.post("/sample")
+    def sample(request: SampleRequest) -> dict[str, Any]:
+        try:
+            prompts = [Prompt(**prompt) for prompt in request.prompts]  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise HTTPException(422, f"prompts: {exc}") from exc
+        with lock:
+            rows = sampler.sample(prompts, request.sampling, policy_version=request.policy_version)
+        return {"rows": rows}
+
+    @guarded.post("/refresh")
+    def refresh(request: RefreshRequest) -> dict[str, Any]:
+        checkpoint = Path(request.checkpoint)
+        if not (checkpoint / "config.json").is_file():
+            raise HTTPException(
+                404,
+                f"{checkpoint}: no model folder here (the server reads checkpoints from its "
+                "own filesystem: the run folder must be shared, at the same path)",
+            )
+        with lock:
+            try:
+                diff = sampler.refresh(checkpoint, request.expected_probe)
+            except WeightSyncError as exc:
+                raise HTTPException(409, str(exc)) from exc
+        return {"probe_diff": None if math.isnan(diff) else diff}  # NaN: nothing checked
+
+    @guarded.get("/probe")
+    def probe() -> dict[str, Any]:
+        with lock:
+            return {"logprobs": sampler.probe_logprobs()}
+
+    app.include_router(guarded)
+    return app
+
+
+class RemoteSampler:
+    """A :class:`~.sampling.Sampler` whose engine is a running ``codepost sample-server``."""
+
+    def __init__(self, url: str, *, token: str | None = None) -> None:
+        import httpx
+
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # No read time-out: a batch takes as long as its completions.
+        self.client = httpx.Client(headers=headers, timeout=httpx.Timeout(None, connect=10.0))
+        engine = self._call("GET", "/engine")
+        self.name: str = engine["sampler"]
+        self.weights: str = engine["weights"]
+
+    def sample(
+        self, prompts: Sequence[Prompt], config: SamplingConfig, *, policy_version: int = 0
+    ) -> list[dict[str, Any]]:
+        body = SampleRequest(
+            prompts=[dataclasses.asdict(prompt) for prompt in prompts],
+            sampling=config,
+            policy_version=policy_version,
+        )
+        return self._call("POST", "/sample", body.model_dump(mode="json"))["rows"]
+
+    def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float:
+        body = RefreshRequest(checkpoint=str(checkpoint), expected_probe=expected_probe)
+        diff = self._call("POST", "/refresh", body.model_dump())["probe_diff"]
+        self.weights = str(checkpoint)
+        return float("nan") if diff is None else diff
+
+    def probe_logprobs(self) -> list[float]:
+        return self._call("GET", "/probe")["logprobs"]
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        import httpx
+
+        try:
+            response = self.client.request(method, self.url + path, json=body)
+        except httpx.TransportError as exc:
+            raise ConnectionError(
+                f"no codepost sample-server answers at {self.url} ({exc}); start one with "
+                "`codepost sample-server`, or drop engine.server_url to sample in-process"
+            ) from exc
+        if response.status_code == 409:
+            raise WeightSyncError(f"{self.url}: {response.json()['detail']}")
+        if response.is_error:
+            raise RuntimeError(
+                f"codepost sample-server {self.url}{path}: {response.status_code} "
+                f"{response.text[:500]}"
+            )
+        return response.json()
+
+
+def check_server(url: str) -> None:
+    """Raise, naming ``url``, unless a sample server answers there and takes our token."""
+    RemoteSampler(url, token=os.environ.get(TOKEN_ENV)).close()
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``sample-server`` subcommand to a ``codepost``-style subparsers object."""
+    parser = subparsers.add_parser(
+        "sample-server",
+        help="serve a sampling engine over HTTP, for stages whose engine.server_url names it",
+        description=(
+            "Start a sampling engine (vLLM, or transformers with --backend hf) once and serve "
+            "it: POST /sample, POST /refresh (new weights from a checkpoint folder this machine "
+            "can read), GET /probe, GET /engine, GET /health. Stages use it when their engine.server_url "
+            "names it. Binds to 127.0.0.1 unless --host says otherwise."
+        ),
+    )
+    parser.add_argument("--config", type=Path, help="YAML file of SampleServerConfig settings")
+    parser.add_argument("--model", help="model folder, hub id or embedded:<name>")
+    parser.add_argument("--backend", choices=["vllm", "hf"], help="sampling engine")
+    parser.add_argument("--host")
+    parser.add_argument("--port", type=int)
+    parser.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV),
+        help=f"bearer token the clients must send (default: ${TOKEN_ENV}, else none)",
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..cli import EXIT_BAD_INPUT, read_settings
+
+    try:
+        data = {} if args.config is None else read_settings(args.config, "SampleServerConfig")
+        if args.model is not None:
+            data["model"] = {**(data.get("model") or {}), "name_or_path": args.model}
+        if args.backend is not None:
+            data["engine"] = {**(data.get("engine") or {}), "backend": args.backend}
+        flags = {"host": args.host, "port": args.port, "token": args.token}
+        data.update({key: value for key, value in flags.items() if value is not None})
+        config = SampleServerConfig.model_validate(data)
+    except (ValueError, ValidationError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return serve(config)
+
+
+def serve(config: SampleServerConfig) -> int:
+    """Start the engine, serve until SIGTERM or Ctrl-C, then shut the engine down."""
+    import uvicorn
+
+    from ..cli import EXIT_BAD_INPUT
+    from ..model_config import ModelNotFoundError
+    from .sampling import close_samplers, get_sampler
+
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        sampler = get_sampler(config.model, config.engine)
+    except ModelNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config, sampler), host=config.host, port=config.port, access_log=False
+        )
+    )
+    print(
+        f"codepost sample-server: http://{config.host}:{config.port} ({sampler.name}, "
+        f"serving {sampler.weights}{', bearer token required' if config.token else ''})",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        close_samplers()
+    return 0 if server.started else 1
