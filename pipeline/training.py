@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from .checkpoints.manifest import (
 )
 from .model_config import ModelConfig
 
-console = Console(stderr=True)
+# Under `accelerate launch` every rank runs the stage: only the first (RANK 0) prints, so each
+# line is in the log once.
+console = Console(stderr=True, quiet=os.environ.get("RANK", "0") != "0")
 
 
 class TrainingSettings(BaseModel):

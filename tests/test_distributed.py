@@ -82,6 +82,8 @@ def launch(
 
     outputs = run_stage(get_stage(stage), config, inputs, folder / "out", on_ranks)
     assert f"{stage} on {processes} process(es)" in "\n".join(lines)
+    printed = [line for line in lines if line.startswith(f"{stage}: ")]
+    assert len(printed) == len(set(printed)), printed  # by the main process alone
     return outputs, folder / "out"
 
 
