@@ -31,6 +31,7 @@ import selectors
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -52,6 +53,7 @@ log = logging.getLogger("codepost.launch")
 SHARDED = ("FSDP", "DEEPSPEED", "MEGATRON_LM")
 TAIL_LINES = 60  # of the output, in the error when a launch fails (the launcher adds ~45)
 LINGER_S = 10.0  # reading a launch's output after it exited, at most
+DRIVER_ENV = "CODEPOST_LAUNCH_DRIVER"  # the pid of the process that launched the ranks
 
 
 class LaunchConfig(BaseModel):
@@ -103,6 +105,7 @@ def launch_command(
         # this process's import path, as multiprocessing gives its children
         "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
         "PYTHONUNBUFFERED": "1",  # the ranks' lines as they are written
+        DRIVER_ENV: str(os.getpid()),
     }
     if launch.accelerate_config is not None:
         distributed = [f"--config_file={launch.accelerate_config}"]
@@ -277,6 +280,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--out-dir", type=Path, help="the output folder, no resume rule (the caller's record)"
     )
     args = parser.parse_args(argv)
+    if DRIVER_ENV in os.environ:
+        watch_driver(int(os.environ[DRIVER_ENV]))
 
     stage = get_stage(args.stage)
     sharded = [name for name in SHARDED if parse_flag_from_env(f"ACCELERATE_USE_{name}")]
@@ -307,6 +312,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     if state.is_main_process:
         print(outputs.model_dump_json())
     leave_process_group(state)  # the outputs (and the record) are written before any rank exits
+
+
+def watch_driver(pid: int, interval_s: float = 1.0) -> None:
+    """End this rank once the process that launched it is gone. A driver that was SIGKILLed
+    cannot kill its launch, and its ranks would train on for nobody, holding their GPUs."""
+    try:
+        driver = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        driver = None
+
+    def watch() -> None:
+        # is_running() also compares the start time: a new process with the pid is not it
+        while driver is not None and driver.is_running() and driver.status() != "zombie":
+            time.sleep(interval_s)
+        print(f"codepost.launch: the driver (pid {pid}) is gone; this rank stops", flush=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="codepost-driver-watch", daemon=True).start()
 
 
 def leave_process_group(state: PartialState | Accelerator) -> None:

@@ -5,13 +5,21 @@ the driver reads a launch's output."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 
 import pytest
 from pydantic import ValidationError
 
-from codepost.pipeline.launch import LaunchConfig, _run, launch_command, launches, main
+from codepost.pipeline.launch import (
+    DRIVER_ENV,
+    LaunchConfig,
+    _run,
+    launch_command,
+    launches,
+    main,
+)
 from codepost.pipeline.post_train import PostTrainConfig
 from codepost.pipeline.stages import get_stage
 
@@ -23,6 +31,7 @@ def test_on_a_cpu_it_is_ddp_over_gloo_on_a_free_port_with_a_share_of_the_cores(m
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(8)))
     command, env = launch_command(LaunchConfig(num_processes=2), ENTRY, on_cpu=True)
     assert env["ACCELERATE_USE_CPU"] == "1"
+    assert env[DRIVER_ENV] == str(os.getpid())  # each rank watches this process
     assert {"--multi_gpu", "--main_process_port=0", "--num_processes=2"} <= set(command)
     assert "--num_cpu_threads_per_process=4" in command
     assert command[-5:] == ["-m", "codepost.pipeline.launch", *ENTRY]
@@ -85,3 +94,29 @@ def test_output_held_by_a_process_the_launch_left_behind_is_not_waited_for():
     status, printed, _ = _run(command, dict(os.environ), forward=lambda line: None)
     assert (status, list(printed)) == (0, ["done"])
     assert time.monotonic() - started < 30
+
+
+def test_a_rank_stops_once_its_driver_is_gone():
+    """A SIGKILLed driver cannot kill its launch: each rank watches it and stops."""
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    rank = subprocess.Popen(
+        [sys.executable, "-c", WATCHING_RANK, str(driver.pid)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert rank.stdout is not None and rank.stdout.readline() == "watching\n"
+    time.sleep(2)
+    assert rank.poll() is None  # the driver is alive: the rank goes on
+    driver.kill()
+    driver.wait()
+    assert rank.wait(timeout=10) == 1
+    assert "the driver (pid" in rank.stdout.read()
+
+
+WATCHING_RANK = """
+import sys, time
+from codepost.pipeline.launch import watch_driver
+watch_driver(int(sys.argv[1]), interval_s=0.2)
+print("watching", flush=True)
+time.sleep(600)
+"""
