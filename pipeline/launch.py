@@ -46,10 +46,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .inference.sampling import close_samplers
 from .output_lines import OutputLines
 from .resources import close_all
-from .stages import Artifacts, Stage, get_stage, run_stage
+from .stages import STAGES, Artifacts, Stage, get_stage, run_stage
 
 log = logging.getLogger("codepost.launch")
-# accelerate's sharded setups (its launcher sets ACCELERATE_USE_<name>), not supported yet
+# accelerate's sharded setups (its launcher sets ACCELERATE_USE_<name>): FSDP (version 2) for
+# the stages that take it (``Stage.fsdp``), the others for none yet
 SHARDED = ("FSDP", "DEEPSPEED", "MEGATRON_LM")
 TAIL_LINES = 60  # of the output, in the error when a launch fails (the launcher adds ~45)
 LINGER_S = 10.0  # reading a launch's output after it exited, at most
@@ -72,7 +73,7 @@ class LaunchConfig(BaseModel):
         None,
         description="an accelerate config YAML (`accelerate config`), passed as --config_file: "
         "machines, GPUs, DDP settings; default: DDP on this machine (over gloo without CUDA). "
-        "FSDP and DeepSpeed are refused: the stages are not built for sharded weights yet",
+        "FSDP (fsdp_version: 2) shards the rl and update stages; DeepSpeed is refused",
     )
 
     @field_validator("accelerate_config")
@@ -117,8 +118,9 @@ def launch_command(
             "--dynamo_backend=no",
             "--main_process_port=0",  # a free one: runs side by side do not collide
         ]
-        if on_cpu:
-            env["ACCELERATE_USE_CPU"] = "1"  # with --multi_gpu: DDP over gloo
+    if on_cpu:
+        # gloo; said in the environment, as a config file cannot say `use_cpu` with FSDP
+        env["ACCELERATE_USE_CPU"] = "1"
     command = [
         sys.executable,
         "-m",
@@ -285,11 +287,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     stage = get_stage(args.stage)
     sharded = [name for name in SHARDED if parse_flag_from_env(f"ACCELERATE_USE_{name}")]
-    if sharded:
+    if sharded and not (sharded == ["FSDP"] and stage.fsdp):
+        takes = ", ".join(name for name, known in STAGES.items() if known.fsdp)
         parser.error(
-            f"{sharded[0]} shards the weights across the ranks; the stages publish whole weights "
-            "from the main process and are not built for sharded training yet: use DDP (an "
-            "accelerate config without FSDP or DeepSpeed)"
+            f"{sharded[0]} shards the weights across the ranks; stage {stage.name!r} is not "
+            f"built for sharded training (FSDP: {takes}): use DDP (an accelerate config "
+            "without FSDP or DeepSpeed)"
         )
     # `accelerate launch --cpu` says so in the environment, which only the Accelerator reads: the
     # shared state made here first would otherwise be one process per rank.

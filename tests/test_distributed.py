@@ -16,7 +16,7 @@ import torch
 from processes import gone, wait_until
 from pydantic import BaseModel
 from safetensors.torch import load_file
-from stage_helpers import mined_pairs, save_tiny_model
+from stage_helpers import SIGNAL, mined_pairs, save_tiny_model
 from update_cases import random_rows
 
 from codepost.pipeline.checkpoints.manifest import read_manifest, verify
@@ -32,6 +32,7 @@ from codepost.pipeline.launch import (
 )
 from codepost.pipeline.model_config import ModelConfig, load_tokenizer
 from codepost.pipeline.rl.policy_update import UpdateConfig
+from codepost.pipeline.rl.trainer_state import SCALARS, TENSORS
 from codepost.pipeline.stages import Artifacts, Stage, get_stage, run_stage
 from codepost.pipeline.stages.dpo import DPOStageConfig
 from codepost.pipeline.stages.rl import (
@@ -40,16 +41,22 @@ from codepost.pipeline.stages.rl import (
     iteration_dir,
     last_published_iteration,
 )
-from codepost.pipeline.stages.scoring import ScoreConfig
 from codepost.pipeline.stages.sft import SFTStageConfig
 from codepost.pipeline.training import TrainingSettings
-from codepost.verifiers import RewardConfig
 
 pytestmark = pytest.mark.slow
 
 
+FSDP2 = str(Path(__file__).parents[1] / "configs" / "accelerate" / "fsdp2.yaml")
+
+
 def launched(
-    processes: int, stage: str, config: BaseModel, inputs: Artifacts, folder: Path
+    processes: int,
+    stage: str,
+    config: BaseModel,
+    inputs: Artifacts,
+    folder: Path,
+    accelerate_config: str | None = None,
 ) -> subprocess.Popen[str]:
     """The entry started on its own under its resume rule (``--out-root folder/out``), with the
     command the pipeline builds: a test may kill it mid-run."""
@@ -62,26 +69,34 @@ def launched(
         f"--inputs={folder / 'inputs.json'}",
         f"--out-root={folder / 'out'}",
     ]
-    command, env = launch_command(LaunchConfig(num_processes=processes), entry_args, on_cpu=True)
+    launch = LaunchConfig(num_processes=processes, accelerate_config=accelerate_config)
+    command, env = launch_command(launch, entry_args, on_cpu=True)
     return subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 
 def launch(
-    processes: int, stage: str, config: BaseModel, inputs: Artifacts, folder: Path
+    processes: int,
+    stage: str,
+    config: BaseModel,
+    inputs: Artifacts,
+    folder: Path,
+    accelerate_config: str | None = None,
 ) -> tuple[Artifacts, Path]:
-    """``stage`` on ``processes`` CPU ranks through the launch entry, under the resume rule of
-    this process (as ``codepost run`` runs it): the outputs the main process printed, the out
-    root."""
+    """``stage`` on ``processes`` CPU ranks through the launch entry (DDP, or the setup of
+    ``accelerate_config``), under the resume rule of this process (as ``codepost run`` runs
+    it): the outputs the main process printed, the out root."""
     lines: list[str] = []
 
     def on_ranks(stage: Stage, config: BaseModel, inputs: Artifacts, out_dir: Path, label: str):
-        launch = LaunchConfig(num_processes=processes)
+        launch = LaunchConfig(num_processes=processes, accelerate_config=accelerate_config)
         return launch_stage(stage, config, inputs, out_dir, launch, forward=lines.append)
 
     outputs = run_stage(get_stage(stage), config, inputs, folder / "out", on_ranks)
     assert f"{stage} on {processes} process(es)" in "\n".join(lines)
+    sharded = [line for line in lines if "policy update: FSDP2 over 2 ranks" in line]
+    assert bool(sharded) == (accelerate_config == FSDP2), sharded
     printed = [line for line in lines if line.startswith(f"{stage}: ")]
     assert len(printed) == len(set(printed)), printed  # by the main process alone
     return outputs, folder / "out"
@@ -144,7 +159,14 @@ def scored_rollouts(path: Path, model: ModelConfig) -> Path:
     return write_rows(rows, path, SCORED_COLUMNS)
 
 
-def test_an_update_on_two_ranks_gives_the_weights_of_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("sharding", "algorithm"), [("ddp", "grpo"), ("fsdp", "grpo"), ("fsdp", "ppo")]
+)
+def test_an_update_on_two_ranks_gives_the_weights_of_one(
+    tmp_path: Path, sharding: str, algorithm: str
+) -> None:
+    """DDP, or FSDP2 (a PPO critic sharded too): the weights and the whole trainer state of
+    one process."""
     model = save_tiny_model(tmp_path / "model")
     scored = scored_rollouts(tmp_path / "scored.parquet", model)
     lr = 1e-3
@@ -153,7 +175,7 @@ def test_an_update_on_two_ranks_gives_the_weights_of_one(tmp_path: Path) -> None
     config = UpdateStageConfig(
         model=model,
         update=UpdateConfig(
-            algorithm="grpo",
+            algorithm=algorithm,
             loss_agg_mode="seq-mean-token-sum",
             lr=lr,
             epochs=2,
@@ -163,7 +185,8 @@ def test_an_update_on_two_ranks_gives_the_weights_of_one(tmp_path: Path) -> None
     )
     stage, inputs = get_stage("update"), Artifacts(scored=str(scored))
     one = Path(str(run_stage(stage, config, inputs, tmp_path / "one").checkpoint))
-    outputs, out_root = launch(2, "update", config, inputs, tmp_path / "two")
+    fsdp = FSDP2 if sharding == "fsdp" else None
+    outputs, out_root = launch(2, "update", config, inputs, tmp_path / "two", fsdp)
     two = Path(str(outputs.checkpoint))
 
     assert two.parent == out_root and two.name == one.name  # the same key: same config, inputs
@@ -177,11 +200,21 @@ def test_an_update_on_two_ranks_gives_the_weights_of_one(tmp_path: Path) -> None
     assert weights_one.keys() == weights_two.keys()
     moved = max((weights_one[k] - before[k]).abs().max().item() for k in before)
     diff = max((weights_one[k] - weights_two[k]).abs().max().item() for k in weights_one)
-    print(f"\nupdate: max |w(1 rank) - w(2 ranks)| = {diff:.3g}; max |step| = {moved:.3g}")
+    print(
+        f"\nupdate, {sharding} {algorithm}: max |w(1 rank) - w(2 ranks)| = {diff:.3g}; "
+        f"max |step| = {moved:.3g}"
+    )
     assert moved > 1e-4  # the update moved the weights: the comparison is not vacuous
     for name in weights_one:
         # Adam's noise on ~0-gradient coordinates is a fraction of lr (test_update_invariance)
         torch.testing.assert_close(weights_two[name], weights_one[name], rtol=0, atol=0.05 * lr)
+    # The trainer state too, whole and numbered as one process numbers it (FSDP: gathered).
+    states = [load_file(c / TENSORS) for c in (one, two)]
+    assert states[0].keys() == states[1].keys() and len(states[0]) > 1
+    for name, tensor in states[0].items():
+        torch.testing.assert_close(states[1][name], tensor, rtol=1e-3, atol=1e-6)
+    scalars = [json.loads((c / SCALARS).read_text())["optimizer"] for c in (one, two)]
+    assert scalars[0] == scalars[1]
 
 
 def problem_set(folder: Path, count: int) -> ProblemSet:
@@ -275,12 +308,7 @@ def rl_config(model: ModelConfig, **changes: Any) -> RLConfig:
         dynamic_sampling=False,
         sampling=SamplingConfig(num_generations=3, max_tokens=12),
         engine=EngineConfig(backend="hf"),
-        # a length penalty past a tiny budget varies within every group: always a signal
-        scoring=ScoreConfig(
-            workers=2,
-            timeout_s=3.0,
-            reward=RewardConfig(length_weight=1.0, length_budget=1, length_buffer=200),
-        ),
+        scoring=SIGNAL,
         update=UpdateConfig(lr=1e-2, sampler_is_cap=2.0),
         **settings,
     )
@@ -305,12 +333,18 @@ def test_rl_on_two_ranks_with_an_engine_on_every_rank(tmp_path: Path) -> None:
 
 
 @pytest.mark.docker
-def test_an_rl_run_killed_on_two_ranks_resumes_on_one_and_on_two(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_an_rl_run_killed_on_two_ranks_resumes_on_one_and_on_two(
+    tmp_path: Path, sharding: str
+) -> None:
+    """Killed on 2 ranks (DDP, or FSDP2 with its shards gathered into each checkpoint), then
+    resumed on 1 process and on 2 as before: the trainer state is whole either way."""
     model = save_tiny_model(tmp_path / "model")
     config = rl_config(model)
     lr = config.update.lr
+    fsdp = FSDP2 if sharding == "fsdp" else None
     killed = tmp_path / "killed"
-    run = launched(2, "rl", config, Artifacts(), killed)
+    run = launched(2, "rl", config, Artifacts(), killed, fsdp)
     first_published = killed / "out"
     assert wait_until(
         lambda: (
@@ -330,8 +364,8 @@ def test_an_rl_run_killed_on_two_ranks_resumes_on_one_and_on_two(tmp_path: Path)
     shutil.copytree(killed, tmp_path / "again")
 
     finals = {}
-    for processes, folder in ((1, killed), (2, tmp_path / "again")):
-        outputs, out_root = launch(processes, "rl", config, Artifacts(), folder)
+    for processes, folder, setup in ((1, killed, None), (2, tmp_path / "again", fsdp)):
+        outputs, out_root = launch(processes, "rl", config, Artifacts(), folder, setup)
         checkpoint = Path(str(outputs.checkpoint))
         assert checkpoint == out_root / out_dir.name / "checkpoints" / "iteration-0004"
         assert (out_root / f"{out_dir.name}.json").is_file()
@@ -346,7 +380,7 @@ def test_an_rl_run_killed_on_two_ranks_resumes_on_one_and_on_two(tmp_path: Path)
         finals[processes] = load_file(checkpoint / "model.safetensors")
     moved = max((finals[1][k] - before[k]).abs().max().item() for k in finals[1])
     diff = max((finals[1][k] - finals[2][k]).abs().max().item() for k in finals[1])
-    print(f"\nrl resumed after {published}: max |w(1 rank) - w(2 ranks)| = {diff:.3g}")
+    print(f"\nrl, {sharding}, resumed after {published}: max |w(1) - w(2 ranks)| = {diff:.3g}")
     assert moved > 1e-3
     for name in finals[1]:
         torch.testing.assert_close(finals[2][name], finals[1][name], rtol=0, atol=0.05 * lr)

@@ -94,13 +94,16 @@ def publish(
     return manifest
 
 
-def write_model(folder: Path, model: Any, tokenizer: Any) -> None:
+def write_model(
+    folder: Path, model: Any, tokenizer: Any, state_dict: dict[str, Any] | None = None
+) -> None:
     """Save a causal LM (LoRA merged into a copy, so training can go on) and its tokenizer as
-    a folder that transformers and vLLM load directly."""
+    a folder that transformers and vLLM load directly; ``state_dict``: its weights gathered
+    whole, when the model holds only a shard of them."""
     to_save = model
     if hasattr(model, "merge_and_unload"):  # a peft model
         to_save = copy.deepcopy(model).merge_and_unload()
-    to_save.save_pretrained(folder, safe_serialization=True)
+    to_save.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
     tokenizer.save_pretrained(folder)
 
 

@@ -21,6 +21,7 @@ size are known everywhere without communication.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -61,7 +62,17 @@ from .models import (
     completion_logprobs,
     disable_dropout,
 )
-from .rollouts import RolloutBatch
+from .rollouts import ModelInputs, RolloutBatch
+from .sharding import (
+    gather_model_state,
+    gather_optimizer_state,
+    is_sharded,
+    load_model_state,
+    load_optimizer_state,
+    make_accelerator,
+)
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -351,8 +362,11 @@ class PolicyUpdater:
         )
         if cfg.needs_reference and ref_model is None and not self._adapter_reference:
             raise ValueError(f"kl_in={cfg.kl_in!r} needs a ref_model (or a LoRA policy)")
-        self.accelerator = accelerator or Accelerator(mixed_precision="bf16" if cfg.bf16 else "no")
+        self.accelerator = accelerator or make_accelerator("bf16" if cfg.bf16 else "no")
+        self.sharded = is_sharded(self.accelerator)
         peft_config = model_config.peft_config()
+        if self.sharded and (peft_config is not None or _is_peft(policy)):
+            raise ValueError("LoRA under FSDP is not supported: use DDP, or full fine-tuning")
         if peft_config is not None:
             from peft import get_peft_model
 
@@ -378,6 +392,14 @@ class PolicyUpdater:
             groups.append({"params": list(critic.parameters()), "lr": cfg.critic_lr or cfg.lr})
         optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        if self.sharded:
+            parameter = next(self.model.parameters())
+            log.info(
+                "policy update: FSDP2 over %d ranks, parameters %s of local shape %s",
+                self.accelerator.num_processes,
+                type(parameter).__name__,
+                tuple(parameter.to_local().shape),
+            )
         self.kl_controller = (
             AdaptiveKLController(cfg.kl_coef, cfg.adaptive_kl_target, cfg.adaptive_kl_horizon)
             if cfg.adaptive_kl_target is not None
@@ -401,6 +423,54 @@ class PolicyUpdater:
         return self.actor_critic.critic
 
     # ----------------------------------------------------------------------------------------
+    # Whole state, for checkpoints: collective under FSDP (every rank calls; the main process
+    # gets the tensors), the modules' own otherwise
+    # ----------------------------------------------------------------------------------------
+
+    def policy_state(self) -> dict[str, Tensor] | None:
+        """The policy's whole weights when sharded; None: the policy module holds them."""
+        return gather_model_state(self.policy) if self.sharded else None
+
+    def optimizer_state(self) -> dict[str, Any]:
+        if self.sharded:
+            return gather_optimizer_state(self.actor_critic, self.optimizer)
+        return self.optimizer.state_dict()
+
+    def critic_state(self) -> dict[str, Tensor]:
+        if self.critic is None:
+            return {}
+        return gather_model_state(self.critic) if self.sharded else self.critic.state_dict()
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        if self.sharded:
+            load_optimizer_state(self.actor_critic, self.optimizer, state)
+        else:
+            self.optimizer.load_state_dict(state)
+
+    def load_critic_state(self, state: dict[str, Tensor]) -> None:
+        assert self.critic is not None
+        if self.sharded:
+            load_model_state(self.critic, state)
+        else:
+            self.critic.load_state_dict(state)
+
+    @torch.no_grad()
+    def probe_logprobs(self, ids: list[int]) -> list[float]:
+        """The policy's float32 logprobs of each of ``ids`` after the first (the weight-refresh
+        probe), through the wrapped model: under FSDP a forward is collective, every rank
+        calls it."""
+        sequence = torch.tensor([ids], device=self.accelerator.device)
+        inputs = ModelInputs(
+            input_ids=sequence,
+            attention_mask=torch.ones_like(sequence),
+            position_ids=torch.arange(len(ids), device=sequence.device)[None],
+            completion_ids=sequence[:, 1:],
+            temperature=torch.ones(1, device=sequence.device),
+        )
+        logits, _ = self.model(inputs)
+        return completion_logprobs(logits, inputs.completion_ids)[0].tolist()
+
+    # ----------------------------------------------------------------------------------------
     # The update
     # ----------------------------------------------------------------------------------------
 
@@ -416,9 +486,8 @@ class PolicyUpdater:
         steps: list[dict[str, float]] = []
         for rows in minibatches:
             step = self.backward_minibatch(prepared, rows)
-            step[Update.GRAD_NORM] = float(
-                self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-            )
+            norm = self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            step[Update.GRAD_NORM] = float(norm.full_tensor() if self.sharded else norm)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             steps.append(step)
@@ -667,9 +736,14 @@ class PolicyUpdater:
         if old is None and ref is None:
             return None, None, None
         rank, world = self.accelerator.process_index, self.accelerator.num_processes
-        for rows in torch.arange(len(batch), device=device)[rank::world].split(
-            self.config.micro_batch_size
-        ):
+        chunks = list(
+            torch.arange(len(batch), device=device)[rank::world].split(self.config.micro_batch_size)
+        )
+        if self.sharded and old is not None:  # forwards are collective: as many on each rank
+            count = math.ceil(math.ceil(len(batch) / world) / self.config.micro_batch_size)
+            for _ in range(count - len(chunks)):
+                self.model(batch.model_inputs(torch.zeros(1, dtype=torch.long, device=device)))
+        for rows in chunks:
             inputs = batch.model_inputs(rows)
             width = inputs.completion_ids.shape[1]
             if old is not None:

@@ -13,6 +13,7 @@ from. A pickled ``trainer_state.pt``, which earlier versions wrote, is refused, 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,31 +29,47 @@ PICKLED = "trainer_state.pt"
 FORMAT = 1
 
 
-def save_trainer_state(updater: PolicyUpdater, folder: Path, *, policy_version: int) -> None:
-    """Write ``updater``'s state into ``folder`` (a checkpoint being published)."""
-    folder = Path(folder)
-    optimizer = updater.optimizer.state_dict()
+@dataclass
+class TrainerState:
+    """A trainer state gathered whole, ready to write (on the main process)."""
+
+    tensors: dict[str, Tensor]
+    scalars: dict[str, Any]
+
+    def save(self, folder: Path) -> None:
+        folder = Path(folder)
+        with staged(folder / TENSORS) as staging:
+            save_file({n: t.detach().contiguous() for n, t in self.tensors.items()}, staging)
+        write_json(folder / SCALARS, self.scalars)
+
+
+def gather_trainer_state(updater: PolicyUpdater, *, policy_version: int) -> TrainerState:
+    """``updater``'s whole state. Collective under FSDP (every rank calls it; only the main
+    process's result holds the sharded tensors)."""
+    optimizer = updater.optimizer_state()
     tensors: dict[str, Tensor] = {"generator": updater.generator.get_state()}
     scalars: dict[str, dict[str, Any]] = {}
-    for index, values in optimizer["state"].items():
+    for index, values in optimizer.get("state", {}).items():
         for key, value in values.items():
             if isinstance(value, Tensor):
                 tensors[f"optimizer.state.{index}.{key}"] = value
             else:
                 scalars.setdefault(str(index), {})[key] = value
-    if updater.critic is not None:
-        tensors.update({f"critic.{k}": v for k, v in updater.critic.state_dict().items()})
-    with staged(folder / TENSORS) as staging:
-        save_file({name: t.detach().contiguous() for name, t in tensors.items()}, staging)
-    write_json(
-        folder / SCALARS,
+    tensors.update({f"critic.{k}": v for k, v in updater.critic_state().items()})
+    return TrainerState(
+        tensors,
         {
             "format": FORMAT,
             "policy_version": policy_version,
             "kl_coef": updater.kl_controller.value,
-            "optimizer": {"param_groups": optimizer["param_groups"], "state": scalars},
+            "optimizer": {"param_groups": optimizer.get("param_groups"), "state": scalars},
         },
     )
+
+
+def save_trainer_state(updater: PolicyUpdater, folder: Path, *, policy_version: int) -> None:
+    """Write ``updater``'s state into ``folder`` (one process; a checkpoint being published)."""
+    gather_trainer_state(updater, policy_version=policy_version).save(folder)
 
 
 def has_trainer_state(folder: Path) -> bool:
@@ -96,8 +113,8 @@ def load_trainer_state(updater: PolicyUpdater, folder: Path) -> None:
         {k: tuple(v) if isinstance(defaults.get(k), tuple) else v for k, v in group.items()}
         for group in saved["param_groups"]
     ]
-    updater.optimizer.load_state_dict({"state": state, "param_groups": groups})
+    updater.load_optimizer_state({"state": state, "param_groups": groups})
     updater.kl_controller.value = scalars["kl_coef"]
     updater.generator.set_state(tensors["generator"])
     if critic and updater.critic is not None:
-        updater.critic.load_state_dict(critic)
+        updater.load_critic_state(critic)

@@ -58,7 +58,7 @@ from ..inference.sampling import (
     SamplingConfig,
     check_room,
     get_sampler,
-    trainer_probe_logprobs,
+    probe_ids,
 )
 from ..inference.sampling import Sampler as Engine
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
@@ -67,7 +67,7 @@ from ..rl.metric_names import ITERATION, Data, Reward, Sampler, Time, Update, lo
 from ..rl.models import ValueModel
 from ..rl.policy_update import PolicyUpdater, UpdateConfig
 from ..rl.rollouts import collate_rollouts
-from ..rl.trainer_state import has_trainer_state, load_trainer_state, save_trainer_state
+from ..rl.trainer_state import gather_trainer_state, has_trainer_state, load_trainer_state
 from .difficulty_filter import kept_problems
 from .registry import Artifacts, Stage, register, with_weights
 from .scoring import ScoreConfig, score_rollouts, summarize
@@ -340,16 +340,11 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             metrics=metrics,
         )
         parent = str(target)
-        if main:
-            with phases(Time.SAVE):
-                _publish(updater, tokenizer, target, manifest, iteration)
-        accelerator.wait_for_everyone()
+        with phases(Time.SAVE):
+            _publish(updater, tokenizer, target, manifest, iteration)
         with phases(Time.REFRESH):
-            probe_diff = (
-                sampler.refresh(target, trainer_probe_logprobs(updater.policy, vocab_size))
-                if sampler is not None
-                else None
-            )
+            probe = updater.probe_logprobs(probe_ids(vocab_size))  # every rank: collective
+            probe_diff = sampler.refresh(target, probe) if sampler is not None else None
             probe_diffs = gather_object([probe_diff])  # every engine's (one process: as is)
         if not main:
             continue
@@ -500,10 +495,8 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
         data={"rollouts": sha256_file(Path(scored))},
         metrics=metrics,
     )
-    if updater.accelerator.is_main_process:
-        _publish(updater, tokenizer, out_dir, manifest, version)
-        log.info("update %s on %d rollouts: %s", stage, len(kept), out_dir)
-    updater.accelerator.wait_for_everyone()  # no rank returns before the checkpoint exists
+    _publish(updater, tokenizer, out_dir, manifest, version)
+    log.info("update %s on %d rollouts: %s", stage, len(kept), out_dir)
     return out_dir
 
 
@@ -523,13 +516,19 @@ def _publish(
     manifest: CheckpointManifest,
     policy_version: int,
 ) -> None:
-    """A checkpoint of the policy (LoRA merged) and the state to continue from."""
+    """A checkpoint of the policy (LoRA merged) and the state to continue from. Every rank
+    calls it (under FSDP the shards are gathered); the main process writes, and no rank
+    returns before the checkpoint exists."""
+    weights = updater.policy_state()
+    state = gather_trainer_state(updater, policy_version=policy_version)
 
     def write(folder: Path) -> None:
-        write_model(folder, updater.policy, tokenizer)
-        save_trainer_state(updater, folder, policy_version=policy_version)
+        write_model(folder, updater.policy, tokenizer, state_dict=weights)
+        state.save(folder)
 
-    publish(target, write, manifest)
+    if updater.accelerator.is_main_process:
+        publish(target, write, manifest)
+    updater.accelerator.wait_for_everyone()
 
 
 def _record(out_dir: Path, metrics: dict[str, Any]) -> None:
@@ -577,6 +576,7 @@ register(
         makes=("checkpoint", "scored"),
         extendable=("iterations", "epochs"),
         multi_process=True,
+        fsdp=True,
         description="sample, score and update in a loop (GRPO, RLOO, REINFORCE++, PPO)",
     )
 )
@@ -589,6 +589,7 @@ register(
         uses=("checkpoint",),
         makes=("checkpoint",),
         multi_process=True,
+        fsdp=True,
         description="one policy update on scored rollouts",
     )
 )
