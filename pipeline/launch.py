@@ -46,12 +46,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .inference.sampling import close_samplers
 from .output_lines import OutputLines
 from .resources import close_all
-from .stages import STAGES, Artifacts, Stage, get_stage, run_stage
+from .stages import Artifacts, Stage, get_stage, run_stage
 
 log = logging.getLogger("codepost.launch")
-# accelerate's sharded setups (its launcher sets ACCELERATE_USE_<name>): FSDP (version 2) for
-# the stages that take it (``Stage.fsdp``), the others for none yet
-SHARDED = ("FSDP", "DEEPSPEED", "MEGATRON_LM")
+# accelerate's sharded setups (its launcher sets ACCELERATE_USE_<name>) that the stages are not
+# built for; FSDP (version 2) they are
+UNSUPPORTED = ("DEEPSPEED", "MEGATRON_LM")
 TAIL_LINES = 60  # of the output, in the error when a launch fails (the launcher adds ~45)
 LINGER_S = 10.0  # reading a launch's output after it exited, at most
 DRIVER_ENV = "CODEPOST_LAUNCH_DRIVER"  # the pid of the process that launched the ranks
@@ -73,7 +73,8 @@ class LaunchConfig(BaseModel):
         None,
         description="an accelerate config YAML (`accelerate config`), passed as --config_file: "
         "machines, GPUs, DDP settings; default: DDP on this machine (over gloo without CUDA). "
-        "FSDP (fsdp_version: 2) shards the rl and update stages; DeepSpeed is refused",
+        "FSDP (fsdp_version: 2, e.g. configs/accelerate/fsdp2.yaml) shards them; DeepSpeed and "
+        "Megatron-LM are refused",
     )
 
     @field_validator("accelerate_config")
@@ -286,13 +287,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         watch_driver(int(os.environ[DRIVER_ENV]))
 
     stage = get_stage(args.stage)
-    sharded = [name for name in SHARDED if parse_flag_from_env(f"ACCELERATE_USE_{name}")]
-    if sharded and not (sharded == ["FSDP"] and stage.fsdp):
-        takes = ", ".join(name for name, known in STAGES.items() if known.fsdp)
+    unsupported = [name for name in UNSUPPORTED if parse_flag_from_env(f"ACCELERATE_USE_{name}")]
+    if unsupported:
         parser.error(
-            f"{sharded[0]} shards the weights across the ranks; stage {stage.name!r} is not "
-            f"built for sharded training (FSDP: {takes}): use DDP (an accelerate config "
-            "without FSDP or DeepSpeed)"
+            f"{unsupported[0]} is not supported: the stages train with DDP or FSDP2 (an "
+            "accelerate config with distributed_type MULTI_GPU, or FSDP and fsdp_version: 2)"
         )
     # `accelerate launch --cpu` says so in the environment, which only the Accelerator reads: the
     # shared state made here first would otherwise be one process per rank.

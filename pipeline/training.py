@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from accelerate.utils import parse_flag_from_env
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from transformers import Trainer
@@ -20,6 +21,7 @@ from .checkpoints.manifest import (
     read_manifest,
 )
 from .model_config import ModelConfig
+from .sharding import make_accelerator
 
 # Under `accelerate launch` every rank runs the stage: only the first (RANK 0) prints, so each
 # line is in the log once.
@@ -56,7 +58,19 @@ def trainer_arguments(
         "save_strategy": "no",
         "report_to": "none",
         "disable_tqdm": False,
+        **_sharding_arguments(model),
     }
+
+
+def _sharding_arguments(model: ModelConfig) -> dict[str, Any]:
+    """Under a launch that asks for FSDP: accelerate's state set up for it now (on a CPU too,
+    where accelerate alone would run DDP), and the trainer told to use that state."""
+    if not parse_flag_from_env("ACCELERATE_USE_FSDP"):
+        return {}
+    if model.lora_r:
+        raise ValueError("LoRA under FSDP is not supported: use DDP, or full fine-tuning")
+    make_accelerator("no")  # the trainers' mixed precision: bf16 is off (above)
+    return {"accelerator_config": {"use_configured_state": True}}
 
 
 def stage_version(stage: str, config: BaseModel, data: dict[str, str]) -> str:
@@ -99,12 +113,19 @@ def logged_losses(trainer: Trainer) -> list[float]:
 
 
 def publish_trained(out_dir: Path, trainer: Trainer, manifest: CheckpointManifest) -> None:
-    """Publish a trained model for serving, from the main process alone: under ``accelerate
-    launch`` every rank trained the same weights, and none returns before the checkpoint
-    exists. The trainers turn the KV cache off for training, and a checkpoint saved that way
-    generates without it (many times slower)."""
+    """Publish a trained model for serving, from the main process; every rank calls it (under
+    FSDP the shards are gathered) and none returns before the checkpoint exists. The trainers
+    turn the KV cache off for training, and a checkpoint saved that way generates without it
+    (many times slower)."""
+    sharded = trainer.accelerator.is_fsdp2
+    weights = trainer.accelerator.get_state_dict(trainer.model) if sharded else None
+    if sharded:
+        console.print(
+            f"{manifest.stage}: whole weights gathered from the FSDP2 shards of "
+            f"{trainer.accelerator.num_processes} ranks"
+        )
     if trainer.accelerator.is_main_process:
         model: Any = trainer.model  # a PreTrainedModel, or a PEFT model around one
         model.config.use_cache = True
-        publish_model(out_dir, model, trainer.processing_class, manifest)
+        publish_model(out_dir, model, trainer.processing_class, manifest, state_dict=weights)
     trainer.accelerator.wait_for_everyone()

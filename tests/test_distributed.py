@@ -95,7 +95,7 @@ def launch(
 
     outputs = run_stage(get_stage(stage), config, inputs, folder / "out", on_ranks)
     assert f"{stage} on {processes} process(es)" in "\n".join(lines)
-    sharded = [line for line in lines if "policy update: FSDP2 over 2 ranks" in line]
+    sharded = [line for line in lines if "FSDP2" in line]  # what the stages say when sharded
     assert bool(sharded) == (accelerate_config == FSDP2), sharded
     printed = [line for line in lines if line.startswith(f"{stage}: ")]
     assert len(printed) == len(set(printed)), printed  # by the main process alone
@@ -233,8 +233,9 @@ def problem_set(folder: Path, count: int) -> ProblemSet:
     return ProblemSet(source=str(path), split="all")
 
 
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
 def test_sft_on_two_ranks_follows_the_loss_of_one_at_the_same_global_batch(
-    tmp_path: Path,
+    tmp_path: Path, sharding: str
 ) -> None:
     model = save_tiny_model(tmp_path / "model")
     settings = {"max_steps": 6, "learning_rate": 5e-3, "logging_steps": 1}
@@ -248,24 +249,31 @@ def test_sft_on_two_ranks_follows_the_loss_of_one_at_the_same_global_batch(
         )
 
     outputs, out_root = launch(1, "sft", config(4), Artifacts(), tmp_path / "one")
-    one = read_manifest(Path(str(outputs.checkpoint))).metrics
-    outputs, out_root = launch(2, "sft", config(2), Artifacts(), tmp_path / "two")
+    single = Path(str(outputs.checkpoint))
+    one = read_manifest(single).metrics
+    fsdp = FSDP2 if sharding == "fsdp" else None
+    outputs, out_root = launch(2, "sft", config(2), Artifacts(), tmp_path / "two", fsdp)
     checkpoint = Path(str(outputs.checkpoint))
     two = read_manifest(checkpoint).metrics
     assert verify(checkpoint) == [] and (out_root / f"{checkpoint.name}.json").is_file()
-    print(f"\nsft losses, 1 rank x 4: {one['losses']}\nsft losses, 2 ranks x 2: {two['losses']}")
+    print(f"\nsft losses, 1 rank x 4: {one['losses']}\n{sharding}, 2 ranks x 2: {two['losses']}")
     assert len(one["losses"]) == len(two["losses"]) == 6
     assert one["losses"][-1] < one["losses"][0]  # it learns: the comparison is not vacuous
     assert two["losses"] == pytest.approx(one["losses"], rel=1e-4)
+    weights_one, weights_two = (load_file(c / "model.safetensors") for c in (single, checkpoint))
+    assert weights_one.keys() == weights_two.keys()
+    for name, tensor in weights_one.items():  # published whole (FSDP: gathered)
+        torch.testing.assert_close(weights_two[name], tensor, rtol=0, atol=5e-5)
 
 
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
 def test_dpo_on_two_ranks_follows_the_loss_of_one_at_the_same_global_batch(
-    tmp_path: Path,
+    tmp_path: Path, sharding: str
 ) -> None:
     model = save_tiny_model(tmp_path / "model")
     settings = {"max_steps": 6, "learning_rate": 5e-3, "logging_steps": 1, "max_length": 256}
 
-    def run(processes: int, per_device: int) -> tuple[Path, Path]:
+    def run(processes: int, per_device: int, setup: str | None = None) -> tuple[Path, Path]:
         """DPO on 12 mined pairs (4 held out), into a folder of its own with pairs of its own:
         TRL caches the reference log-probs beside the pairs' files, and a run sharing them
         would reuse the other's instead of computing them on its ranks."""
@@ -276,18 +284,19 @@ def test_dpo_on_two_ranks_follows_the_loss_of_one_at_the_same_global_batch(
             training=TrainingSettings(**settings, per_device_train_batch_size=per_device),
         )
         inputs = Artifacts(pairs=str(mined_pairs(folder)))
-        outputs, out_root = launch(processes, "dpo", config, inputs, folder / "launch")
+        outputs, out_root = launch(processes, "dpo", config, inputs, folder / "launch", setup)
         return Path(str(outputs.checkpoint)), out_root
 
-    one = read_manifest(run(1, 2)[0]).metrics
-    checkpoint, out_root = run(2, 1)
+    single = run(1, 2)[0]
+    one = read_manifest(single).metrics
+    checkpoint, out_root = run(2, 1, FSDP2 if sharding == "fsdp" else None)
     two = read_manifest(checkpoint).metrics
     assert verify(checkpoint) == [] and (out_root / f"{checkpoint.name}.json").is_file()
     assert sorted(p.name for p in out_root.iterdir()) == [
         checkpoint.name,
         f"{checkpoint.name}.json",
     ]
-    print(f"\ndpo losses, 1 rank x 2: {one['losses']}\ndpo losses, 2 ranks x 1: {two['losses']}")
+    print(f"\ndpo losses, 1 rank x 2: {one['losses']}\n{sharding}, 2 ranks x 1: {two['losses']}")
     held_out_one, held_out_two = (m["held_out_after"]["loss"] for m in (one, two))
     print(f"dpo held-out loss after, 1 rank: {held_out_one}; 2 ranks: {held_out_two}")
     assert len(one["losses"]) == len(two["losses"]) == 6
@@ -296,6 +305,9 @@ def test_dpo_on_two_ranks_follows_the_loss_of_one_at_the_same_global_batch(
     # the held-out pairs scored before training (policy = reference) and by the published model
     assert two["held_out_before"] == pytest.approx(one["held_out_before"], abs=1e-6)
     assert held_out_two == pytest.approx(held_out_one, rel=1e-4)
+    weights_one, weights_two = (load_file(c / "model.safetensors") for c in (single, checkpoint))
+    for name, tensor in weights_one.items():  # published whole (FSDP: gathered)
+        torch.testing.assert_close(weights_two[name], tensor, rtol=0, atol=5e-5)
 
 
 def rl_config(model: ModelConfig, **changes: Any) -> RLConfig:

@@ -15,7 +15,7 @@ from codepost.pipeline.data.problem_sets import ProblemSet, fingerprint, load_pr
 from codepost.pipeline.data.prompts import build_prompt, reference_answer
 from codepost.pipeline.model_config import ModelConfig, load_tokenizer
 from codepost.pipeline.stages.sft import SFTStageConfig, run_sft, sft_dataset, sft_trainer
-from codepost.pipeline.training import TrainingSettings
+from codepost.pipeline.training import TrainingSettings, trainer_arguments
 from codepost.verifiers.problems import MBPP
 
 
@@ -96,3 +96,9 @@ def test_sft_on_smollm2(tmp_path: Path) -> None:
     assert read_manifest(checkpoint).metrics["steps"] == 2
     model = AutoModelForCausalLM.from_pretrained(checkpoint)
     assert model.config.model_type == "llama"
+
+
+def test_lora_under_fsdp_is_refused_before_anything_is_set_up(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # as `accelerate launch` sets it
+    with pytest.raises(ValueError, match="LoRA under FSDP is not supported"):
+        trainer_arguments(TrainingSettings(), ModelConfig(lora_r=8), tmp_path)

@@ -108,10 +108,16 @@ def write_model(
 
 
 def publish_model(
-    target: Path, model: Any, tokenizer: Any, manifest: CheckpointManifest
+    target: Path,
+    model: Any,
+    tokenizer: Any,
+    manifest: CheckpointManifest,
+    state_dict: dict[str, Any] | None = None,
 ) -> CheckpointManifest:
     """Publish a model checkpoint (:func:`write_model`) with its manifest."""
-    return publish(target, lambda folder: write_model(folder, model, tokenizer), manifest)
+    return publish(
+        target, lambda folder: write_model(folder, model, tokenizer, state_dict), manifest
+    )
 
 
 def is_published(path: Path) -> bool:

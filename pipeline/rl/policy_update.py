@@ -33,6 +33,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from torch import Tensor, nn
 
 from ..model_config import ModelConfig
+from ..sharding import (
+    gather_model_state,
+    gather_optimizer_state,
+    is_sharded,
+    load_model_state,
+    load_optimizer_state,
+    make_accelerator,
+)
 from .algorithms import (
     AdaptiveKLController,
     AdvantageEstimator,
@@ -63,14 +71,6 @@ from .models import (
     disable_dropout,
 )
 from .rollouts import ModelInputs, RolloutBatch
-from .sharding import (
-    gather_model_state,
-    gather_optimizer_state,
-    is_sharded,
-    load_model_state,
-    load_optimizer_state,
-    make_accelerator,
-)
 
 log = logging.getLogger(__name__)
 

@@ -67,8 +67,6 @@ class Stage:
     # run() is rank-aware: under ``accelerate launch`` every rank computes and only the main
     # process writes (see ``pipeline.launch``); other stages run in one process only.
     multi_process: bool = False
-    # run() also trains sharded (FSDP2): it gathers whole weights and state to publish them
-    fsdp: bool = False
     extendable: tuple[str, ...] = ()
     description: str = ""
     # Raises ValueError when ``config`` cannot take inputs made by these stages (kind -> the

@@ -576,7 +576,6 @@ register(
         makes=("checkpoint", "scored"),
         extendable=("iterations", "epochs"),
         multi_process=True,
-        fsdp=True,
         description="sample, score and update in a loop (GRPO, RLOO, REINFORCE++, PPO)",
     )
 )
@@ -589,7 +588,6 @@ register(
         uses=("checkpoint",),
         makes=("checkpoint",),
         multi_process=True,
-        fsdp=True,
         description="one policy update on scored rollouts",
     )
 )

@@ -1,5 +1,5 @@
-"""The policy update under FSDP2 (accelerate's ``fully_shard``): whole weights and optimizer
-state gathered for the checkpoint, and loaded back into the shards on resume.
+"""Training under FSDP2 (accelerate's ``fully_shard``): whole weights and optimizer state
+gathered for the checkpoint, and loaded back into the shards on resume.
 
 A checkpoint holds whole tensors whatever trained it, in the layout one process writes
 (``Optimizer.state_dict()``'s parameter indices), so a run saved on N sharded ranks resumes on
