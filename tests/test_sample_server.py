@@ -88,6 +88,8 @@ def test_rl_samples_on_a_served_engine_refreshed_after_every_update(served, tiny
     run_rl(config, out)
     rows = [json.loads(line) for line in (out / METRICS_FILE).read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2]
+    for key in ("sampler/refresh_probe_diff", "sampler/logprob_diff/mean"):
+        print(f"\nserved engine, {key}: {[r[key] for r in rows]}")
     assert all(r["sampler/refresh_probe_diff"] < 1e-4 for r in rows)  # the server took them
     assert all(r["sampler/logprob_diff/mean"] < 1e-3 for r in rows)
     assert httpx.get(f"{served.url}/engine").json()["weights"] == str(iteration_dir(out, 2))
