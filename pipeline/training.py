@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
 from accelerate.utils import parse_flag_from_env
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
@@ -58,6 +59,7 @@ def trainer_arguments(
         "save_strategy": "no",
         "report_to": "none",
         "disable_tqdm": False,
+        "dataloader_pin_memory": torch.cuda.is_available(),  # pinning helps copies to a GPU only
         **_sharding_arguments(model),
     }
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from codepost.pipeline.config_walk import settings_of
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
 from codepost.pipeline.post_train import (
     PostTrainConfig,
@@ -22,23 +23,6 @@ from codepost.pipeline.stages.rl import RLConfig
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _problem_sets(config: PostTrainConfig) -> list[ProblemSet]:
-    found = []
-
-    def walk(value: object) -> None:
-        if isinstance(value, ProblemSet):
-            found.append(value)
-        elif hasattr(value, "model_fields"):
-            for name in type(value).model_fields:
-                walk(getattr(value, name))
-        elif isinstance(value, dict):
-            for item in value.values():
-                walk(item)
-
-    walk(config)
-    return found
-
-
 @pytest.mark.parametrize(
     "config",
     [
@@ -51,7 +35,8 @@ def _problem_sets(config: PostTrainConfig) -> list[ProblemSet]:
     ids=["embedded-default", "learning-mbpp", "gpu-1xh100"],
 )
 def test_every_default_problem_set_loads_from_the_package(config):
-    sets = _problem_sets(config)
+    sets = settings_of(config, ProblemSet)
+    assert sets
     assert {s.source for s in sets} <= {"humaneval", "mbpp"}
     for problem_set in sets:
         assert load_problem_set(problem_set)
