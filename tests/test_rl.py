@@ -96,6 +96,28 @@ def test_iterations_publish_checkpoints_and_a_rerun_resumes_after_the_last_one(
         assert torch.allclose(tensor, weights[1][name], atol=1e-6), name
 
 
+@pytest.mark.docker
+def test_save_total_limit_keeps_the_newest_iterations_and_a_rerun_resumes(tiny_model, tmp_path):
+    config = small_rl_config(tiny_model, EngineConfig(backend="hf")).model_copy(
+        update={"save_total_limit": 1}
+    )
+    out = tmp_path / "run"
+
+    def kept() -> list[str]:
+        return sorted(path.name for path in (out / "checkpoints").iterdir())
+
+    assert run_rl(config, out) == iteration_dir(out, 2)
+    assert kept() == ["iteration-0002"]
+    # A crash in the middle of deleting iteration 1 left it unpublished (its manifest goes first).
+    (iteration_dir(out, 1) / "model.safetensors").parent.mkdir()
+    (iteration_dir(out, 1) / "model.safetensors").write_bytes(b"partial")
+    run_rl(config.model_copy(update={"iterations": 3}), out)
+    assert kept() == ["iteration-0003"]
+    assert checkpoints.read_manifest(iteration_dir(out, 3)).parent == str(iteration_dir(out, 2))
+    assert checkpoints.verify(iteration_dir(out, 3)) == []
+    assert [row["iteration"] for row in metrics(out)] == [1, 2, 3]
+
+
 @pytest.mark.slow
 @pytest.mark.docker
 def test_grpo_on_smollm2_with_vllm_refreshes_the_engine_after_each_update(tmp_path):

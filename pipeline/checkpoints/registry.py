@@ -84,7 +84,12 @@ def prune(root: Path, keep_last: int, *, dry_run: bool = False) -> list[Entry]:
     doomed = [e for e in entries if e not in kept and not e.tags]
     if not dry_run:
         for entry in doomed:
-            # Unpublish first (the manifest goes), so a crash mid-delete leaves no "checkpoint".
-            (entry.path / MANIFEST).unlink()
-            shutil.rmtree(entry.path)
+            delete(entry.path)
     return doomed
+
+
+def delete(folder: Path) -> None:
+    """Delete a checkpoint folder, published or not. The manifest goes first, so a crash
+    mid-delete leaves an unpublished folder, never a "checkpoint" with files missing."""
+    (Path(folder) / MANIFEST).unlink(missing_ok=True)
+    shutil.rmtree(folder)

@@ -50,6 +50,7 @@ from ..checkpoints.manifest import (
     sha256_file,
     write_model,
 )
+from ..checkpoints.registry import delete
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import Prompt, PromptStyle, build_prompt
 from ..data.rows import SCORED_COLUMNS, TO_TRAIN, read_rows, read_table, write_rows, write_table
@@ -134,6 +135,13 @@ class RLConfig(BaseModel):
     # penalty stays off: the test reward already favours finishing, and on weak models a length
     # term teaches short answers, not correct ones.
     update: UpdateConfig = Field(default_factory=lambda: UpdateConfig(lr=1e-6, mask_truncated=True))
+    save_total_limit: int | None = Field(
+        None,
+        ge=1,
+        description="iteration checkpoints kept: the newest N, older ones deleted as new ones "
+        "are published (each holds the weights and a trainer state; AdamW's is twice the "
+        "weights in float32); a resume needs the newest only; null keeps them all",
+    )
     seed: int = 0
 
     @model_validator(mode="after")
@@ -188,6 +196,14 @@ def last_published_iteration(out_dir: Path) -> int:
         if is_published(path)
     ]
     return max(done, default=0)
+
+
+def _delete_iterations_up_to(out_dir: Path, last: int) -> None:
+    """Delete the checkpoints of iterations 1 to ``last``, published or half deleted by a
+    crash; every engine has been refreshed past them."""
+    for path in (out_dir / "checkpoints").glob("iteration-*"):
+        if int(path.name.removeprefix("iteration-")) <= last:
+            delete(path)
 
 
 def _prompt_schedule(task_ids: list[str], per_iteration: int, seed: int) -> Iterator[list[str]]:
@@ -348,6 +364,8 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             probe_diffs = gather_object([probe_diff])  # every engine's (one process: as is)
         if not main:
             continue
+        if config.save_total_limit:
+            _delete_iterations_up_to(out_dir, iteration - config.save_total_limit)
         metrics[Sampler.REFRESH_PROBE_DIFF] = max(d for d in probe_diffs if d is not None)
         metrics.update(phases.seconds)
         _record(out_dir, metrics)
