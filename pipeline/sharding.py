@@ -33,6 +33,8 @@ from torch.distributed.checkpoint.state_dict import (
 
 GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
 LOAD = StateDictOptions(full_state_dict=True)
+# A checkpoint merges a LoRA adapter into a copy of the model, which sharded weights are not.
+LORA_REFUSED = "LoRA under FSDP is not supported: use DDP, or full fine-tuning"
 
 
 def make_accelerator(mixed_precision: str) -> Accelerator:
@@ -52,10 +54,6 @@ def make_accelerator(mixed_precision: str) -> Accelerator:
             f"accelerate config (FSDP_VERSION={os.environ.get('FSDP_VERSION')!r})"
         )
     return accelerator
-
-
-def is_sharded(accelerator: Accelerator) -> bool:
-    return accelerator.is_fsdp2
 
 
 def gather_model_state(module: nn.Module) -> dict[str, torch.Tensor]:

@@ -22,7 +22,7 @@ from .checkpoints.manifest import (
     read_manifest,
 )
 from .model_config import ModelConfig
-from .sharding import make_accelerator
+from .sharding import LORA_REFUSED, make_accelerator
 
 # Under `accelerate launch` every rank runs the stage: only the first (RANK 0) prints, so each
 # line is in the log once.
@@ -70,7 +70,7 @@ def _sharding_arguments(model: ModelConfig) -> dict[str, Any]:
     if not parse_flag_from_env("ACCELERATE_USE_FSDP"):
         return {}
     if model.lora_r:
-        raise ValueError("LoRA under FSDP is not supported: use DDP, or full fine-tuning")
+        raise ValueError(LORA_REFUSED)
     make_accelerator("no")  # the trainers' mixed precision: bf16 is off (above)
     return {"accelerator_config": {"use_configured_state": True}}
 

@@ -24,8 +24,8 @@ from codepost.pipeline.rl.trainer_state import (
     PICKLED,
     SCALARS,
     TENSORS,
+    gather_trainer_state,
     load_trainer_state,
-    save_trainer_state,
 )
 from codepost.pipeline.stages.rl import (
     RLConfig,
@@ -55,7 +55,7 @@ def test_saved_state_continues_training_exactly(algorithm, tmp_path):
     config = CONFIGS[algorithm]
     trained, batch = tiny_case(config)
     trained.update(batch)
-    save_trainer_state(trained, tmp_path, policy_version=1)
+    gather_trainer_state(trained, policy_version=1).save(tmp_path)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.*")) == [SCALARS, TENSORS]
 
     resumed, _ = tiny_case(config)

@@ -70,6 +70,15 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+BEARER_REFUSED = "missing or wrong bearer token (Authorization: Bearer ...)"
+
+
+def bearer_token_matches(authorization: str, token: str) -> bool:
+    """Whether an ``Authorization`` header carries ``token`` (compared in constant time)."""
+    scheme, _, given = authorization.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token.encode())
+
+
 class ServerConfig(BaseModel):
     """What the server listens on, how many containers it runs, and what it accepts."""
 
@@ -205,14 +214,15 @@ class Gate:
     def refusal(self, scope: Scope) -> JSONResponse | None:
         headers = dict(scope["headers"])
         token = self.config.token
-        if token is not None and scope["path"] != "/health":
-            scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given, token):
-                return JSONResponse(
-                    {"detail": "missing or wrong bearer token (Authorization: Bearer ...)"},
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
+        authorization = headers.get(b"authorization", b"").decode("latin-1")
+        if (
+            token is not None
+            and scope["path"] != "/health"
+            and not bearer_token_matches(authorization, token)
+        ):
+            return JSONResponse(
+                {"detail": BEARER_REFUSED}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
+            )
         length = headers.get(b"content-length", b"0")
         if length.isdigit() and int(length) > self.config.max_body_bytes:
             return JSONResponse(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hmac
 import math
 import os
 import signal
@@ -27,6 +26,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ...verifiers.server import BEARER_REFUSED, bearer_token_matches
 from ..data.prompts import Prompt
 from ..model_config import ModelConfig
 from .sampling import EngineConfig, SamplingConfig, WeightSyncError
@@ -68,9 +68,8 @@ def create_app(config: SampleServerConfig, sampler: Any) -> FastAPI:
     def authorized(request: Request) -> None:
         if config.token is None:
             return
-        sent = request.headers.get("authorization", "")
-        if not hmac.compare_digest(sent.encode(), f"Bearer {config.token}".encode()):
-            raise HTTPException(401, "missing or wrong bearer token (Authorization: Bearer ...)")
+        if not bearer_token_matches(request.headers.get("authorization", ""), config.token):
+            raise HTTPException(401, BEARER_REFUSED, headers={"WWW-Authenticate": "Bearer"})
 
     app = FastAPI(title="codepost sample-server")
 

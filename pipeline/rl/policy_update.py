@@ -34,9 +34,9 @@ from torch import Tensor, nn
 
 from ..model_config import ModelConfig
 from ..sharding import (
+    LORA_REFUSED,
     gather_model_state,
     gather_optimizer_state,
-    is_sharded,
     load_model_state,
     load_optimizer_state,
     make_accelerator,
@@ -363,10 +363,10 @@ class PolicyUpdater:
         if cfg.needs_reference and ref_model is None and not self._adapter_reference:
             raise ValueError(f"kl_in={cfg.kl_in!r} needs a ref_model (or a LoRA policy)")
         self.accelerator = accelerator or make_accelerator("bf16" if cfg.bf16 else "no")
-        self.sharded = is_sharded(self.accelerator)
+        self.sharded = self.accelerator.is_fsdp2
         peft_config = model_config.peft_config()
         if self.sharded and (peft_config is not None or _is_peft(policy)):
-            raise ValueError("LoRA under FSDP is not supported: use DDP, or full fine-tuning")
+            raise ValueError(LORA_REFUSED)
         if peft_config is not None:
             from peft import get_peft_model
 

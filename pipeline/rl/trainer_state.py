@@ -67,11 +67,6 @@ def gather_trainer_state(updater: PolicyUpdater, *, policy_version: int) -> Trai
     )
 
 
-def save_trainer_state(updater: PolicyUpdater, folder: Path, *, policy_version: int) -> None:
-    """Write ``updater``'s state into ``folder`` (one process; a checkpoint being published)."""
-    gather_trainer_state(updater, policy_version=policy_version).save(folder)
-
-
 def has_trainer_state(folder: Path) -> bool:
     """Whether ``folder`` holds a trainer state to continue from. Raises when it holds only a
     pickled one: unpickling a file from a run folder can run any code."""
@@ -88,7 +83,7 @@ def has_trainer_state(folder: Path) -> bool:
 
 
 def load_trainer_state(updater: PolicyUpdater, folder: Path) -> None:
-    """Continue ``updater`` from the state saved in ``folder`` by :func:`save_trainer_state`."""
+    """Continue ``updater`` from the state saved in ``folder`` (:meth:`TrainerState.save`)."""
     folder = Path(folder)
     if not has_trainer_state(folder):
         raise FileNotFoundError(f"{folder}: no trainer state ({TENSORS}) to resume from")
