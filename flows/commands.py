@@ -74,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
     from rich.console import Console
 
+    from .ephemeral import allow_a_slow_first_start
+
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    allow_a_slow_first_start()
     _route_logs()
     from ..pipeline.run_lock import RunFolderLocked, run_folder_lock
 
@@ -110,10 +113,14 @@ def run(args: argparse.Namespace) -> int:
     except RunFolderLocked as exc:
         err.print(f"[red]codepost run[/red]: {exc}")
         return EXIT_BAD_INPUT
-    from .ephemeral import start_ephemeral_server
+    from .ephemeral import EphemeralServerError, start_ephemeral_server
     from .post_train import post_train
 
-    start_ephemeral_server()  # stopped with this process, even a SIGKILLed one
+    try:
+        start_ephemeral_server()  # stopped with this process, even a SIGKILLed one
+    except EphemeralServerError as exc:
+        err.print(f"[red]codepost run[/red]: {exc}")
+        return EXIT_BAD_INPUT
     state = post_train(config, return_state=True)
     if not state.is_completed():  # Prefect has logged the traceback
         err.print(
