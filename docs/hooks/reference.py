@@ -10,7 +10,6 @@ registries and the pydantic models as imported, never from copied lists.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import enum
 import inspect
 import json
@@ -125,13 +124,13 @@ def type_name(annotation: Any, linked: bool = True) -> str:
     return code(getattr(annotation, "__name__", annotation))
 
 
-BOUNDS = {
-    annotated_types.Gt: ">",
-    annotated_types.Ge: "≥",
-    annotated_types.Lt: "<",
-    annotated_types.Le: "≤",
-    annotated_types.MinLen: "length ≥",
-    annotated_types.MaxLen: "length ≤",
+BOUNDS = {  # annotated_types' constraint -> how it reads, the attribute holding its number
+    annotated_types.Gt: (">", "gt"),
+    annotated_types.Ge: ("≥", "ge"),
+    annotated_types.Lt: ("<", "lt"),
+    annotated_types.Le: ("≤", "le"),
+    annotated_types.MinLen: ("length ≥", "min_length"),
+    annotated_types.MaxLen: ("length ≤", "max_length"),
 }
 
 
@@ -139,9 +138,9 @@ def bounds(field: FieldInfo) -> str:
     """The field's constraints (``≥ 1, ≤ 100``, a pattern)."""
     found = []
     for rule in field.metadata:
-        for kind, sign in BOUNDS.items():
+        for kind, (sign, attribute) in BOUNDS.items():
             if isinstance(rule, kind):
-                found.append(f"{sign} {getattr(rule, dataclasses.fields(rule)[0].name)}")
+                found.append(f"{sign} {getattr(rule, attribute)}")
         if getattr(rule, "pattern", None):
             found.append(f"matches {code(rule.pattern)}")
     return ", ".join(found)
