@@ -1,9 +1,11 @@
 """The documentation site builds with ``--strict`` (a page missing from the nav, a broken link,
 anchor or image fails), its reference pages hold what the registries and config models hold,
-and every run config the documentation shows is one the pipeline accepts."""
+and what the README and the site show exists: every run config is one the pipeline accepts,
+every repository path, ``codepost.`` name and ``from codepost`` import resolves."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -69,3 +71,35 @@ def test_the_configs_the_documentation_shows_are_accepted(
 ) -> None:
     monkeypatch.chdir(ROOT)  # the paths they name are relative to a clone
     PostTrainConfig.model_validate(yaml.safe_load(block))
+
+
+REPO_PATH = re.compile(
+    r"`((?:pipeline|verifiers|sandbox|flows|tests|benchmarks|configs|scripts|docs)/[\w./-]*)`"
+)
+DOTTED = re.compile(r"`(codepost(?:\.\w+)+)")
+IMPORT = re.compile(r"^(?:from codepost[\w.]* import [\w, ]+|import codepost[\w.]*)$", re.M)
+
+
+def _resolve(dotted: str) -> object:
+    """The module or attribute ``dotted`` names: its longest importable prefix, then attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            found = getattr(found, name)
+        return found
+    raise ModuleNotFoundError(dotted)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_the_paths_names_and_imports_the_documentation_shows_exist(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    missing = [path for path in REPO_PATH.findall(text) if not (ROOT / path).exists()]
+    assert not missing, f"{page.name} names files that are not there: {missing}"
+    for dotted in DOTTED.findall(text):
+        _resolve(dotted)
+    for statement in IMPORT.findall(text):
+        exec(statement, {})
