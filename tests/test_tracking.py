@@ -70,16 +70,16 @@ def test_a_run_and_a_stage_in_another_process_reach_the_tracker(tracker, tmp_pat
     offline(monkeypatch, tmp_path)
     run_dir = tmp_path / "run"
     config = {"seed": 3, "stages": [{"stage": "rl", "config": {"iterations": 2}}]}
-    run = RunTracking([tracker], run_dir, config)
-    run.log_evaluation("base", "tiny", _evaluation(tmp_path / "e0", 0.25))
-    with tracking.stage("rl"):  # as the stage worker gets it: the caller's environment
-        subprocess.run([sys.executable, "-c", STAGE_SIDE], check=True, env=dict(os.environ))
-    run.log_evaluation("rl", "tiny", _evaluation(tmp_path / "e1", 0.5))
-    report, plot = run_dir / "report.md", run_dir / "pass_at_1.png"
-    run_dir.mkdir(exist_ok=True)
-    report.write_text("# report\n")
-    _png(plot)
-    run.close([report, plot])
+    with RunTracking([tracker], run_dir, config) as run:
+        run.log_evaluation("base", "tiny", _evaluation(tmp_path / "e0", 0.25))
+        with tracking.stage("rl"):  # as the stage worker gets it: the caller's environment
+            subprocess.run([sys.executable, "-c", STAGE_SIDE], check=True, env=dict(os.environ))
+        run.log_evaluation("rl", "tiny", _evaluation(tmp_path / "e1", 0.5))
+        report, plot = run_dir / "report.md", run_dir / "pass_at_1.png"
+        run_dir.mkdir(exist_ok=True)
+        report.write_text("# report\n")
+        _png(plot)
+        run.log_artifacts([report, plot])
     assert tracking.ENV not in os.environ  # the environment is as it was
 
     logged = read(tracker, run_dir)

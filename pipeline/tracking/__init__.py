@@ -68,7 +68,7 @@ def evaluation_metrics(benchmark: str, results: Mapping[str, Any]) -> dict[str, 
     return numbers(metrics)
 
 
-def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+def flat_params(config: Mapping[str, Any] | list[Any], prefix: str = "") -> dict[str, str]:
     """A config as ``{"stages.1.config.update.lr": "2e-06", ...}``: what trackers take as
     parameters."""
     flat: dict[str, str] = {}
@@ -83,7 +83,8 @@ def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 class RunTracking:
     """The run side: each tracker's run for one pipeline run (none when ``report_to`` is
-    empty). Close it with :meth:`close`; it restores the environment it set."""
+    empty), started as the block ``with RunTracking(...)`` starts and finished, failed if the
+    block raised, as it ends; the environment it set is restored then."""
 
     def __init__(self, report_to: list[str], run_dir: Path, config: Mapping[str, Any]) -> None:
         folder, name = Path(run_dir) / "tracking", Path(run_dir).resolve().name
@@ -110,14 +111,20 @@ class RunTracking:
         for run in self.runs.values():
             run.log(metrics, step=self._models.index(model))
 
-    def close(self, artifacts: list[Path] = []) -> None:  # noqa: B006 (read only)
-        """Log ``artifacts`` (the report, plots) and finish every run, the stages' that this
-        process opened first."""
-        close_stage_runs()
+    def log_artifacts(self, paths: list[Path]) -> None:
+        """The run's files (the report, plots)."""
         for run in self.runs.values():
-            if artifacts:
-                run.log_artifacts([path for path in artifacts if path.is_file()])
-            run.finish()
+            run.log_artifacts(sorted(path for path in paths if path.is_file()))
+
+    def __enter__(self) -> RunTracking:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *details: object) -> None:
+        """Finish every run (failed when the block raised), the stages' this process opened
+        first."""
+        close_stage_runs(failed=kind is not None)
+        for run in self.runs.values():
+            run.finish(failed=kind is not None)
         self.runs = {}
         if self._saved_env is None:
             os.environ.pop(ENV, None)
@@ -160,14 +167,14 @@ def _stage_trackers() -> dict[str, Tracker]:
     return _stage_runs
 
 
-def close_stage_runs() -> None:
+def close_stage_runs(failed: bool = False) -> None:
     """Finish the stage runs this process opened (the stage worker does when it ends)."""
     global _stage_open
     runs = list(_stage_runs.values())
     _stage_runs.clear()
     _stage_open = None
     for run in runs:
-        run.finish()
+        run.finish(failed)
 
 
 def log_stage_metrics(metrics: Mapping[str, Any], step: int) -> None:

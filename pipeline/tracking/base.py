@@ -43,7 +43,8 @@ class Tracker(ABC):
         return {}
 
     @abstractmethod
-    def finish(self) -> None: ...
+    def finish(self, failed: bool = False) -> None:
+        """End the run, marked failed where the tracker has such a mark."""
 
 
 TRACKERS: dict[str, type[Tracker]] = {}

@@ -82,11 +82,12 @@ class MLflow(Tracker):
         for path in paths:
             self.client.log_artifact(self.run_id, str(path))
 
-    def finish(self) -> None:
+    def finish(self, failed: bool = False) -> None:
+        status = "FAILED" if failed else "FINISHED"
         if self.fluent:
             import mlflow
 
             mlflow.flush_async_logging()  # TRL's callback logs asynchronously
-            mlflow.end_run()
+            mlflow.end_run(status)
         else:
-            self.client.set_terminated(self.run_id)
+            self.client.set_terminated(self.run_id, status)

@@ -51,5 +51,5 @@ class TensorBoard(Tracker):
             else:
                 self.writer.add_text(path.name, path.read_text())
 
-    def finish(self) -> None:
+    def finish(self, failed: bool = False) -> None:
         self.writer.close()

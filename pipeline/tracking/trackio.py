@@ -26,8 +26,8 @@ def _init(**settings: Any) -> Any:
 class Trackio(Tracker):
     name = "trackio"
 
-    def __init__(self, project: str, name: str, group: str, run: Any = None) -> None:
-        self.project, self.name, self.group, self.run = project, name, group, run
+    def __init__(self, project: str, run_name: str, group: str, run: Any = None) -> None:
+        self.project, self.run_name, self.group, self.run = project, run_name, group, run
 
     @classmethod
     def start_run(
@@ -46,7 +46,9 @@ class Trackio(Tracker):
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         if self.run is None:
-            self.run = _init(project=self.project, name=self.name, group=self.group, resume="allow")
+            self.run = _init(
+                project=self.project, name=self.run_name, group=self.group, resume="allow"
+            )
         self.run.log(dict(metrics), step=step)
 
     def log_artifacts(self, paths: list[Path]) -> None:
@@ -54,9 +56,9 @@ class Trackio(Tracker):
             self.run.log_artifact(path, name=path.name.replace(".", "-"), type="report")
 
     def trainer_arguments(self) -> dict[str, Any]:
-        return {"project": self.project, "run_name": self.name}
+        return {"project": self.project, "run_name": self.run_name}
 
-    def finish(self) -> None:
+    def finish(self, failed: bool = False) -> None:
         if self.run is not None:
             with contextlib.redirect_stdout(io.StringIO()):
                 self.run.finish()

@@ -61,5 +61,5 @@ class WandB(Tracker):
         for path in paths:
             self.run.save(str(path), base_path=str(path.parent), policy="now")
 
-    def finish(self) -> None:
-        self.run.finish()
+    def finish(self, failed: bool = False) -> None:
+        self.run.finish(exit_code=1 if failed else 0)
