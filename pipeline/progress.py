@@ -136,8 +136,18 @@ class Bars:
 
     @contextlib.contextmanager
     def live(self) -> Iterator[None]:
-        with self.progress:
-            yield
+        from rich.default_styles import DEFAULT_STYLES
+        from rich.theme import Theme
+
+        # The bars' styles, on a console whose theme has none of rich's own (Prefect's)
+        console = self.progress.console
+        console.push_theme(Theme({k: v for k, v in DEFAULT_STYLES.items()
+                                  if k.startswith(("bar.", "progress."))}))  # fmt: skip
+        try:
+            with self.progress:
+                yield
+        finally:
+            console.pop_theme()
 
     def handle(self, event: Event) -> None:
         kind, task = event[0], event[1]
