@@ -64,13 +64,10 @@ def terminal(run_dir: Path, verbosity: Verbosity) -> Iterator[None]:
     for handler in consoles:
         handler.addFilter(shown)
     root.addHandler(to_file)
-    display: progress.Display = progress.Lines()
-    live: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-    if bars:  # on the console Prefect logs to: its lines print above the bars
-        drawn = progress.Bars(next(h for h in consoles if h.console.is_terminal).console)
-        display, live = progress.Both(drawn, display), drawn.live()
+    # on the console Prefect logs to: its lines print above the bars
+    tty = next((h.console for h in consoles if h.console.is_terminal), None)
     try:
-        with progress.displayed_by(display), live:
+        with progress.shown_on(tty if bars else None, lines=True):
             yield
     finally:
         root.removeHandler(to_file)

@@ -211,6 +211,21 @@ def displayed_by(display: Display) -> Iterator[None]:
         set_display(previous)
 
 
+@contextlib.contextmanager
+def shown_on(console: Any | None, lines: bool = False) -> Iterator[None]:
+    """Inside the block, tasks show as live bars on ``console`` when it is a terminal, and as
+    lines when ``lines`` or when there are no bars."""
+    bars = Bars(console) if console is not None and console.is_terminal else None
+    shown: list[Display] = [bars] if bars is not None else []
+    if lines or bars is None:
+        shown.append(Lines())
+    with (
+        displayed_by(shown[0] if len(shown) == 1 else Both(*shown)),
+        bars.live() if bars is not None else contextlib.nullcontext(),
+    ):
+        yield
+
+
 def handle(event: Event) -> None:
     """Show an event (one forwarded from another process) with this process's display."""
     _display.handle(event)

@@ -3,6 +3,7 @@ steps with an estimate, and what a terminal of each verbosity shows."""
 
 from __future__ import annotations
 
+import io
 import logging
 import time
 
@@ -76,3 +77,27 @@ def test_what_a_terminal_shows(verbosity, bars, shown):
     }
     console = ConsoleFilter(verbosity, bars)
     assert {name for name, record in records.items() if console.filter(record)} == shown
+
+
+def test_a_terminal_draws_live_bars_even_on_a_console_without_richs_styles():
+    from rich.console import Console
+    from rich.theme import Theme
+
+    screen = io.StringIO()  # a terminal whose theme has none of rich's own styles (Prefect's)
+    console = Console(file=screen, force_terminal=True, width=100, theme=Theme(inherit=False))
+    with progress.shown_on(console), track("scoring greedy", 48) as task:
+        task.advance(32)
+        time.sleep(0.3)  # the bars redraw on their own
+    assert "scoring greedy" in screen.getvalue() and "32/48" in screen.getvalue()
+
+
+def test_a_console_that_is_not_a_terminal_gets_lines(caplog):
+    from rich.console import Console
+
+    with (
+        caplog.at_level(logging.INFO, "codepost.progress"),
+        progress.shown_on(Console(file=io.StringIO())),
+        track("sampling", 2) as task,
+    ):
+        task.advance(2)
+    assert [r.getMessage() for r in caplog.records][-1].startswith("sampling: 2/2 in ")
