@@ -5,6 +5,7 @@ recomputing."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -74,10 +75,16 @@ def _logged_messages() -> list[str]:
 @pytest.mark.docker
 def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_config):
     from prefect.artifacts import Artifact
+    from prefect.logging.handlers import APILogHandler
 
     from codepost.flows.post_train import post_train
 
-    result = post_train(tiny_config)
+    to_api = APILogHandler()  # as PREFECT_LOGGING_EXTRA_LOGGERS=codepost (codepost run) sets
+    logging.getLogger("codepost").addHandler(to_api)
+    try:
+        result = post_train(tiny_config)
+    finally:
+        logging.getLogger("codepost").removeHandler(to_api)
     run_dir = tiny_config.run_dir
     rl_dir = Path(result["checkpoint"]).parents[1]  # rl/<key>/checkpoints/iteration-0002
     assert rl_dir.parent == Path(run_dir) / "rl"
