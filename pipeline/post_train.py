@@ -30,10 +30,13 @@ from . import atomic
 from .data.problem_sets import ProblemSet
 from .launch import LaunchConfig, LaunchingExecutor, execute_launched
 from .model_config import ModelConfig
+from .progress import RunSteps
 from .reporting.report import stage_rows, write_report
 from .run_lock import run_folder_lock
 from .stages import STAGES, Artifacts, Stage, get_stage, run_stage
 from .stages.evaluation import EvalConfig
+from .tracking import RunTracking, TrackerName
+from .tracking import stage as tracking_stage
 
 log = logging.getLogger("codepost.run")
 RUN_RECORD = "run.json"
@@ -86,6 +89,11 @@ class PostTrainConfig(BaseModel):
     launch: LaunchConfig = Field(
         default_factory=LaunchConfig,
         description="the processes each rank-aware stage runs on (no stage's key depends on it)",
+    )
+    report_to: list[TrackerName] = Field(
+        default_factory=list,
+        description="experiment trackers that get the run's config, metrics and report "
+        "(docs/observability.md); none by default",
     )
 
     @field_validator("stages", mode="before")
@@ -174,22 +182,28 @@ def run_post_train(
     ``config.launch``'s processes. The run folder is locked while it runs."""
     run_dir = Path(config.run_dir)
     executor = functools.partial(execute, launch=config.launch)
-    with run_folder_lock(run_dir):
+    with (
+        run_folder_lock(run_dir),
+        RunTracking(config.report_to, run_dir, config.model_dump(mode="json")) as trackers,
+    ):
         artifacts = Artifacts(checkpoint=config.model.name_or_path)
         evaluations: dict[str, dict[str, Path]] = {name: {} for name in config.evaluations}
         done: list[dict[str, Any]] = []
+        steps = RunSteps(_steps(config), is_evaluation=lambda label: "/" in label)
 
         def evaluate(label: str, checkpoint: str) -> None:
             for benchmark, evaluation in config.evaluations.items():
-                outputs = run_stage(
-                    get_stage("evaluate"),
-                    seeded(evaluation, derive_seed(config.seed, f"eval/{benchmark}")),
-                    Artifacts(checkpoint=checkpoint),
-                    run_dir / label / "eval" / benchmark,
-                    executor,
-                    label=f"{label}/{benchmark}",
-                )
+                with steps.step(f"{label}/{benchmark}"):
+                    outputs = run_stage(
+                        get_stage("evaluate"),
+                        seeded(evaluation, derive_seed(config.seed, f"eval/{benchmark}")),
+                        Artifacts(checkpoint=checkpoint),
+                        run_dir / label / "eval" / benchmark,
+                        executor,
+                        label=f"{label}/{benchmark}",
+                    )
                 evaluations[benchmark][label] = Path(str(outputs.evaluation))
+                trackers.log_evaluation(label, benchmark, evaluations[benchmark][label])
 
         evaluate("base", str(artifacts.checkpoint))
         for entry in config.stages:
@@ -199,7 +213,10 @@ def run_post_train(
             wanted = set(stage.needs) | set(stage.uses)
             inputs = Artifacts(**{k: v for k, v in artifacts.present().items() if k in wanted})
             log.info("stage %s (%s) from %s", name, stage.name, artifacts.checkpoint)
-            outputs = run_stage(stage, stage_config, inputs, run_dir / name, executor, label=name)
+            with steps.step(name), tracking_stage(name):
+                outputs = run_stage(
+                    stage, stage_config, inputs, run_dir / name, executor, label=name
+                )
             # A kind the stage makes but did not make this time (no pairs mined) is gone; the
             # checkpoint stays the last one trained.
             made: dict[str, Any] = {
@@ -213,16 +230,31 @@ def run_post_train(
             )
             if "checkpoint" in stage.makes and outputs.checkpoint is None:
                 log.warning("%s made no checkpoint: the next stage starts from the last one", name)
+                for benchmark in config.evaluations:
+                    steps.skip(f"{name}/{benchmark}")
             elif outputs.checkpoint is not None:
                 evaluate(name, outputs.checkpoint)
             _write_run_record(run_dir, config, done)
         report = write_report(run_dir, evaluations)
+        trackers.log_artifacts([report, *run_dir.glob("*.png"), *run_dir.glob("*/*/*.png")])
     return RunResult(
         checkpoint=str(artifacts.checkpoint),
         report=str(report),
         rows=stage_rows(evaluations),
         stages=done,
     )
+
+
+def _steps(config: PostTrainConfig) -> list[str]:
+    """The run's steps in order: each stage, and each evaluation (``<model>/<benchmark>``) of
+    the base model and of every stage that makes a checkpoint."""
+    labels = [f"base/{benchmark}" for benchmark in config.evaluations]
+    for entry in config.stages:
+        name = entry.name or entry.stage
+        labels.append(name)
+        if "checkpoint" in get_stage(entry.stage).makes:
+            labels += [f"{name}/{benchmark}" for benchmark in config.evaluations]
+    return labels
 
 
 def _write_run_record(run_dir: Path, config: PostTrainConfig, done: list[dict[str, Any]]) -> None:

