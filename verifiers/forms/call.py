@@ -1,0 +1,195 @@
+"""``call``: a function called with JSON arguments, its return value compared with the expected
+one (APPS/TACO and SYNTHETIC-1 ``fn_name`` problems, LiveCodeBench's functional ones, LeetCode
+``class Solution`` methods).
+
+The judge calls the program's ``fn_name``, or ``Solution().fn_name`` when the program defines a
+``Solution`` class (as APPS' ``testing_util.run_test`` and LiveCodeBench's ``compile_code``
+do; here a fresh ``Solution`` per test, as LeetCode's own judge runs each case), and compares
+in the judge, on plain data only, as the data set's reference harness does:
+
+* ``value`` (LiveCodeBench's ``grade_call_based``): a returned tuple becomes a list, then
+  ``==`` with the expected value;
+* ``apps`` (APPS' ``testing_util.run_test``, which TACO and SYNTHETIC-1 use): the same, and
+  also accepted when the expected value is a non-empty list whose first element equals the
+  result (outputs are stored as ``[value]``), or a list of tuples that equals it as lists;
+  JSON's string keys of a dict argument or result are read as ints where they all are.
+
+The program runs after the imports LiveCodeBench's harness gives it (``typing``,
+``collections``, ``heapq``, ``math``...), so ``List[int]`` in a LeetCode signature resolves.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+from ...sandbox import ExecutionResult, Job, JudgeSpec, Limits
+from ..extraction import future_imports
+from ..judges import longest_first, short_name
+from ..verdicts import Assessment, assess_judged
+from . import Form, FormTests, register
+
+if TYPE_CHECKING:
+    from ..problems import Problem
+
+# The names LiveCodeBench's grade_call_based gives a program (its import_string).
+PRELUDE_MODULES = (
+    *("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random"),
+    *("statistics", "itertools", "functools", "operator", "io", "sys", "json"),
+)
+PRELUDE = (
+    "".join(f"from {module} import *\n" for module in (*PRELUDE_MODULES, "builtins", "typing"))
+    + "".join(f"import {module}\n" for module in PRELUDE_MODULES)
+    + "sys.setrecursionlimit(50000)\n\n"
+)
+# The judge's side: each test calls the function and compares on plain data. ``__cases`` holds
+# ``[arguments, expected]`` pairs; the program's objects are references that equal nothing.
+JUDGE_SETUP = string.Template("""
+import json
+
+__cases = json.loads($cases)
+
+
+def __target():
+    if "Solution" in __remote_names__():
+        return getattr(__remote__("Solution")(), $fn_name)
+    return __remote__($fn_name)
+
+
+def __matches(output, expected):
+    if isinstance(output, tuple):  # ground truth sequences are lists
+        output = list(output)
+    if output == expected:
+        return True
+    if $compare != "apps":
+        return False
+    if isinstance(expected, list) and expected and output == expected[0]:
+        return True
+    try:
+        return (
+            isinstance(output, list)
+            and isinstance(output[0], tuple)
+            and [list(x) for x in output] == expected[0]
+        )
+    except (IndexError, KeyError, TypeError):
+        return False
+
+
+def __clip(value):
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def __call_case(index):
+    arguments, expected = __cases[index]
+    output = __target()(*arguments)
+    if not __matches(output, expected):
+        raise AssertionError(f"returned {__clip(output)}, expected {__clip(expected)}")
+""")
+
+
+class CallCase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    args: tuple[Any, ...]  # the positional arguments, JSON values
+    expected: Any  # the JSON value the call must return
+
+
+class CallTests(FormTests):
+    form: Literal["call"] = "call"
+    fn_name: str
+    call: tuple[CallCase, ...]
+    compare: Literal["value", "apps"] = "value"
+    starter_code: str = ""  # shown in the prompt (a signature, a ``class Solution``)
+
+    @field_validator("fn_name")
+    @classmethod
+    def _a_name(cls, name: str) -> str:
+        if not name.isidentifier() or name.startswith("__"):
+            raise ValueError(f"not a function name: {name!r}")
+        return name
+
+    @model_validator(mode="after")
+    def _has_cases(self) -> CallTests:
+        if not self.call:
+            raise ValueError("call has no cases")
+        json.dumps([(case.args, case.expected) for case in self.call])  # JSON values only
+        return self
+
+    def count(self) -> int:
+        return len(self.call)
+
+    def capped(self, max_tests: int) -> CallTests:
+        kept = longest_first(self.call, max_tests, lambda case: len(json.dumps(case.args)))
+        return self.model_copy(update={"call": kept})
+
+
+class CallForm(Form):
+    tests_model = CallTests
+    marker = "call"
+
+    def instructions(self, problem: Problem) -> list[str]:
+        tests: CallTests = problem.tests  # type: ignore[assignment]
+        if tests.starter_code.strip():
+            return [
+                f"Use the following starter code:\n```python\n{tests.starter_code.rstrip()}\n```"
+            ]
+        return [
+            f"Write a Python function `{tests.fn_name}`: the tests call it with their "
+            "arguments and compare what it returns."
+        ]
+
+    def build_job(self, problem: Problem, program: str, limits: Limits, *, all_cases: bool) -> Job:
+        tests: CallTests = problem.tests  # type: ignore[assignment]
+        future, rest = future_imports(program)
+        cases = [[list(case.args), case.expected] for case in tests.call]
+        if tests.compare == "apps":
+            cases = [apps_case(arguments, expected) for arguments, expected in cases]
+        setup = JUDGE_SETUP.substitute(
+            cases=repr(json.dumps(cases)), fn_name=repr(tests.fn_name), compare=repr(tests.compare)
+        )
+        names = tuple(
+            short_name(f"{tests.fn_name}({json.dumps(list(case.args))[1:-1]})")
+            for case in tests.call
+        )
+        return Job(
+            program=future + PRELUDE + rest,
+            judge=JudgeSpec(
+                setup=setup,
+                tests=tuple(f"__call_case({index})\n" for index in range(len(names))),
+                test_names=names,
+            ),
+            limits=limits,
+        )
+
+    def assess(
+        self, problem: Problem, jobs: Sequence[Job], results: Sequence[ExecutionResult]
+    ) -> Assessment:
+        return assess_judged(jobs[0], results[0])
+
+
+register(CallForm())
+
+
+def apps_case(arguments: list[Any], expected: Any) -> list[Any]:
+    """APPS' ``run_test`` on a case: "JSON forces dictionaries to have string keys", so a dict
+    argument (the first) or result has its keys read as ints where they all are (an expected
+    dict then in a list, as APPS writes it)."""
+    if arguments and isinstance(arguments[0], dict):
+        arguments = [_int_keys(arguments[0]), *arguments[1:]]
+    if isinstance(expected, dict):
+        expected = [_int_keys(expected)]
+    elif isinstance(expected, list) and expected and isinstance(expected[0], dict):
+        expected = [_int_keys(expected[0])]
+    return [arguments, expected]
+
+
+def _int_keys(mapping: dict[str, Any]) -> dict[Any, Any]:
+    try:
+        return {int(key): value for key, value in mapping.items()}
+    except (TypeError, ValueError):
+        return mapping
