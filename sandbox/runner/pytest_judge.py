@@ -37,17 +37,26 @@ PYTEST_ARGS = (
     "--rootdir=/",
     "--noconftest",
     "--capture=sys",  # capsys works; fd capture would write temporary files
-    "-p",
-    "no:cacheprovider",
-    "-p",
-    "no:faulthandler",
-    "-p",
-    "no:pastebin",
-    "-p",
-    "no:tmpdir",  # tmp_path would be the judge's: a directory the program cannot read
-    "-p",
-    "no:legacypath",
     "-q",  # the report goes to the judge's stdout, /dev/null
+)
+# Plugins a judge has no use for; tmpdir's tmp_path would be the judge's own directory, which
+# the program cannot read. Each costs start-up time on every job.
+BLOCKED_PLUGINS = (
+    "cacheprovider",
+    "debugging",
+    "doctest",
+    "faulthandler",
+    "junitxml",
+    "legacypath",
+    "nose",
+    "pastebin",
+    "python_path",
+    "setuponly",
+    "setupplan",
+    "stepwise",
+    "threadexception",
+    "tmpdir",
+    "unraisableexception",
 )
 # Names ``from solution import *`` never binds: pytest reads them from a test module (marks,
 # set-up functions, tests) and a program's objects must not become the test's own.
@@ -206,7 +215,8 @@ def run_test_file(
     sys.modules[module] = solution
     try:
         os.chdir("/")
-        pytest.main(list(PYTEST_ARGS), plugins=[Collection(), outcomes])
+        blocked = [arg for name in BLOCKED_PLUGINS for arg in ("-p", f"no:{name}")]
+        pytest.main([*PYTEST_ARGS, *blocked], plugins=[Collection(), outcomes])
     finally:
         os.chdir(saved_cwd)
         for name, old in saved_modules.items():
