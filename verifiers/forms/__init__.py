@@ -138,13 +138,14 @@ def tests_from(value: Any) -> FormTests:
 def split_fields(record: Mapping[str, Any]) -> dict[str, Any]:
     """Problem fields from a flat record (``test`` + ``entry_point``, ``test_list``, ``io``...):
     the fields of the one form whose marker it holds become its ``tests``."""
-    present = [form for form in forms().values() if form.marker in record]
+    known = sorted(forms().values(), key=lambda form: form.name)
+    present = [form for form in known if form.marker in record]
     if len(present) != 1:
-        markers = ", ".join(f"{form.marker} ({form.name})" for form in forms().values())
-        got = ", ".join(form.marker for form in present)
+        markers = ", ".join(f"{form.marker} ({form.name})" for form in known)
         if not present:
             raise ValueError(f"no tests: expected one of {markers}")
-        raise ValueError(f"a problem needs tests in exactly one form: {markers} (got {got})")
+        got = " and ".join(form.marker for form in present)
+        raise ValueError(f"a problem needs tests in exactly one form: {markers}; it has {got}")
     (form,) = present
     own = set(form.tests_model.model_fields) - {"form"}
     tests = {key: value for key, value in record.items() if key in own}

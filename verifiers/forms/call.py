@@ -12,7 +12,8 @@ in the judge, on plain data only, as the data set's reference harness does:
 * ``apps`` (APPS' ``testing_util.run_test``, which TACO and SYNTHETIC-1 use): the same, and
   also accepted when the expected value is a non-empty list whose first element equals the
   result (outputs are stored as ``[value]``), or a list of tuples that equals it as lists;
-  JSON's string keys of a dict argument or result are read as ints where they all are.
+  JSON's string keys of a dict (the first argument, or the result) are read as ints where
+  they all are.
 
 The program runs after the imports LiveCodeBench's harness gives it (``typing``,
 ``collections``, ``heapq``, ``math``...), so ``List[int]`` in a LeetCode signature resolves.
@@ -79,6 +80,24 @@ def __matches(output, expected):
         return False
 
 
+def __int_keys(mapping):
+    try:
+        return {int(key): value for key, value in mapping.items()}
+    except (TypeError, ValueError):
+        return mapping
+
+
+def __apps_case(arguments, expected):
+    # APPS: "JSON forces dictionaries to have string keys"; an expected dict goes in a list
+    if arguments and isinstance(arguments[0], dict):
+        arguments = [__int_keys(arguments[0]), *arguments[1:]]
+    if isinstance(expected, dict):
+        expected = [__int_keys(expected)]
+    elif isinstance(expected, list) and expected and isinstance(expected[0], dict):
+        expected = [__int_keys(expected[0])]
+    return arguments, expected
+
+
 def __clip(value):
     text = repr(value)
     return text if len(text) <= 200 else text[:200] + "..."
@@ -86,6 +105,8 @@ def __clip(value):
 
 def __call_case(index):
     arguments, expected = __cases[index]
+    if $compare == "apps":
+        arguments, expected = __apps_case(arguments, expected)
     output = __target()(*arguments)
     if not __matches(output, expected):
         raise AssertionError(f"returned {__clip(output)}, expected {__clip(expected)}")
@@ -147,8 +168,6 @@ class CallForm(Form):
         tests: CallTests = problem.tests  # type: ignore[assignment]
         future, rest = future_imports(program)
         cases = [[list(case.args), case.expected] for case in tests.call]
-        if tests.compare == "apps":
-            cases = [apps_case(arguments, expected) for arguments, expected in cases]
         setup = JUDGE_SETUP.substitute(
             cases=repr(json.dumps(cases)), fn_name=repr(tests.fn_name), compare=repr(tests.compare)
         )
@@ -173,23 +192,3 @@ class CallForm(Form):
 
 
 register(CallForm())
-
-
-def apps_case(arguments: list[Any], expected: Any) -> list[Any]:
-    """APPS' ``run_test`` on a case: "JSON forces dictionaries to have string keys", so a dict
-    argument (the first) or result has its keys read as ints where they all are (an expected
-    dict then in a list, as APPS writes it)."""
-    if arguments and isinstance(arguments[0], dict):
-        arguments = [_int_keys(arguments[0]), *arguments[1:]]
-    if isinstance(expected, dict):
-        expected = [_int_keys(expected)]
-    elif isinstance(expected, list) and expected and isinstance(expected[0], dict):
-        expected = [_int_keys(expected[0])]
-    return [arguments, expected]
-
-
-def _int_keys(mapping: dict[str, Any]) -> dict[Any, Any]:
-    try:
-        return {int(key): value for key, value in mapping.items()}
-    except (TypeError, ValueError):
-        return mapping
