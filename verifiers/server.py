@@ -57,6 +57,7 @@ from .problems import (
     NAMED_PROBLEMS,
     Problem,
     ProblemFormatError,
+    cap_tests,
     load_problems,
     problems_from_records,
 )
@@ -357,6 +358,9 @@ class VerifyRequest(BaseModel):
     timeout: float = Field(Limits.wall_time_s, gt=0)
     memory_mb: int = Field(Limits.memory_mb, gt=0)
     exclude_sandbox_errors: bool = False
+    max_tests: int | None = Field(
+        None, ge=1, description="at most this many tests per problem, the longest inputs"
+    )
 
 
 @functools.cache
@@ -429,7 +433,7 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
         ):
             if value > cap:
                 raise HTTPException(422, f"{name} {value} is over the server's maximum {cap}")
-        problems = request_problems(request.problems)
+        problems = cap_tests(request_problems(request.problems), request.max_tests)
         verifier = Verifier(
             pool,
             limits=Limits(

@@ -11,19 +11,18 @@ built-in forms are this package's modules (``check``, ``asserts``, ``io``, ``cal
 from __future__ import annotations
 
 import dataclasses
-import functools
-import importlib
-import pkgutil
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ..registry import Registry
+from ..verdicts import Assessment, assess_judged
+
 if TYPE_CHECKING:
     from ...sandbox import ExecutionResult, Job, Limits
     from ..problems import Problem
-    from ..verdicts import Assessment
 
 
 class FormTests(BaseModel):
@@ -93,33 +92,29 @@ class Form(ABC):
         """The status, per-test results and excerpts of a sample from its jobs' results."""
 
 
-_FORMS: dict[str, Form] = {}
+class JudgedForm(Form):
+    """A form whose one job's judge runs the tests (the verdict is the judge's outcomes)."""
+
+    def assess(
+        self, problem: Problem, jobs: Sequence[Job], results: Sequence[ExecutionResult]
+    ) -> Assessment:
+        return assess_judged(jobs[0], results[0])
+
+
+_FORMS: Registry[Form] = Registry("test form", __name__)
 
 
 def register(form: Form) -> Form:
-    if form.name in _FORMS:
-        raise ValueError(f"a test form named {form.name!r} is already registered")
-    _FORMS[form.name] = form
-    return form
+    return _FORMS.register(form.name, form)
 
 
 def forms() -> dict[str, Form]:
     """Every registered form by name (the built-in ones are this package's modules)."""
-    _import_modules()
-    return dict(_FORMS)
-
-
-@functools.cache
-def _import_modules() -> None:
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
+    return _FORMS.all()
 
 
 def form_named(name: str) -> Form:
-    known = forms()
-    if name not in known:
-        raise ValueError(f"unknown test form {name!r} (known: {', '.join(known)})")
-    return known[name]
+    return _FORMS.get(name)
 
 
 def form_of(problem: Problem) -> Form:

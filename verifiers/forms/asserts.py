@@ -5,17 +5,15 @@ from __future__ import annotations
 import ast
 import builtins
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator, model_validator
 
-from ...sandbox import ExecutionResult, Job, JudgeSpec, Limits
+from ...sandbox import Job, JudgeSpec, Limits
 from ..extraction import import_lines
 from ..judges import longest_first, short_name
 from ..python_ast import parse_python
-from ..verdicts import Assessment, assess_judged
-from . import Form, FormTests, register
+from . import FormTests, JudgedForm, register
 
 if TYPE_CHECKING:
     from ..problems import Problem
@@ -55,7 +53,7 @@ class AssertsTests(FormTests):
         return self.model_copy(update={"test_list": kept})
 
 
-class AssertsForm(Form):
+class AssertsForm(JudgedForm):
     tests_model = AssertsTests
     marker = "test_list"
 
@@ -69,11 +67,6 @@ class AssertsForm(Form):
         if problem.test_setup_code.strip():
             program = f"{program.rstrip()}\n\n{problem.test_setup_code}\n"
         return Job(program=program, judge=asserts_judge(problem), limits=limits)
-
-    def assess(
-        self, problem: Problem, jobs: Sequence[Job], results: Sequence[ExecutionResult]
-    ) -> Assessment:
-        return assess_judged(jobs[0], results[0])
 
 
 register(AssertsForm())

@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from ...sandbox import ExecutionResult, Job, JudgeSpec, Limits
+from ...sandbox import Job, JudgeSpec, Limits
 from ..extraction import future_imports
 from ..judges import longest_first, short_name
-from ..verdicts import Assessment, assess_judged
-from . import Form, FormTests, register
+from . import FormTests, JudgedForm, register
 
 if TYPE_CHECKING:
     from ..problems import Problem
@@ -149,7 +147,7 @@ class CallTests(FormTests):
         return self.model_copy(update={"call": kept})
 
 
-class CallForm(Form):
+class CallForm(JudgedForm):
     tests_model = CallTests
     marker = "call"
 
@@ -184,11 +182,6 @@ class CallForm(Form):
             ),
             limits=limits,
         )
-
-    def assess(
-        self, problem: Problem, jobs: Sequence[Job], results: Sequence[ExecutionResult]
-    ) -> Assessment:
-        return assess_judged(jobs[0], results[0])
 
 
 register(CallForm())

@@ -7,15 +7,13 @@ problem's own prompt, run in the judge, never from the candidate program.
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from ...sandbox import ExecutionResult, Job, JudgeSpec, Limits
+from ...sandbox import Job, JudgeSpec, Limits
 from ..extraction import prompt_code
 from ..judges import short_name
 from ..python_ast import is_docstring, parse_python
-from ..verdicts import Assessment, assess_judged
-from . import Form, FormTests, register
+from . import FormTests, JudgedForm, register
 
 if TYPE_CHECKING:
     from ..problems import Problem
@@ -29,7 +27,7 @@ class CheckTests(FormTests):
         return len(split_check(self.test))
 
 
-class CheckForm(Form):
+class CheckForm(JudgedForm):
     tests_model = CheckTests
     marker = "test"
 
@@ -40,11 +38,6 @@ class CheckForm(Form):
 
     def build_job(self, problem: Problem, program: str, limits: Limits, *, all_cases: bool) -> Job:
         return Job(program=program, judge=check_judge(problem), limits=limits)
-
-    def assess(
-        self, problem: Problem, jobs: Sequence[Job], results: Sequence[ExecutionResult]
-    ) -> Assessment:
-        return assess_judged(jobs[0], results[0])
 
 
 register(CheckForm())

@@ -17,15 +17,13 @@ files it reads from the test's ``tmp_path``, and exception classes it defines
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator, model_validator
 
-from ...sandbox import ExecutionResult, Job, JudgeSpec, Limits
+from ...sandbox import Job, JudgeSpec, Limits
 from ..python_ast import parse_python
-from ..verdicts import Assessment, assess_judged
-from . import Form, FormTests, register
+from . import FormTests, JudgedForm, register
 
 if TYPE_CHECKING:
     from ..problems import Problem
@@ -68,7 +66,7 @@ class PytestTests(FormTests):
         return len(pytest_functions(self.test_file))
 
 
-class PytestForm(Form):
+class PytestForm(JudgedForm):
     tests_model = PytestTests
     marker = "test_file"
 
@@ -97,11 +95,6 @@ class PytestForm(Form):
             ),
             limits=limits,
         )
-
-    def assess(
-        self, problem: Problem, jobs: Sequence[Job], results: Sequence[ExecutionResult]
-    ) -> Assessment:
-        return assess_judged(jobs[0], results[0])
 
 
 register(PytestForm())

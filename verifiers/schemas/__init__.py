@@ -10,14 +10,13 @@ no schema claims is read as codepost's own (HumanEval, MBPP and native records).
 
 from __future__ import annotations
 
-import functools
-import importlib
 import json
-import pkgutil
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from ..registry import Registry
 
 
 class ProblemFormatError(ValueError):
@@ -39,27 +38,17 @@ class Schema:
     follows: str  # the public record shape, for docs and errors
 
 
-_SCHEMAS: dict[str, Schema] = {}
+_SCHEMAS: Registry[Schema] = Registry("record schema", __name__)
 _NATIVE = "codepost"  # HumanEval, MBPP and codepost's own records: what no other schema claims
 
 
 def register(schema: Schema) -> Schema:
-    if schema.name in _SCHEMAS:
-        raise ValueError(f"a record schema named {schema.name!r} is already registered")
-    _SCHEMAS[schema.name] = schema
-    return schema
+    return _SCHEMAS.register(schema.name, schema)
 
 
 def schemas() -> dict[str, Schema]:
     """Every registered schema by name (the built-in ones are this package's modules)."""
-    _import_modules()
-    return dict(_SCHEMAS)
-
-
-@functools.cache
-def _import_modules() -> None:
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
+    return _SCHEMAS.all()
 
 
 def schema_of(record: Mapping[str, Any]) -> Schema:
@@ -143,9 +132,25 @@ def _leading_number(text: Any) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def call_entry_point(fn_name: str, starter_code: str) -> str:
-    """What a chat answer must define: ``Solution`` for a LeetCode method, else the function."""
-    return "Solution" if "class Solution" in starter_code else fn_name
+def call_tests(
+    fn_name: str, cases: list[tuple[Any, Any]], compare: str, starter_code: str = ""
+) -> dict[str, Any]:
+    """The fields of a call problem: ``(arguments, expected)`` cases compared by ``compare``;
+    a chat answer must define ``Solution`` for a LeetCode method, else the function."""
+    return {
+        "entry_point": "Solution" if "class Solution" in starter_code else fn_name,
+        "tests": {
+            "form": "call",
+            "fn_name": fn_name,
+            "call": [{"args": arguments, "expected": expected} for arguments, expected in cases],
+            "compare": compare,
+            "starter_code": starter_code,
+        },
+    }
 
 
-STDIN_CHECKER = {"kind": "tokens", "by_line": True}  # LiveCodeBench's grade_stdio, as rllm uses
+def stdin_tests(cases: list[tuple[Any, Any]]) -> dict[str, Any]:
+    """The fields of a stdin/stdout problem, compared as rllm compares these data sets: with
+    LiveCodeBench's ``grade_stdio`` (each line equal as text or as decimals)."""
+    io = [{"input": given, "output": expected} for given, expected in cases]
+    return {"tests": {"form": "io", "io": io, "checker": {"kind": "tokens", "by_line": True}}}

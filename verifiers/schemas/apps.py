@@ -14,15 +14,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import (
-    STDIN_CHECKER,
     ProblemFormatError,
     Schema,
-    call_entry_point,
+    call_tests,
     first,
     json_field,
     megabytes,
     register,
     seconds,
+    stdin_tests,
     zip_cases,
 )
 
@@ -44,24 +44,10 @@ def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
     }
     fn_name = pairs.get("fn_name")
     if fn_name:
-        out["entry_point"] = call_entry_point(fn_name, starter)
-        out["tests"] = {
-            "form": "call",
-            "fn_name": fn_name,
-            "call": [
-                {"args": inputs if isinstance(inputs, list) else [inputs], "expected": outputs}
-                for inputs, outputs in cases
-            ],
-            "compare": "apps",
-            "starter_code": starter,
-        }
-    else:  # APPS joins inputs and outputs given as lists of lines
-        out["tests"] = {
-            "form": "io",
-            "io": [{"input": _text(i), "output": _text(o)} for i, o in cases],
-            "checker": STDIN_CHECKER,
-        }
-    return out
+        arguments = [(i if isinstance(i, list) else [i], o) for i, o in cases]
+        return {**out, **call_tests(fn_name, arguments, "apps", starter)}
+    # APPS joins inputs and outputs given as lists of lines
+    return {**out, **stdin_tests([(_text(i), _text(o)) for i, o in cases])}
 
 
 def _text(value: Any) -> str:

@@ -10,22 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import STDIN_CHECKER, ProblemFormatError, Schema, first, register, zip_cases
+from . import ProblemFormatError, Schema, first, register, stdin_tests, zip_cases
 
 TEST_KEYS = ("public_tests", "private_tests", "generated_tests")
 PYTHON3 = 3  # CodeContests' Language enum
 
 
 def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
-    cases: list[dict[str, Any]] = []
+    cases: list[tuple[Any, Any]] = []
     for key in TEST_KEYS:
         tests = record.get(key) or {"input": [], "output": []}
         if not isinstance(tests, Mapping):
             raise ProblemFormatError(f"field {key!r}: needs 'input' and 'output' lists")
-        cases += (
-            {"input": i, "output": o}
-            for i, o in zip_cases(key, tests.get("input"), tests.get("output"))
-        )
+        cases += zip_cases(key, tests.get("input"), tests.get("output"))
     limit = record.get("time_limit")
     seconds = (
         limit.get("seconds", 0) + limit.get("nanos", 0) / 1e9
@@ -39,7 +36,7 @@ def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
         "canonical_solution": _python3_solution(record.get("solutions")),
         "time_limit_s": seconds or None,
         "memory_limit_mb": int(memory) >> 20 if memory else None,
-        "tests": {"form": "io", "io": cases, "checker": STDIN_CHECKER},
+        **stdin_tests(cases),
     }
 
 

@@ -21,13 +21,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import (
-    STDIN_CHECKER,
     ProblemFormatError,
     Schema,
-    call_entry_point,
+    call_tests,
     first,
     json_field,
     register,
+    stdin_tests,
 )
 
 MAX_PRIVATE_BYTES = 1 << 30  # decompressed: a data set's largest tests are tens of MB
@@ -90,27 +90,14 @@ def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
         fn_name = metadata.get("func_name") if isinstance(metadata, Mapping) else None
         if not fn_name:
             raise ProblemFormatError("field 'metadata': functional tests need a func_name")
-        out["entry_point"] = call_entry_point(fn_name, starter)
-        out["tests"] = {
-            "form": "call",
-            "fn_name": fn_name,
-            "call": [_call_case(t) for t in tests],
-            "compare": "value",
-            "starter_code": starter,
-        }
-    else:
-        out["tests"] = {
-            "form": "io",
-            "io": [{"input": t["input"], "output": t["output"]} for t in tests],
-            "checker": STDIN_CHECKER,
-        }
-    return out
+        return {**out, **call_tests(fn_name, [_call_case(t) for t in tests], "value", starter)}
+    return {**out, **stdin_tests([(t["input"], t["output"]) for t in tests])}
 
 
-def _call_case(test: Mapping[str, Any]) -> dict[str, Any]:
+def _call_case(test: Mapping[str, Any]) -> tuple[list[Any], Any]:
     try:
         arguments = [json.loads(line) for line in str(test["input"]).split("\n")]
-        return {"args": arguments, "expected": json.loads(test["output"])}
+        return arguments, json.loads(test["output"])
     except json.JSONDecodeError as exc:
         raise ProblemFormatError(
             f"a functional test is not JSON, one value a line: {exc}"

@@ -15,15 +15,15 @@ from typing import Any
 
 from ..extraction import extract_code
 from . import (
-    STDIN_CHECKER,
     ProblemFormatError,
     Schema,
-    call_entry_point,
+    call_tests,
     first,
     json_field,
     megabytes,
     register,
     seconds,
+    stdin_tests,
 )
 
 
@@ -47,22 +47,9 @@ def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
     if fn_name or any(c.get("type") == "function_call" for c in cases):
         if not fn_name:
             raise ProblemFormatError("field 'verification_info': function calls need a fn_name")
-        out["entry_point"] = call_entry_point(fn_name, "")
-        out["tests"] = {
-            "form": "call",
-            "fn_name": fn_name,
-            "call": [
-                {"args": _arguments(c["input"]), "expected": _value(c["output"])} for c in cases
-            ],
-            "compare": "apps",
-        }
-    else:
-        out["tests"] = {
-            "form": "io",
-            "io": [{"input": c["input"], "output": c["output"]} for c in cases],
-            "checker": STDIN_CHECKER,
-        }
-    return out
+        calls = [(_arguments(c["input"]), _value(c["output"])) for c in cases]
+        return {**out, **call_tests(fn_name, calls, "apps")}
+    return {**out, **stdin_tests([(c["input"], c["output"]) for c in cases])}
 
 
 def _value(value: Any) -> Any:
