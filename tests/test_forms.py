@@ -126,6 +126,20 @@ def test_max_tests_keeps_the_longest_inputs_in_order():
     assert cap_tests({"h": humaneval}, 1)["h"].tests == humaneval.tests  # a module runs whole
 
 
+def test_a_problems_own_limits_within_a_servers_caps():
+    from codepost.verifiers.server import ServerConfig, within_caps
+
+    problem = Problem(
+        task_id="x",
+        prompt="p",
+        io=[{"input": "", "output": ""}],
+        time_limit_s=1e6,
+        memory_limit_mb=1 << 20,
+    )
+    (capped,) = within_caps({"x": problem}, ServerConfig()).values()
+    assert (capped.time_limit_s, capped.memory_limit_mb) == (60.0, 1024)
+
+
 def test_a_problems_own_limits():
     limits = Limits(wall_time_s=10, cpu_time_s=10, memory_mb=512)
     (io, call) = (

@@ -385,6 +385,22 @@ def request_problems(problems: str | list[dict[str, Any]]) -> dict[str, Problem]
         raise HTTPException(422, f"problems: {exc}") from None
 
 
+def within_caps(problems: dict[str, Problem], config: ServerConfig) -> dict[str, Problem]:
+    """The problems with their own time and memory limits (a request's inline records may
+    carry any) no higher than the server's caps."""
+    return {
+        task_id: problem.model_copy(
+            update={
+                "time_limit_s": problem.time_limit_s
+                and min(problem.time_limit_s, config.max_timeout_s),
+                "memory_limit_mb": problem.memory_limit_mb
+                and min(problem.memory_limit_mb, config.max_memory_mb),
+            }
+        )
+        for task_id, problem in problems.items()
+    }
+
+
 # -- the app
 
 
@@ -434,6 +450,7 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
             if value > cap:
                 raise HTTPException(422, f"{name} {value} is over the server's maximum {cap}")
         problems = cap_tests(request_problems(request.problems), request.max_tests)
+        problems = within_caps(problems, config)
         verifier = Verifier(
             pool,
             limits=Limits(
