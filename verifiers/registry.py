@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import threading
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -15,6 +16,7 @@ class Registry(Generic[T]):
         self.kind, self.package = kind, package
         self._items: dict[str, T] = {}
         self._imported = False
+        self._importing = threading.RLock()  # first look-ups from several threads wait for one
 
     def register(self, name: str, item: T) -> T:
         if name in self._items:
@@ -24,11 +26,12 @@ class Registry(Generic[T]):
 
     def all(self) -> dict[str, T]:
         """Every registered one by name, the package's own modules imported first."""
-        if not self._imported:
-            self._imported = True
-            package = importlib.import_module(self.package)
-            for module in pkgutil.iter_modules(package.__path__):
-                importlib.import_module(f"{self.package}.{module.name}")
+        with self._importing:  # reentrant: a module being imported may look up the registry
+            if not self._imported:
+                package = importlib.import_module(self.package)
+                for module in pkgutil.iter_modules(package.__path__):
+                    importlib.import_module(f"{self.package}.{module.name}")
+                self._imported = True
         return dict(self._items)
 
     def get(self, name: str) -> T:
