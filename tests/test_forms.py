@@ -47,6 +47,8 @@ def call_problem(outputs, inputs=None, compare="apps", fn="f") -> Problem:
 
 def test_the_registered_forms_and_one_form_per_record():
     assert set(forms()) == {"check", "asserts", "io", "call", "pytest"}
+    other_forms_field = {"task_id": 1, "prompt": "p", "test_list": ["assert 1"], "module": "m"}
+    assert problem_from_record(other_forms_field).test_form == "asserts"  # a column, ignored
     with pytest.raises(ProblemFormatError, match=r"exactly one form: .*; it has test_list and io"):
         problem_from_record({"task_id": 1, "prompt": "p", "test_list": ["assert 1"], "io": []})
 

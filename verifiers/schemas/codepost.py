@@ -34,10 +34,11 @@ def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
         "prompt": first(record, PROMPT_KEYS),
         **{key: record[key] for key in PROBLEM_KEYS if key in record},
     }
-    if "tests" not in record:
+    if "tests" not in record:  # the fields of the forms the record has (one, or an error)
         for form in forms().values():
-            out.update({key: record[key] for key in form.tests_model.model_fields if key in record})
-        out.pop("form", None)
+            if form.marker in record:
+                own = set(form.tests_model.model_fields) - {"form"}
+                out.update({key: record[key] for key in own if key in record})
     if "test_list" in record and "entry_point" not in record:
         out["entry_point"] = first_called_name(record["test_list"])
     out.setdefault("prompt_is_code", "test" in record)  # HumanEval's prompt is code
