@@ -17,6 +17,7 @@ from codepost.sandbox import Limits
 from codepost.sandbox.runner.pytest_judge import run_test_file
 from codepost.verifiers import Problem, ProblemFormatError, Verifier, load_problems
 from codepost.verifiers.forms import form_of, forms
+from codepost.verifiers.forms.call import prelude
 from codepost.verifiers.forms.io import TokenOutput, outputs_match
 from codepost.verifiers.problems import NAMED_PROBLEMS, cap_tests, problem_from_record
 from codepost.verifiers.schemas import livecodebench
@@ -79,6 +80,15 @@ def test_call_uses_a_fresh_solution_per_test_and_the_prelude():
         "        self.calls += 1\n        return self.calls\n"
     )
     assert verdict(problem, program).passed  # typing's List from the prelude; a new instance
+
+
+def test_the_call_prelude_imports_what_the_program_uses_as_livecodebench_binds_it():
+    assert "import" not in prelude("def f(x):\n    return x\n").split("import sys")[0]
+    lines = prelude("def f(xs: List[int]):\n    return Counter(xs), collections, sqrt, pow\n")
+    assert lines.startswith(
+        "from typing import Counter\nfrom typing import List\nimport collections\n"
+        "from math import sqrt\n"  # pow stays the builtin, as `from builtins import *` left it
+    )
 
 
 def test_a_future_import_stays_first_in_a_call_program():
