@@ -210,6 +210,53 @@ ABS_AREA = problem_from_record(
         "code": "import math\n\n\ndef area(r):\n    return math.pi * r * r\n",
     }
 )
+# The call and pytest judges: a function called with JSON arguments (TACO's shape), a test file
+# that imports the program (KodCode's shape), and one that takes the program's names with
+# ``from solution import *`` next to builtins and pytest.
+CALL_ADD = problem_from_record(
+    {
+        "problem_id": "redteam/call_add",
+        "question": "Write add(a, b): the sum of a and b.",
+        "starter_code": "def add(a, b):\n\t",
+        "input_output": {
+            "fn_name": "add",
+            "inputs": [[2, 3], [-4, 1], [10, 0]],
+            "outputs": [[5], [-3], [10]],
+        },
+        "solutions": ["def add(a, b):\n    return a + b\n"],
+    }
+)
+PYTEST_ADD = problem_from_record(
+    {
+        "question_id": "redteam/pytest_add",
+        "question": "Write add(a, b): the sum of a and b.",
+        "solution": "def add(a, b):\n    return a + b\n",
+        "test": (
+            "import pytest\nfrom solution import add\n\n\n"
+            "def test_small():\n    assert add(2, 3) == 5\n\n\n"
+            "@pytest.mark.parametrize('a, b, total', [(-4, 1, -3), (10, 0, 10)])\n"
+            "def test_more(a, b, total):\n    assert add(a, b) == total\n\n\n"
+            "def test_float():\n    assert add(0.1, 0.2) == pytest.approx(0.3)\n"
+        ),
+        "test_info": [{"function_name": "add"}],
+    }
+)
+PYTEST_STAR = problem_from_record(
+    {
+        "question_id": "redteam/pytest_star",
+        "question": "Write evens(xs), the even numbers of xs, and mean_of(xs), their mean.",
+        "solution": (
+            "def evens(xs):\n    return [x for x in xs if x % 2 == 0]\n\n\n"
+            "def mean_of(xs):\n    return sum(xs) / len(xs)\n"
+        ),
+        "test": (
+            "import pytest\nfrom solution import *\n\n\n"
+            "def test_evens():\n    assert sorted(evens([4, 1, 2])) == [2, 4]\n\n\n"
+            "def test_mean():\n    assert mean_of([1, 2]) == pytest.approx(1.5)\n"
+        ),
+        "test_info": [{"function_name": "evens"}, {"function_name": "mean_of"}],
+    }
+)
 PROBLEMS = {
     p.task_id: p
     for p in (
@@ -233,6 +280,9 @@ PROBLEMS = {
         WRAP,
         POSITIVE,
         ABS_AREA,
+        CALL_ADD,
+        PYTEST_ADD,
+        PYTEST_STAR,
     )
 }
 
@@ -1849,7 +1899,242 @@ AVAILABILITY_ATTACKS = [
     ),
 ]
 
-ATTACKS = CHEATS + RESOURCE_ATTACKS + IO_ATTACKS + AVAILABILITY_ATTACKS + POOL_BREAKERS
+# Cheats against the call and pytest judges: each would pass where the program and the test
+# harness share a process (APPS' testing_util, rllm's KodCode reward runs pytest on solution.py
+# and reads its exit status).
+_PYTEST_SABOTAGE = """
+import os
+import sys
+
+# a conftest and a pytest.ini wherever pytest might look, and pytest's own modules patched
+HOOK = (
+    "import pytest\\n"
+    "@pytest.hookimpl(hookwrapper=True)\\n"
+    "def pytest_runtest_makereport(item, call):\\n"
+    "    outcome = yield\\n"
+    "    outcome.get_result().outcome = 'passed'\\n"
+)
+for folder in ("/work", "/tmp", "/dev/shm", os.getcwd()):
+    for name, text in (
+        ("conftest.py", HOOK),
+        ("pytest.ini", "[pytest]\\naddopts = -p conftest --co\\n"),
+        ("pyproject.toml", "[tool.pytest.ini_options]\\naddopts = '--co'\\n"),
+        ("test_solution.py", "def test_x():\\n    pass\\n"),
+    ):
+        try:
+            with open(os.path.join(folder, name), "w") as stream:
+                stream.write(text)
+        except OSError:
+            pass
+sys.path.append("/usr/lib/python3/dist-packages")
+try:
+    import _pytest.runner
+    import _pytest.assertion.rewrite
+
+    _pytest.runner.call_and_report = lambda *a, **k: None
+    _pytest.assertion.rewrite.rewrite_asserts = lambda *a, **k: None
+except ImportError:
+    pass
+os.environ["PYTEST_ADDOPTS"] = "--co"
+"""
+FORM_ATTACKS = [
+    Attack(
+        "call_always_equal_result",
+        program("""
+        class Equal:
+            def __eq__(self, other):
+                return True
+
+            __hash__ = object.__hash__
+
+
+        def add(a, b):
+            return Equal()
+        """),
+        frozenset({FAILED}),
+        CALL_ADD,
+    ),
+    Attack(
+        "call_list_that_equals_anything",
+        program("""
+        class Anything(list):
+            def __eq__(self, other):
+                return True
+
+
+        def add(a, b):
+            return Anything()
+        """),
+        frozenset({FAILED}),
+        CALL_ADD,
+    ),
+    Attack(
+        "call_sequence_of_tuples_posing_as_the_answer",  # APPS' list-of-tuples rule
+        program("""
+        class Pairs:
+            def __getitem__(self, i):
+                return (5,)
+
+            def __iter__(self):
+                return iter([(5,), (-3,), (10,)])
+
+
+        def add(a, b):
+            return Pairs()
+        """),
+        frozenset({FAILED}),
+        CALL_ADD,
+    ),
+    Attack(
+        "call_frames_and_builtins_patched",
+        program("""
+        import builtins
+        import sys
+
+        builtins.isinstance = lambda *a: True
+        builtins.list = lambda *a: [5]
+
+
+        def add(a, b):
+            frame = sys._getframe()
+            while frame.f_back is not None:
+                frame = frame.f_back
+            return frame.f_locals.get("expected", 0)
+        """),
+        frozenset(NOT_PASSED),  # patched builtins break its own replies too
+        CALL_ADD,
+    ),
+    Attack(
+        "call_solution_class_that_answers_any_method",
+        program("""
+        class Solution:
+            def __getattr__(self, name):
+                return lambda *args: [args]
+        """),
+        frozenset({FAILED}),
+        CALL_ADD,
+    ),
+    Attack(
+        "call_os_exit_0_in_the_call",
+        program("""
+        import os
+
+
+        def add(a, b):
+            os._exit(0)
+        """),
+        frozenset(NOT_PASSED),
+        CALL_ADD,
+    ),
+    Attack(
+        "call_keyboard_interrupt_in_the_call",
+        program("""
+        def add(a, b):
+            raise KeyboardInterrupt
+        """),
+        frozenset(NOT_PASSED),
+        CALL_ADD,
+    ),
+    Attack(
+        "pytest_conftest_ini_and_patched_pytest",
+        _PYTEST_SABOTAGE + "\n\ndef add(a, b):\n    return 0\n",
+        frozenset({FAILED}),
+        PYTEST_ADD,
+        wall_time_s=8.0,  # it imports pytest itself, beside the judge's: slow on a busy machine
+        cpu_time_s=8.0,
+    ),
+    Attack(
+        "pytest_sys_exit_0_at_load",
+        program("""
+        import sys
+
+        sys.exit(0)
+
+
+        def add(a, b):
+            return a + b
+        """),
+        frozenset({RUNTIME_ERROR}),
+        PYTEST_ADD,
+    ),
+    Attack(
+        "pytest_os_exit_0_in_a_test",
+        program("""
+        import os
+
+
+        def add(a, b):
+            os._exit(0)
+        """),
+        frozenset(NOT_PASSED),
+        PYTEST_ADD,
+    ),
+    Attack(
+        "pytest_skip_and_interrupt_raised_by_the_program",
+        program("""
+        class Skipped(BaseException):
+            pass
+
+
+        class Exit(SystemExit):
+            pass
+
+
+        calls = []
+
+
+        def add(a, b):
+            calls.append(1)
+            if len(calls) == 1:
+                raise Skipped("skip me")
+            if len(calls) == 2:
+                raise Exit(0)
+            raise KeyboardInterrupt
+        """),
+        frozenset(NOT_PASSED),
+        PYTEST_ADD,
+    ),
+    Attack(
+        "pytest_import_star_shadows_builtins_pytest_and_tests",
+        program("""
+        def evens(xs):
+            return []
+
+
+        def mean_of(xs):
+            return "anything"
+
+
+        def sorted(xs):
+            return [2, 4]
+
+
+        class pytest:
+            approx = staticmethod(lambda value: "anything")
+
+
+        def test_evens():
+            pass
+
+
+        def test_mean():
+            pass
+
+
+        pytestmark = []
+
+
+        def setup_module(module):
+            pass
+        """),
+        frozenset({FAILED}),
+        PYTEST_STAR,
+    ),
+]
+
+ATTACKS = (
+    CHEATS + RESOURCE_ATTACKS + IO_ATTACKS + AVAILABILITY_ATTACKS + POOL_BREAKERS + FORM_ATTACKS
+)
 
 
 def _answer(problem: Problem, code: str) -> dict[str, str]:
@@ -2161,3 +2446,64 @@ JUDGE_CACHE_TESTS = (
 )
 LARGE_RESULT = "def f(n):\n    return list(range(n))\n"
 LARGE_RESULT_TESTS = ("assert f(800_000) == list(range(800_000))",)
+
+
+# -- an io problem judged by a checker program (many right answers); its job runs after the
+# program's, in a swept container, so nothing the program leaves can reach it.
+SPLIT_CHECKER = """
+import sys
+
+n = int(open(sys.argv[1]).read())
+tokens = open(sys.argv[3]).read().split()
+ok = (
+    len(tokens) == 2
+    and all(token.isdigit() for token in tokens)
+    and int(tokens[0]) > 0
+    and int(tokens[1]) > 0
+    and int(tokens[0]) + int(tokens[1]) == n
+)
+sys.exit(0 if ok else 1)
+"""
+SPLIT = Problem(
+    task_id="redteam/split",
+    prompt="Read n (n >= 2). Print two positive integers whose sum is n.",
+    io=tuple(IOCase(input=f"{n}\n", output=f"1 {n - 1}\n") for n in (2, 7, 100)),
+    checker={"kind": "program", "source": SPLIT_CHECKER},
+    canonical_solution="n = int(input())\nprint(1, n - 1)\n",
+)
+CHECKED_HONEST = [
+    "n = int(input())\nprint(n - 1, 1)\n",
+    "n = int(input())\nprint(n // 2, n - n // 2)\n",
+]
+CHECKER_ATTACKS = {
+    "prints_the_score_a_checker_would": "print(1)\nprint('ok')\n",
+    "leaves_files_and_a_process_for_the_checker": program("""
+        import os
+        import time
+
+        def plant():
+            for name, text in (
+                ("output.txt", "1 1\\n"),
+                ("input.txt", "2\\n"),
+                ("expected.txt", "1 1\\n"),
+                ("checker.py", "import sys\\nsys.exit(0)\\n"),
+            ):
+                for folder in ("/work", "/tmp", "/dev/shm"):
+                    try:
+                        with open(os.path.join(folder, name), "w") as stream:
+                            stream.write(text)
+                    except OSError:
+                        pass
+
+        plant()
+        if os.fork() == 0:
+            os.setsid()
+            for _ in range(200):
+                plant()
+                time.sleep(0.05)
+            os._exit(0)
+        print(0, 0)
+        """),
+    "answers_that_break_the_checker": "print('1e999 -1e999')\n",
+    "exits_0_with_nothing": "import os\nos._exit(0)\n",
+}

@@ -18,7 +18,9 @@ import pytest
 from redteam_samples import (
     ADD,
     ATTACKS,
+    CHECKED_HONEST,
     CHECKER,
+    CHECKER_ATTACKS,
     HONEST,
     JUDGE_CACHE_ATTACKER,
     JUDGE_CACHE_TESTS,
@@ -26,7 +28,9 @@ from redteam_samples import (
     LARGE_RESULT_TESTS,
     LEAVERS,
     LEFTOVERS,
+    NOT_PASSED,
     PROBLEMS,
+    SPLIT,
     STATE_ATTACKS,
     STATE_VICTIM,
     TIMEOUT,
@@ -276,3 +280,22 @@ def test_spinning_neighbours_cannot_time_out_an_honest_program():
     assert all(run.verdict.status.value == TIMEOUT for run in spinners), [
         run.describe() for run in spinners
     ]
+
+
+def test_a_checker_program_judges_alone(pool):
+    """Right answers other than the expected one pass through the checker; nothing a program
+    prints or leaves behind (files, a process rewriting them) makes the checker accept."""
+    verifier = Verifier(pool, limits=LIMITS)
+    problems = {SPLIT.task_id: SPLIT}
+    honest = [SPLIT.canonical_solution, *CHECKED_HONEST]
+    samples = [{"task_id": SPLIT.task_id, "completion": code} for code in honest]
+    samples += [{"task_id": SPLIT.task_id, "completion": code} for code in CHECKER_ATTACKS.values()]
+    verdicts = verifier.verify(problems, samples)
+    assert [v.status.value for v in verdicts[: len(honest)]] == ["passed"] * len(honest), [
+        v.result for v in verdicts
+    ]
+    for name, verdict in zip(CHECKER_ATTACKS, verdicts[len(honest) :], strict=True):
+        assert verdict.status.value in NOT_PASSED and verdict.reward == 0.0, (name, verdict.result)
+        assert not any(test.passed for test in verdict.tests), (name, verdict.tests)
+    again = verifier.verify(problems, samples[:1])
+    assert again[0].passed, again[0].result

