@@ -54,7 +54,8 @@ fi
 say "Docker engine: $(docker version --format '{{.Server.Version}}')"
 
 # 3. Sandbox image -------------------------------------------------------------------------
-source_hash=$(cat Dockerfile.sandbox sandbox/runner/*.py | sha256sum | cut -c1-16)
+# Everything the image is built from: the Dockerfile and the runner with its languages.
+source_hash=$(cat Dockerfile.sandbox $(find sandbox/runner -name '*.py' | LC_ALL=C sort) | sha256sum | cut -c1-16)
 have_hash=$(docker image inspect -f '{{ index .Config.Labels "codepost.source" }}' "$IMAGE" 2>/dev/null || true)
 if [ "$have_hash" != "$source_hash" ]; then
   base=python:3.11-slim-bookworm

@@ -7,6 +7,7 @@ Processes inside the container:
     |       forks every sandbox-user process, so none can find a test in its memory
     +-- judge (judge user, non-dumpable; one per container)  runs the trusted tests
     +-- candidate (sandbox user; one per job or io case)     reparented here by a double fork
+    +-- compiler (sandbox user; once per job of a compiled language), forked the same way
 
 After a job the supervisor kills the candidate; if any process of the sandbox user is still
 alive or a writable directory is not empty, the zygote forks a sweeper as that user which
@@ -15,15 +16,24 @@ directories, so nothing a program leaves behind reaches the next one. The direct
 belong to root (the program cannot change their mode, ACLs or extended attributes), and
 each job starts with their times as the container started; a judge whose memory grew past
 ``JUDGE_RESTART_MB`` is replaced after the job.
+
+A compiled language's program is compiled once per job (``Supervisor.build``, cached by a hash
+of the language, the source and the job's files) by the sandbox user, under the job's compile
+limits and the same isolation as a run; the supervisor copies what the compiler wrote into
+``languages.BUILDS_DIR``, root's, where no program can change it, and empties that directory
+after the job.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
+import hashlib
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,7 +42,7 @@ import time
 from typing import Any
 
 from . import judge as judge_side
-from . import source_version
+from . import languages, source_version
 from .codec import PeerClosed, read_frame, write_frame
 from .isolation import drop_to, set_limits
 from .zygote import WRITABLE_DIRS
@@ -174,22 +184,26 @@ class Deadline:
         self,
         limit_s: float,
         limits: dict[str, Any] | None = None,
-        pids: tuple[int, ...] = (),
+        pids: tuple[int, ...] | None = (),
         started: float | None = None,
     ) -> None:
+        """``pids`` () counts no waiting; None counts the container's shortfall alone, for work
+        that never sleeps (a compiler, whose processes come and go)."""
         self.started = time.monotonic() if started is None else started
         self.limit_s, self.pids = limit_s, pids
         self.cap_s = max(limit_s, (limits or {}).get("wall_cap_s", limit_s))
         self.cpus = (limits or {}).get("cpus", 1.0)
-        self.base_wait, self.base_cpu = cpu_wait_s(pids), container_cpu_s()
+        self.base_wait, self.base_cpu = cpu_wait_s(pids or ()), container_cpu_s()
         self.waited = 0.0
         self.end = self.started + limit_s
 
     def remaining(self) -> float:
         now = time.monotonic()
-        if now >= self.end and self.pids:
+        if now >= self.end and self.pids != ():
             shortfall = (now - self.started) * self.cpus - (container_cpu_s() - self.base_cpu)
-            waited = min(cpu_wait_s(self.pids) - self.base_wait, shortfall)
+            waited = shortfall
+            if self.pids is not None:
+                waited = min(cpu_wait_s(self.pids) - self.base_wait, shortfall)
             self.waited = max(self.waited, waited)
             self.end = self.started + min(self.limit_s + self.waited, self.cap_s)
         return self.end - now
@@ -197,6 +211,58 @@ class Deadline:
     def describe(self) -> str:
         waited = f" (and {self.waited:.1f} s waiting for a CPU)" if self.waited >= 0.05 else ""
         return f"wall time over {self.limit_s} s{waited}"
+
+
+class BuildTooLarge(Exception):
+    """What a compiler wrote is over the job's file size limit or does not fit in BUILDS_DIR."""
+
+
+def keep_build(source: str, target: str, budget: int) -> None:
+    """Copy what a compiler wrote (``source``, the sandbox user's) into ``target``, root's and
+    read-only to every program: regular files and directories only, at most ``budget`` bytes.
+    Nothing but the (trusted) compiler ran as the sandbox user since the last sweep, so the
+    tree holds what it wrote."""
+    os.mkdir(target, 0o711)
+    pending = [(source, target)]
+    while pending:
+        here, there = pending.pop()
+        with os.scandir(here) as entries:
+            for entry in entries:
+                destination = os.path.join(there, entry.name)
+                if entry.is_dir(follow_symlinks=False):
+                    os.mkdir(destination, 0o711)
+                    pending.append((entry.path, destination))
+                elif entry.is_file(follow_symlinks=False):
+                    executable = entry.stat(follow_symlinks=False).st_mode & 0o111
+                    budget -= _copy_file(
+                        entry.path, destination, 0o555 if executable else 0o444, budget
+                    )
+
+
+def _copy_file(source: str, target: str, mode: int, budget: int) -> int:
+    """Copy one file of at most ``budget`` bytes; returns its size."""
+    size = 0
+    with (
+        open(os.open(source, os.O_RDONLY | os.O_NOFOLLOW), "rb") as reader,
+        open(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as writer,
+    ):
+        while chunk := reader.read(1 << 20):
+            size += len(chunk)
+            if size > budget:
+                raise BuildTooLarge(f"the compiled program is over {budget} bytes")
+            try:
+                writer.write(chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                raise BuildTooLarge("the compiled program does not fit in the sandbox") from None
+    return size
+
+
+def _first_error(message: str) -> str:
+    """The compiler's first line that names an error (or its first line)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
 
 
 class SetupFailed(RuntimeError):
@@ -239,6 +305,7 @@ class Supervisor:
         self.judge = self.start_judge()
         self.dir_times = {path: os.stat(path) for path in WRITABLE_DIRS}
         self.last_beat = 0.0
+        self.builds: dict[str, dict[str, Any]] = {}  # this job's compiles, by source hash
 
     def beat(self) -> None:
         """A heartbeat frame to the host, at most every ``HEARTBEAT_S``."""
@@ -544,20 +611,163 @@ class Supervisor:
             result["status"] = "completed"
         return result
 
+    # -- the compile phase of a compiled language
+
+    def build(self, language: languages.Language, job: dict[str, Any]) -> dict[str, Any]:
+        """The job's program compiled, once per job whatever asks for it: the compile's outcome
+        (``status``, ``stdout``, ``stderr``, ``exit_code``, ``duration_s``) and ``output``, the
+        directory of root's holding what the compiler wrote (None when it did not compile)."""
+        files = job.get("files", {})
+        key = hashlib.sha256(
+            json.dumps([language.name, job["program"], files], sort_keys=True).encode()
+        ).hexdigest()[:32]
+        if key not in self.builds:
+            self.builds[key] = self.compile(language, job, f"{languages.BUILDS_DIR}/{key}")
+        return self.builds[key]
+
+    def compile(
+        self, language: languages.Language, job: dict[str, Any], target: str
+    ) -> dict[str, Any]:
+        """Run the compiler as the sandbox user under the job's compile limits (its time, its
+        memory; the job's processes, file size and output bounds), then keep what it wrote."""
+        job_limits = job["limits"]
+        limits = {
+            **job_limits,
+            "cpu_time_s": job_limits["compile_time_s"],
+            "memory_mb": job_limits["compile_memory_mb"],
+            "wall_cap_s": job_limits["compile_cap_s"],
+        }
+        started = time.monotonic()
+        oom_before = oom_kills()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        prog_r, prog_w = os.pipe()
+        stat_r, stat_w = os.pipe()
+        devnull = os.open("/dev/null", os.O_RDONLY)
+        compiler, ready_r = self.spawn_candidate(
+            "compile", limits, [devnull, out_w, err_w, prog_r, stat_w]
+        )
+        for fd in (devnull, out_w, err_w, prog_r, stat_w):
+            os.close(fd)
+        frame = {
+            "language": language.name,
+            "program": job["program"],
+            "files": job.get("files", {}),
+        }
+        _write_all(prog_w, _frame_bytes(frame))
+        os.close(prog_w)
+        # A compiler never sleeps: all the time it did not get a CPU was its neighbours' doing.
+        deadline = Deadline(limits["cpu_time_s"], limits, None, started)
+        streams = {
+            out_r: bytearray(),
+            err_r: bytearray(),
+            stat_r: bytearray(),
+            ready_r: bytearray(),
+        }
+        output = (out_r, err_r)
+        outcome = self.collect(
+            streams, deadline, counted=output, limit=limits["output_bytes"], until_exit=compiler
+        )
+        if outcome is None:
+            outcome, _ = self.collect_after_exit(streams, deadline, output, limits["output_bytes"])
+        else:
+            self.stop_program(compiler)
+        exit_info = self.exited.get(compiler)
+        setup_failed = not outcome and not streams[ready_r]
+        prepared = _parse_frames(bytes(streams[stat_r]))
+        stderr = _excerpt(streams[err_r])
+        status, exit_code, reason = "completed", None, ""
+        if outcome == "timeout":
+            status, reason = "timeout", f"compile time over {limits['cpu_time_s']} s"
+        elif outcome == "output_limit":
+            status, reason = "output_limit", f"compiler output over {limits['output_bytes']} bytes"
+        elif prepared and "error" in prepared[0]:
+            status, reason = "compile_error", prepared[0]["message"].strip()
+            stderr = prepared[0]["message"] + stderr
+        elif exit_info is not None:
+            exit_code = os.waitstatus_to_exitcode(exit_info[0])
+            # The driver's CPU time includes its children's (cc1plus): a child at the CPU limit
+            # dies of it and the driver only says so.
+            if exit_info[1] >= limits["cpu_time_s"] - 0.05:
+                status, reason = "timeout", f"compile CPU time over {limits['cpu_time_s']} s"
+            elif language.ran_out_of_memory(streams[err_r]) or (
+                os.WIFSIGNALED(exit_info[0]) and oom_kills() > oom_before
+            ):
+                status, reason = (
+                    "memory_limit",
+                    f"compiler out of memory ({limits['memory_mb']} MB)",
+                )
+            elif exit_code != 0:
+                status, reason = "compile_error", _first_error(stderr) or f"exit status {exit_code}"
+        if status == "completed":
+            try:
+                keep_build(languages.OUTPUT_DIR, target, limits["disk_mb"] << 20)
+            except BuildTooLarge as exc:
+                status, reason = "compile_error", str(exc)
+        leftover = self.finish(compiler)
+        for fd in streams:
+            os.close(fd)
+        if setup_failed:
+            raise SetupFailed(stderr or "the compiler's process died in set-up")
+        return {
+            "status": status,
+            "stdout": _excerpt(streams[out_r]),
+            "stderr": stderr,
+            "exit_code": exit_code,
+            "duration_s": time.monotonic() - started,
+            "output": target if status == "completed" else None,
+            "reason": reason,
+            "leftover_processes": leftover,
+        }
+
+    def clear_builds(self) -> None:
+        """What this job compiled goes with it: the next job starts from the same state."""
+        self.builds.clear()
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(languages.BUILDS_DIR):
+                shutil.rmtree(os.path.join(languages.BUILDS_DIR, name))
+
     def run_io(self, job: dict[str, Any]) -> dict[str, Any]:
         """One process per stdin case; ``output_bytes`` bounds the output of all cases together.
 
         Each case starts with the job's ``files`` in /work and ends with the ``fetch_files``
-        read back (the working directory is emptied between cases)."""
+        read back (the working directory is emptied between cases). A compiled language's
+        program is compiled first; one that does not compile runs no case."""
         limits = job["limits"]
         started = time.monotonic()
+        language = languages.get(job["language"])
+        build: dict[str, Any] = {"output": None, "leftover_processes": 0}
+        reply: dict[str, Any] = {}
+        if language.compiled:
+            build = self.build(language, job)
+            reply["compile"] = {
+                k: build[k] for k in ("status", "stdout", "stderr", "exit_code", "duration_s")
+            }
+            if build["output"] is None:
+                return {
+                    **reply,
+                    "status": "compile_error",
+                    "error": f"did not compile: {build['reason']}",
+                    "cases": [],
+                    "duration_s": time.monotonic() - started,
+                    "leftover_processes": build["leftover_processes"],
+                }
         cases: list[dict[str, Any]] = []
-        leftover = 0
+        leftover = build["leftover_processes"]
         budget = limits["output_bytes"]
-        program = _frame_bytes({"program": job["program"], "files": job.get("files", {})})
+        program = _frame_bytes(
+            {
+                "program": job["program"],
+                "files": job.get("files", {}),
+                "language": language.name,
+                "output": build["output"],
+            }
+        )
         fetch = job.get("fetch_files", [])
         for stdin_text in job["stdin_cases"]:
-            case, used, left = self.run_io_case(program, stdin_text.encode(), limits, budget, fetch)
+            case, used, left = self.run_io_case(
+                language, program, stdin_text.encode(), limits, budget, fetch
+            )
             leftover = max(leftover, left)
             budget -= used
             cases.append(case)
@@ -567,6 +777,7 @@ class Supervisor:
                 break
         syntax = bool(cases) and cases[-1]["status"] == "syntax_error"
         return {
+            **reply,
             "status": "syntax_error" if syntax else "completed",
             "cases": cases,
             "duration_s": time.monotonic() - started,
@@ -575,6 +786,7 @@ class Supervisor:
 
     def run_io_case(
         self,
+        language: languages.Language,
         program: bytes,
         stdin: bytes,
         limits: dict[str, Any],
@@ -637,8 +849,9 @@ class Supervisor:
             if verdict:
                 status = verdict[0]
             elif exit_code != 0:
-                memory = b"MemoryError" in streams[err_r][-300:]
-                status = "memory_limit" if memory else "runtime_error"
+                status = "runtime_error"
+            if status == "runtime_error" and language.ran_out_of_memory(streams[err_r]):
+                status = "memory_limit"
         case = {
             "status": status,
             "stdout": streams[out_r][: max(budget, 0)].decode("utf-8", "replace"),
@@ -691,7 +904,10 @@ class Supervisor:
             return {"pong": True, "runner": source_version()}
         job = request["job"]
         self.restore_dirs()
-        return self.run_call(job) if job.get("judge") else self.run_io(job)
+        try:
+            return self.run_call(job) if job.get("judge") else self.run_io(job)
+        finally:
+            self.clear_builds()
 
 
 def main() -> None:
