@@ -38,6 +38,7 @@ register(
             "std::bad_alloc",  # new or a container failed to allocate: the program aborts
             "virtual memory exhausted",  # the compiler, out of memory
             "out of memory allocating",
+            "PCH allocation failure",  # no room to map the precompiled header (~150 MB)
         ),
         image_setup=(("sh", "-c", _PRECOMPILE),),
     )
