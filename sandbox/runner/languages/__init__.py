@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import subprocess
 from dataclasses import dataclass
 
 # Where the compile phase puts the program's source and its compiler's output (both in the
@@ -95,6 +94,8 @@ def names() -> tuple[str, ...]:
 
 def prepare_image() -> None:
     """Run every language's image set-up commands (``Dockerfile.sandbox`` calls this)."""
+    import subprocess  # not at the top: the zygote imports this package, and forks stay small
+
     for language in _REGISTRY.values():
         for command in language.image_setup:
             subprocess.run(command, check=True)
