@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import hashlib
 import json
@@ -39,7 +40,8 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from . import judge as judge_side
 from . import languages, source_version
@@ -213,6 +215,9 @@ class Deadline:
         return f"wall time over {self.limit_s} s{waited}"
 
 
+T = TypeVar("T")
+
+
 class BuildTooLarge(Exception):
     """What a compiler wrote is over the job's file size limit or does not fit in BUILDS_DIR."""
 
@@ -263,6 +268,46 @@ def _first_error(message: str) -> str:
     """The compiler's first line that names an error (or its first line)."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     return next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
+
+
+def _compile_status(
+    language: languages.Language, ran: Ran, limits: dict[str, Any]
+) -> tuple[str, int | None, str]:
+    """How a compile ended (completed, compile_error or the limit it hit), its exit code and
+    why it failed."""
+    if ran.outcome == "timeout":
+        return "timeout", None, f"compile time over {limits['cpu_time_s']} s"
+    if ran.outcome == "output_limit":
+        return "output_limit", None, f"compiler output over {limits['output_bytes']} bytes"
+    if ran.prepared and "error" in ran.prepared[0]:  # the job's files could not be written
+        return "compile_error", None, ran.prepared[0]["message"].strip()
+    if ran.exit_info is None:
+        raise RuntimeError("the compiler's exit was not seen")
+    exit_code = os.waitstatus_to_exitcode(ran.exit_info[0])
+    # The driver's CPU time includes its children's (cc1plus): a child at the CPU limit dies of
+    # it and the driver only says so. The kernel counts CPU time more finely than the usage it
+    # reports (1.89 s reported for a 2 s limit): hence the margin.
+    if ran.exit_info[1] >= 0.9 * limits["cpu_time_s"]:
+        return "timeout", exit_code, f"compile CPU time over {limits['cpu_time_s']} s"
+    if language.ran_out_of_memory(ran.stderr) or (os.WIFSIGNALED(ran.exit_info[0]) and ran.oom):
+        return "memory_limit", exit_code, f"compiler out of memory ({limits['memory_mb']} MB)"
+    if exit_code != 0:
+        reason = _first_error(_excerpt(ran.stderr)) or f"exit status {exit_code}"
+        return "compile_error", exit_code, reason
+    return "completed", 0, ""
+
+
+@dataclasses.dataclass
+class Ran:
+    """One process of the sandbox user (an io case, a compiler), run to its end or stopped."""
+
+    outcome: str | None  # the limit that ended it: "timeout", "output_limit"
+    held: bool  # its children still held its output after it exited
+    exit_info: tuple[int, float] | None  # wait status and CPU seconds, when it exited
+    oom: bool  # the container killed something for memory meanwhile
+    stdout: bytearray
+    stderr: bytearray
+    prepared: list[dict[str, Any]]  # its set-up's report: ok, or the error that ended it
 
 
 class SetupFailed(RuntimeError):
@@ -633,87 +678,41 @@ class Supervisor:
         job_limits = job["limits"]
         limits = {
             **job_limits,
+            "wall_time_s": job_limits["compile_time_s"],
             "cpu_time_s": job_limits["compile_time_s"],
             "memory_mb": job_limits["compile_memory_mb"],
             "wall_cap_s": job_limits["compile_cap_s"],
         }
         started = time.monotonic()
-        oom_before = oom_kills()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        prog_r, prog_w = os.pipe()
-        stat_r, stat_w = os.pipe()
-        devnull = os.open("/dev/null", os.O_RDONLY)
-        compiler, ready_r = self.spawn_candidate(
-            "compile", limits, [devnull, out_w, err_w, prog_r, stat_w]
-        )
-        for fd in (devnull, out_w, err_w, prog_r, stat_w):
-            os.close(fd)
         frame = {
             "language": language.name,
             "program": job["program"],
             "files": job.get("files", {}),
         }
-        _write_all(prog_w, _frame_bytes(frame))
-        os.close(prog_w)
-        # A compiler never sleeps: all the time it did not get a CPU was its neighbours' doing.
-        deadline = Deadline(limits["cpu_time_s"], limits, None, started)
-        streams = {
-            out_r: bytearray(),
-            err_r: bytearray(),
-            stat_r: bytearray(),
-            ready_r: bytearray(),
-        }
-        output = (out_r, err_r)
-        outcome = self.collect(
-            streams, deadline, counted=output, limit=limits["output_bytes"], until_exit=compiler
+
+        def judge_and_keep(ran: Ran) -> tuple[str, int | None, str]:
+            status, exit_code, reason = _compile_status(language, ran, limits)
+            if status == "completed":
+                try:
+                    keep_build(languages.OUTPUT_DIR, target, limits["disk_mb"] << 20)
+                except BuildTooLarge as exc:
+                    status, reason = "compile_error", str(exc)
+            return status, exit_code, reason
+
+        ran, (status, exit_code, reason), leftover = self.run_process(
+            "compile",
+            limits,
+            _frame_bytes(frame),
+            b"",
+            limits["output_bytes"],
+            judge_and_keep,
+            never_sleeps=True,
         )
-        if outcome is None:
-            outcome, _ = self.collect_after_exit(streams, deadline, output, limits["output_bytes"])
-        else:
-            self.stop_program(compiler)
-        exit_info = self.exited.get(compiler)
-        setup_failed = not outcome and not streams[ready_r]
-        prepared = _parse_frames(bytes(streams[stat_r]))
-        stderr = _excerpt(streams[err_r])
-        status, exit_code, reason = "completed", None, ""
-        if outcome == "timeout":
-            status, reason = "timeout", f"compile time over {limits['cpu_time_s']} s"
-        elif outcome == "output_limit":
-            status, reason = "output_limit", f"compiler output over {limits['output_bytes']} bytes"
-        elif prepared and "error" in prepared[0]:
-            status, reason = "compile_error", prepared[0]["message"].strip()
-            stderr = prepared[0]["message"] + stderr
-        elif exit_info is not None:
-            exit_code = os.waitstatus_to_exitcode(exit_info[0])
-            # The driver's CPU time includes its children's (cc1plus): a child at the CPU limit
-            # dies of it and the driver only says so. The kernel counts CPU time more finely
-            # than the usage it reports (1.89 s reported for a 2 s limit): hence the margin.
-            if exit_info[1] >= 0.9 * limits["cpu_time_s"]:
-                status, reason = "timeout", f"compile CPU time over {limits['cpu_time_s']} s"
-            elif language.ran_out_of_memory(streams[err_r]) or (
-                os.WIFSIGNALED(exit_info[0]) and oom_kills() > oom_before
-            ):
-                status, reason = (
-                    "memory_limit",
-                    f"compiler out of memory ({limits['memory_mb']} MB)",
-                )
-            elif exit_code != 0:
-                status, reason = "compile_error", _first_error(stderr) or f"exit status {exit_code}"
-        if status == "completed":
-            try:
-                keep_build(languages.OUTPUT_DIR, target, limits["disk_mb"] << 20)
-            except BuildTooLarge as exc:
-                status, reason = "compile_error", str(exc)
-        leftover = self.finish(compiler)
-        for fd in streams:
-            os.close(fd)
-        if setup_failed:
-            raise SetupFailed(stderr or "the compiler's process died in set-up")
+        prepared = ran.prepared[0] if ran.prepared and "error" in ran.prepared[0] else None
         return {
             "status": status,
-            "stdout": _excerpt(streams[out_r]),
-            "stderr": stderr,
+            "stdout": _excerpt(ran.stdout),
+            "stderr": (prepared["message"] if prepared else "") + _excerpt(ran.stderr),
             "exit_code": exit_code,
             "duration_s": time.monotonic() - started,
             "output": target if status == "completed" else None,
@@ -796,20 +795,72 @@ class Supervisor:
     ) -> tuple[dict[str, Any], int, int]:
         """One io case, the output bytes it used and the processes its clean-up found left."""
         case_started = time.monotonic()
+        ran, (files, files_note), leftover = self.run_process(
+            "io",
+            limits,
+            program,
+            stdin,
+            budget,
+            lambda _: self.fetch_files(fetch, limits) if fetch else ({}, ""),
+        )
+        status, exit_code, load_error = "completed", None, ""
+        if ran.outcome:
+            status = ran.outcome
+        elif ran.prepared and "error" in ran.prepared[0]:  # it did not compile, or no files
+            status, load_error = ran.prepared[0]["error"], ran.prepared[0]["message"]
+        elif ran.exit_info is not None:
+            exit_code = os.waitstatus_to_exitcode(ran.exit_info[0])
+            verdict = _signal_verdict(ran.exit_info, limits, ran.oom)
+            if verdict:
+                status = verdict[0]
+            elif exit_code != 0:
+                status = "runtime_error"
+            if status == "runtime_error" and language.ran_out_of_memory(ran.stderr):
+                status = "memory_limit"
+        case = {
+            "status": status,
+            "stdout": ran.stdout[: max(budget, 0)].decode("utf-8", "replace"),
+            "stderr": load_error
+            + _excerpt(ran.stderr)
+            + (HELD_NOTE if ran.held else "")
+            + files_note,
+            "exit_code": exit_code,
+            "duration_s": time.monotonic() - case_started,
+            "files": files,
+        }
+        return case, len(ran.stdout) + len(ran.stderr), leftover
+
+    def run_process(
+        self,
+        mode: str,
+        limits: dict[str, Any],
+        frame: bytes,
+        stdin: bytes,
+        budget: int,
+        before_sweep: Callable[[Ran], T],
+        *,
+        never_sleeps: bool = False,
+    ) -> tuple[Ran, T, int]:
+        """Fork a process of the sandbox user for ``mode``, hand it ``frame`` and ``stdin``, and
+        collect its output (at most ``budget`` bytes) until it exits or a limit stops it; then
+        ``before_sweep(ran)``, while what it left is still there (the files it wrote); then the
+        sweep. Returns what ran, what ``before_sweep`` returned and the processes the sweep found
+        left. The wall limit does not count the time it waited for a CPU its neighbours held
+        (``never_sleeps``: all the time the container got less than its share)."""
+        started = time.monotonic()
         oom_before = oom_kills()
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        prog_r, prog_w = os.pipe()
+        frame_r, frame_w = os.pipe()
         stat_r, stat_w = os.pipe()
-        candidate, ready_r = self.spawn_candidate(
-            "io", limits, [in_r, out_w, err_w, prog_r, stat_w]
-        )
-        for fd in (in_r, out_w, err_w, prog_r, stat_w):
+        pid, ready_r = self.spawn_candidate(mode, limits, [in_r, out_w, err_w, frame_r, stat_w])
+        for fd in (in_r, out_w, err_w, frame_r, stat_w):
             os.close(fd)
-        _write_all(prog_w, program)  # the candidate reads it first thing
-        os.close(prog_w)
-        deadline = Deadline(limits["wall_time_s"], limits, (candidate,), case_started)
+        _write_all(frame_w, frame)  # the process reads it first thing
+        os.close(frame_w)
+        pids = None if never_sleeps else (pid,)
+        deadline = Deadline(limits["wall_time_s"], limits, pids, started)
         streams = {
             out_r: bytearray(),
             err_r: bytearray(),
@@ -818,53 +869,30 @@ class Supervisor:
         }
         output = (out_r, err_r)
         outcome = self.collect(
-            streams,
-            deadline,
-            counted=output,
-            limit=budget,
-            until_exit=candidate,
-            feed=(in_w, stdin),
+            streams, deadline, counted=output, limit=budget, until_exit=pid, feed=(in_w, stdin)
         )
         stopped, held = outcome is not None, False
         if not stopped:
             outcome, held = self.collect_after_exit(streams, deadline, output, budget)
-        files, files_note = self.fetch_files(fetch, limits) if fetch else ({}, "")
-        if stopped:  # at a limit: the files as they were then, and the program stopped now
-            self.stop_program(candidate)
-        candidate_exit = self.exited.get(candidate)
+        ran = Ran(
+            outcome=outcome,
+            held=held,
+            exit_info=None if stopped else self.exited.get(pid),
+            oom=oom_kills() > oom_before,
+            stdout=streams[out_r],
+            stderr=streams[err_r],
+            prepared=_parse_frames(bytes(streams[stat_r])),
+        )
+        kept = before_sweep(ran)  # at a limit: what it left as it was then
+        if stopped:
+            self.stop_program(pid)
         setup_failed = not outcome and not streams[ready_r]
-        leftover = self.finish(candidate)
+        leftover = self.finish(pid)
         for fd in streams:
             os.close(fd)
         if setup_failed:
-            raise SetupFailed(_excerpt(streams[err_r]) or "the program died in set-up")
-        compiled = _parse_frames(bytes(streams[stat_r]))
-        status, exit_code, load_error = "completed", None, ""
-        if outcome:
-            status = outcome
-        elif compiled and "error" in compiled[0]:  # the program did not compile, or no files
-            status, load_error = compiled[0]["error"], compiled[0]["message"]
-        elif candidate_exit is not None:
-            exit_code = os.waitstatus_to_exitcode(candidate_exit[0])
-            verdict = _signal_verdict(candidate_exit, limits, oom_kills() > oom_before)
-            if verdict:
-                status = verdict[0]
-            elif exit_code != 0:
-                status = "runtime_error"
-            if status == "runtime_error" and language.ran_out_of_memory(streams[err_r]):
-                status = "memory_limit"
-        case = {
-            "status": status,
-            "stdout": streams[out_r][: max(budget, 0)].decode("utf-8", "replace"),
-            "stderr": load_error
-            + _excerpt(streams[err_r])
-            + (HELD_NOTE if held else "")
-            + files_note,
-            "exit_code": exit_code,
-            "duration_s": time.monotonic() - case_started,
-            "files": files,
-        }
-        return case, len(streams[out_r]) + len(streams[err_r]), leftover
+            raise SetupFailed(_excerpt(streams[err_r]) or f"the {mode} process died in set-up")
+        return ran, kept, leftover
 
     def fetch_files(self, paths: list[str], limits: dict[str, Any]) -> tuple[dict[str, str], str]:
         """The files ``paths`` the program left in /work, base64, at most ``output_bytes`` in
