@@ -72,7 +72,10 @@ if [ "$have_hash" != "$source_hash" ]; then
     fi
   fi
   say "building $IMAGE from $base"
-  docker build -q --build-arg BASE_IMAGE="$base" --label codepost.source="$source_hash" \
+  # The host's network for the build's apt-get (the languages' toolchains): a build container
+  # on Docker's bridge fails where the bridge is missing; the containers that run programs
+  # never have a network.
+  docker build -q --network host --build-arg BASE_IMAGE="$base" --label codepost.source="$source_hash" \
     -f Dockerfile.sandbox -t "$IMAGE" . >/dev/null
 else
   say "sandbox image $IMAGE up to date"
