@@ -276,7 +276,7 @@ def _compile_status(
     """How a compile ended (completed, compile_error or the limit it hit), its exit code and
     why it failed."""
     if ran.outcome == "timeout":
-        return "timeout", None, f"compile time over {limits['cpu_time_s']} s"
+        return "timeout", None, f"compile time over {limits['compile_time_s']} s"
     if ran.outcome == "output_limit":
         return "output_limit", None, f"compiler output over {limits['output_bytes']} bytes"
     if ran.prepared and "error" in ran.prepared[0]:  # the job's files could not be written
@@ -284,11 +284,6 @@ def _compile_status(
     if ran.exit_info is None:
         raise RuntimeError("the compiler's exit was not seen")
     exit_code = os.waitstatus_to_exitcode(ran.exit_info[0])
-    # The driver's CPU time includes its children's (cc1plus): a child at the CPU limit dies of
-    # it and the driver only says so. The kernel counts CPU time more finely than the usage it
-    # reports (1.89 s reported for a 2 s limit): hence the margin.
-    if ran.exit_info[1] >= 0.9 * limits["cpu_time_s"]:
-        return "timeout", exit_code, f"compile CPU time over {limits['cpu_time_s']} s"
     if language.ran_out_of_memory(ran.stderr) or (os.WIFSIGNALED(ran.exit_info[0]) and ran.oom):
         return "memory_limit", exit_code, f"compiler out of memory ({limits['memory_mb']} MB)"
     if exit_code != 0:
@@ -679,7 +674,10 @@ class Supervisor:
         limits = {
             **job_limits,
             "wall_time_s": job_limits["compile_time_s"],
-            "cpu_time_s": job_limits["compile_time_s"],
+            # A backstop: the wall limit always ends a compile first (a compiler never sleeps,
+            # and its wall limit stops counting only while it waits for a CPU), so that the
+            # time-out is seen as one rather than as the driver's report of a killed child.
+            "cpu_time_s": job_limits["compile_cap_s"] + 1,
             "memory_mb": job_limits["compile_memory_mb"],
             "wall_cap_s": job_limits["compile_cap_s"],
         }

