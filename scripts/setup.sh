@@ -76,7 +76,8 @@ fi
 say "Docker engine: $(docker version --format '{{.Server.Version}}')"
 
 # 3. Sandbox image -------------------------------------------------------------------------
-source_hash=$(cat Dockerfile.sandbox sandbox/runner/*.py | sha256sum | cut -c1-16)
+# Everything the image is built from: the Dockerfile and the runner with its languages.
+source_hash=$(cat Dockerfile.sandbox $(find sandbox/runner -name '*.py' | LC_ALL=C sort) | sha256sum | cut -c1-16)
 have_hash=$(docker image inspect -f '{{ index .Config.Labels "codepost.source" }}' "$IMAGE" 2>/dev/null || true)
 if [ "$have_hash" != "$source_hash" ]; then
   base=python:3.11-slim-bookworm
@@ -92,10 +93,12 @@ if [ "$have_hash" != "$source_hash" ]; then
     fi
   fi
   say "building $IMAGE from $base"
-  # Debian's docker.io has no buildx (BuildKit): the legacy builder's deprecation notice
-  # goes to the log with the rest of the build's output.
-  quietly docker build -q --build-arg BASE_IMAGE="$base" --label codepost.source="$source_hash" \
-    -f Dockerfile.sandbox -t "$IMAGE" .
+  # Debian's docker.io has no buildx (BuildKit): the legacy builder's deprecation notice goes to
+  # the log with the rest of the build's output. The host's network for the build's apt-get
+  # (the languages' toolchains): a build container on Docker's bridge fails where the bridge is
+  # missing; the containers that run programs never have a network.
+  quietly docker build -q --network host --build-arg BASE_IMAGE="$base" \
+    --label codepost.source="$source_hash" -f Dockerfile.sandbox -t "$IMAGE" .
 else
   say "sandbox image $IMAGE up to date"
 fi
