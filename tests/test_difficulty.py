@@ -161,7 +161,6 @@ def test_adaptive_rounds_sample_a_real_model_until_the_budget(tmp_path):
     config = DifficultyFilterConfig(
         model=save_tiny_model(tmp_path / "model"),
         problems=tiny_problem_set(tmp_path),
-        prompt_style="continuation",
         sampling=SamplingConfig(num_generations=2, max_tokens=8),
         engine=EngineConfig(backend="hf"),
         scoring=ScoreConfig(workers=2, timeout_s=3.0),
