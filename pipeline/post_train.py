@@ -6,8 +6,12 @@ flow hands it an executor that runs each stage as a task.
 Stages chain through their artifacts (:class:`Artifacts`): each stage gets the newest of every
 kind it needs or uses (the checkpoint, a filter's problems, scored rollouts, pairs), so
 ``[sft, rl, pairs, dpo]`` mines DPO's pairs from RL's rollouts and ``[sft, rl, rollouts,
-pairs, dpo]`` from fresh ones. A stage's own ``model`` settings (LoRA, dtype, ...) are kept;
-the weights come from the previous stage. Every stage gets a seed derived from the run seed.
+pairs, dpo]`` from fresh ones. A stage entry with ``after: <name>`` takes the artifacts as they
+were after that earlier stage instead: ``[sft, filter, rl, {stage: rft, after: filter}]`` trains
+two arms from the same checkpoint and problems. A stage's own ``model`` settings (LoRA, dtype,
+...) are kept; the weights come from the previous stage. Every stage gets a seed derived from
+the run seed. An evaluation with ``problems_from`` measures the problems a filter of the run
+kept: every checkpoint, those made before the filter as soon as it has run.
 The layout of a run folder (``<key>``: see :mod:`.stages.registry`)::
 
     run.json  report.md  pass_at_1.png  base/eval/<benchmark>/<key>/
@@ -49,6 +53,14 @@ def _entry_model(stage: Stage) -> type[BaseModel]:
         name=(
             str | None,
             Field(None, pattern=r"^[a-z0-9][a-z0-9_-]*$", description="folder; default: stage"),
+        ),
+        after=(
+            str | None,
+            Field(
+                None,
+                description="start from the artifacts as they were after the earlier stage of "
+                "this name (an arm branching from it); default: after the stage before",
+            ),
         ),
         config=(stage.config, Field(default_factory=stage.config)),
     )
@@ -99,6 +111,7 @@ class PostTrainConfig(BaseModel):
     def _a_chain(self) -> PostTrainConfig:
         """Unique folder names, and every input a stage needs made by a stage before it."""
         makers = {"checkpoint": "model"}  # kind -> the stage that makes it
+        makers_after: dict[str, dict[str, str]] = {}  # stage name -> makers after it
         names: set[str] = set()
         for index, entry in enumerate(self.stages):
             if entry.name in names or (entry.name is None and entry.stage in names):
@@ -106,6 +119,13 @@ class PostTrainConfig(BaseModel):
                     f"stages[{index}]: a second {entry.stage!r} stage needs a `name` of its own "
                     "(its folder in the run)"
                 )
+            if entry.after is not None:
+                if entry.after not in makers_after:
+                    raise ValueError(
+                        f"stages[{index}] ({entry.stage}): after={entry.after!r} names no stage "
+                        f"before it ({', '.join(makers_after) or 'none'})"
+                    )
+                makers = dict(makers_after[entry.after])
             names.add(entry.name or entry.stage)
             stage = get_stage(entry.stage)
             missing = [kind for kind in stage.needs if kind not in makers]
@@ -121,6 +141,13 @@ class PostTrainConfig(BaseModel):
                 except ValueError as exc:
                     raise ValueError(f"stages[{index}] ({entry.stage}): {exc}") from None
             makers.update(dict.fromkeys(stage.makes, stage.name))
+            makers_after[entry.name or entry.stage] = dict(makers)
+        filtered = [name for name, e in self.evaluations.items() if e.problems_from is not None]
+        if filtered and not any("problems" in made for made in makers_after.values()):
+            raise ValueError(
+                f"evaluations {', '.join(filtered)} take problems_from a filter: put a stage "
+                "that makes problems (filter) in `stages`"
+            )
         return self
 
     def entry(self, name: str) -> Any:
@@ -176,24 +203,34 @@ def run_post_train(
     executor = functools.partial(execute, launch=config.launch)
     with run_folder_lock(run_dir):
         artifacts = Artifacts(checkpoint=config.model.name_or_path)
+        after: dict[str, Artifacts] = {}  # stage name -> the artifacts after it
         evaluations: dict[str, dict[str, Path]] = {name: {} for name in config.evaluations}
+        evaluated: dict[str, str] = {}  # label -> checkpoint, in order
         done: list[dict[str, Any]] = []
 
-        def evaluate(label: str, checkpoint: str) -> None:
+        def evaluate(label: str, checkpoint: str, problems: str | None, new_problems: bool) -> None:
+            """Every benchmark on ``checkpoint`` (with ``new_problems``: only those on the run's
+            problems); one on the run's problems waits until a filter has made them."""
+            evaluated[label] = checkpoint
             for benchmark, evaluation in config.evaluations.items():
+                on_problems = evaluation.problems_from is not None
+                if (on_problems and problems is None) or (new_problems and not on_problems):
+                    continue
                 outputs = run_stage(
                     get_stage("evaluate"),
                     seeded(evaluation, derive_seed(config.seed, f"eval/{benchmark}")),
-                    Artifacts(checkpoint=checkpoint),
+                    Artifacts(checkpoint=checkpoint, problems=problems if on_problems else None),
                     run_dir / label / "eval" / benchmark,
                     executor,
                     label=f"{label}/{benchmark}",
                 )
                 evaluations[benchmark][label] = Path(str(outputs.evaluation))
 
-        evaluate("base", str(artifacts.checkpoint))
+        evaluate("base", str(artifacts.checkpoint), None, False)
         for entry in config.stages:
             stage, name = get_stage(entry.stage), entry.name or entry.stage
+            if entry.after is not None:
+                artifacts = after[entry.after]
             stage_seed = derive_seed(config.seed, name)
             stage_config = seeded(with_run_model(entry.config, config.model), stage_seed)
             wanted = set(stage.needs) | set(stage.uses)
@@ -207,14 +244,17 @@ def run_post_train(
                 for kind in stage.makes
                 if kind != "checkpoint" or outputs.checkpoint is not None
             }
-            artifacts = artifacts.model_copy(update=made)
+            artifacts = after[name] = artifacts.model_copy(update=made)
             done.append(
                 {"name": name, "stage": stage.name, "seed": stage_seed, **outputs.present()}
             )
+            if outputs.problems is not None:  # the checkpoints so far, on the new problems
+                for label, checkpoint in list(evaluated.items()):
+                    evaluate(label, checkpoint, outputs.problems, True)
             if "checkpoint" in stage.makes and outputs.checkpoint is None:
                 log.warning("%s made no checkpoint: the next stage starts from the last one", name)
             elif outputs.checkpoint is not None:
-                evaluate(name, outputs.checkpoint)
+                evaluate(name, outputs.checkpoint, artifacts.problems, False)
             _write_run_record(run_dir, config, done)
         report = write_report(run_dir, evaluations)
     return RunResult(
