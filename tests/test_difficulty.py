@@ -38,27 +38,40 @@ def test_only_pass_rates_strictly_inside_the_range_are_kept():
         DifficultyFilterConfig(min_pass_rate=0.5, max_pass_rate=0.5)
 
 
-@pytest.mark.docker
-def test_the_filter_scores_rollouts_and_publishes_the_problems_in_range(tmp_path):
-    problems = tiny_problem_set(tmp_path)
-    config = DifficultyFilterConfig(
+def filter_config(tmp_path, **settings) -> DifficultyFilterConfig:
+    return DifficultyFilterConfig(
         model=save_tiny_model(tmp_path / "model"),
-        problems=problems,
+        problems=tiny_problem_set(tmp_path),
         sampling=SamplingConfig(num_generations=4),
         scoring=ScoreConfig(workers=2, timeout_s=5.0),
+        **settings,
     )
-    # The stage resumes from its rollouts: these stand for k=4 samples per problem (1: half
-    # right, 2: always right, 3: never right), scored for real in the sandbox.
-    out = tmp_path / "filter"
-    (out / "rollouts").mkdir(parents=True)
-    rows = [
+
+
+def write_round(folder, rows) -> None:
+    """A round's rollouts of k=4 samples per problem (unscored: the stage scores them)."""
+    for index, row in enumerate(rows):
+        row["group_index"] = index % 4
+    folder.mkdir(parents=True, exist_ok=True)
+    write_rollouts(folder / "rollouts.parquet", rows)
+
+
+def first_round() -> list[dict]:
+    """Problem 1 half right, 2 always right, 3 never right."""
+    return [
         *(rollout("1", text, False, None) for text in (ADD, ADD, WRONG_ADD, WRONG_ADD)),
         *(rollout("2", DOUBLE, False, None) for _ in range(4)),
         *(rollout("3", WRONG_NEG, False, None) for _ in range(4)),
     ]
-    for index, row in enumerate(rows):
-        row["group_index"] = index % 4
-    write_rollouts(out / "rollouts" / "rollouts.parquet", rows)
+
+
+@pytest.mark.docker
+def test_the_filter_scores_rollouts_and_publishes_the_problems_in_range(tmp_path):
+    config = filter_config(tmp_path)
+    problems = config.problems
+    # The stage resumes from its rollouts, scored for real in the sandbox.
+    out = tmp_path / "filter"
+    write_round(out / "rollouts", first_round())
 
     path = run_difficulty_filter(config, out)
     kept = [json.loads(line) for line in path.read_text().splitlines()]
@@ -102,32 +115,15 @@ def test_the_held_out_split_is_seeded_and_spread_over_the_pass_rates():
 def test_adaptive_rounds_find_the_rare_pass_and_the_kept_problems_are_split(tmp_path):
     """Round 1 samples every problem k=4 times; problem 3 never passes there, so round 2
     samples it (and only it) 4 more times, where it passes once: kept at 1/8. Round 3 has
-    nothing left to find. A third of the kept problems is held out."""
-    problems = tiny_problem_set(tmp_path)
-    config = DifficultyFilterConfig(
-        model=save_tiny_model(tmp_path / "model"),
-        problems=problems,
-        sampling=SamplingConfig(num_generations=4),
-        scoring=ScoreConfig(workers=2, timeout_s=5.0),
-        max_pass_rate=0.9,
-        max_samples=12,
-        held_out_fraction=0.5,
-    )
+    nothing left to find. Half the kept problems are held out."""
+    config = filter_config(tmp_path, max_pass_rate=0.9, max_samples=12, held_out_fraction=0.5)
     out = tmp_path / "filter"
-    (out / "rollouts" / "round-02").mkdir(parents=True)
-    first = [
-        *(rollout("1", text, False, None) for text in (ADD, ADD, WRONG_ADD, WRONG_ADD)),
-        *(rollout("2", DOUBLE, False, None) for _ in range(4)),
-        *(rollout("3", WRONG_NEG, False, None) for _ in range(4)),
-    ]
     right_neg = "```python\ndef neg(x):\n    return -x\n```"
-    second = [
-        rollout("3", text, False, None) for text in (WRONG_NEG, right_neg, WRONG_NEG, WRONG_NEG)
-    ]
-    for rows, name in ((first, "."), (second, "round-02")):
-        for index, row in enumerate(rows):
-            row["group_index"] = index % 4
-        write_rollouts(out / "rollouts" / name / "rollouts.parquet", rows)
+    write_round(out / "rollouts", first_round())
+    write_round(
+        out / "rollouts" / "round-02",
+        [rollout("3", text, False, None) for text in (WRONG_NEG, right_neg, WRONG_NEG, WRONG_NEG)],
+    )
 
     path = run_difficulty_filter(config, out)
     rates = json.loads((path.parent / "pass_rates.json").read_text())
