@@ -95,6 +95,11 @@ class PostTrainConfig(BaseModel):
         description="benchmark name -> evaluation, run on the base model and after every "
         "stage that trains",
     )
+    evaluate_base: bool = Field(
+        True,
+        description="evaluate the base model too; off: the first stage that trains is the one "
+        "the others are compared with (its numbers known, the samples spent elsewhere)",
+    )
     launch: LaunchConfig = Field(
         default_factory=LaunchConfig,
         description="the processes each rank-aware stage runs on (no stage's key depends on it)",
@@ -226,7 +231,8 @@ def run_post_train(
                 )
                 evaluations[benchmark][label] = Path(str(outputs.evaluation))
 
-        evaluate("base", str(artifacts.checkpoint), None, False)
+        if config.evaluate_base:
+            evaluate("base", str(artifacts.checkpoint), None, False)
         for entry in config.stages:
             stage, name = get_stage(entry.stage), entry.name or entry.stage
             if entry.after is not None:

@@ -160,3 +160,10 @@ def test_arms_start_from_the_branch_point_and_every_checkpoint_is_measured_on_th
     assert inputs["rl"] == inputs["rft"]
     assert inputs["base/train"].problems == inputs["rft/train"].problems == "problems:filter"
     assert inputs["rft/train"].checkpoint == "ckpt:rft" and inputs["rft/mbpp"].problems is None
+
+    calls.clear()  # without the base model's evaluations, SFT's are the first
+    post_train.run_post_train(
+        config.model_copy(update={"evaluate_base": False, "run_dir": str(tmp_path / "b")}),
+        execute=execute,
+    )
+    assert [label for label, _ in calls][:4] == ["sft", "sft/mbpp", "filter", "sft/train"]
