@@ -99,12 +99,14 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     allow_a_slow_first_start()
     _route_logs()
+    from ..pipeline.data.problem_sets import check_problem_files
     from ..pipeline.run_lock import RunFolderLocked, run_folder_lock
 
     err = Console(stderr=True)
     try:
         config = load_config(args.config, args.run_dir, args.num_processes, args.report_to)
         config.model.resolve()  # a missing model is found before Prefect starts
+        check_problem_files(config)  # and a malformed problems file
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost run: invalid settings[/red]: {exc}")
         return EXIT_BAD_INPUT

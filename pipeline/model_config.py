@@ -181,6 +181,7 @@ def load_tokenizer(config: ModelConfig) -> PreTrainedTokenizerBase:
 
 def load_causal_lm(config: ModelConfig) -> PreTrainedModel:
     """The causal LM in ``config.dtype`` (LoRA, if any, is added by the trainer that uses it)."""
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     source = config.resolve()
@@ -192,3 +193,5 @@ def load_causal_lm(config: ModelConfig) -> PreTrainedModel:
         )
     except OSError as exc:
         raise ModelNotFoundError(f"model {config.name_or_path!r}: {exc}") from exc
+    except SafetensorError as exc:  # a truncated or overwritten weights file: say which folder
+        raise ModelNotFoundError(f"model {source}: unreadable weights ({exc})") from exc
