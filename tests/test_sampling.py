@@ -5,7 +5,9 @@ weights refreshed in place and checked (vLLM on the CPU with the real SmolLM2; t
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
+import psutil
 import pytest
 import torch
 from engines import (
@@ -23,6 +25,7 @@ from codepost.pipeline.inference.sampling import (
     HFSampler,
     SamplingConfig,
     WeightSyncError,
+    check_free_memory,
     check_probe,
     get_sampler,
     trainer_probe_logprobs,
@@ -30,6 +33,13 @@ from codepost.pipeline.inference.sampling import (
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
 from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
 from codepost.pipeline.rl.rollouts import collate_rollouts, generate_rollouts
+
+
+def test_too_little_memory_for_the_kv_cache_is_said_before_vllm_starts(monkeypatch):
+    check_free_memory(0)  # this machine has a GiB to spare
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=2**30))
+    with pytest.raises(MemoryError, match=r"1\.0 GiB available, it needs 2 GiB .*cpu_kv_cache_gib"):
+        check_free_memory(2)
 
 
 def test_check_probe_fails_loudly_past_the_tolerance():

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import psutil
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -180,6 +181,19 @@ def check_weights_fit(
         )
 
 
+def check_free_memory(kv_cache_gib: int) -> None:
+    """vLLM's CPU engine takes its KV cache whole when it starts; short of memory it ends with
+    "Engine core initialization failed" and the cause far above: say it first, with the
+    setting that lowers it (vLLM's own rule: the KV cache must fit in the available memory)."""
+    available = psutil.virtual_memory().available / 2**30
+    if available < kv_cache_gib:
+        raise MemoryError(
+            f"not enough free memory to start vLLM's CPU engine: {available:.1f} GiB available, "
+            f"it needs {kv_cache_gib} GiB of KV cache (engine.cpu_kv_cache_gib) and its model; "
+            "stop other engines on this machine or lower engine.cpu_kv_cache_gib"
+        )
+
+
 class VLLMSampler:
     """A vLLM engine started once and refreshed in place."""
 
@@ -191,6 +205,7 @@ class VLLMSampler:
         self.is_cpu = current_platform.is_cpu()
         if self.is_cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(engine.cpu_kv_cache_gib))
+            check_free_memory(int(os.environ["VLLM_CPU_KVCACHE_SPACE"]))
             memory: dict[str, Any] = {}
         else:
             memory = {
