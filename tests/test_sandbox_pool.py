@@ -184,6 +184,16 @@ def test_job_file_paths_stay_in_the_working_directory(files, fetch, message):
         Job(program="", stdin_cases=("",), files=files, fetch_files=fetch)
 
 
+def test_a_judge_that_dies_gives_no_verdict_and_costs_no_container():
+    with SandboxPool(PoolConfig(size=1)) as single:
+        (container,) = single._live
+        died = single.run(call_job("def f():\n    pass\n", "f()", setup="import os\nos._exit(3)"))
+        assert died.status is ExecStatus.SANDBOX_ERROR and died.attempts == 1, died
+        assert "the judge exited with status 3" in died.error
+        after = single.run(call_job("def f(x):\n    return x\n", "assert f(1) == 1"))
+        assert passed(after) == [True] and single._live == {container}
+
+
 def test_syntax_errors_read_as_python_prints_them(sandbox_pool):
     (case,) = sandbox_pool.run(Job(program="def f(:\n", stdin_cases=("",), limits=FAST)).cases
     assert case.status is ExecStatus.SYNTAX_ERROR
