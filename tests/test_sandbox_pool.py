@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import threading
 import time
@@ -177,11 +178,31 @@ def test_io_files_at_a_time_limit_are_those_left_then(sandbox_pool):
         ({"/etc/passwd": b""}, (), "must be relative"),
         ({}, ("../work2/x",), "must be relative"),
         ({"a": b"", "a/b": b""}, (), "inside file 'a'"),
+        ({"a/" * 150_000 + "f": b""}, (), "over 4096"),  # once quadratic: hours at 16 MB
+        ({}, ("a/" * 100 + "f",), "over 64 parts deep"),
+        ({}, ("x" * 256,), "a part over 255 bytes"),
+        ({}, ("x",) * 1025, "1025 paths, over the limit of 1024"),
+        ({"\ud800": b""}, (), "cannot be encoded as UTF-8"),
     ],
 )
 def test_job_file_paths_stay_in_the_working_directory(files, fetch, message):
+    started = time.monotonic()
     with pytest.raises(ValueError, match=message):
         Job(program="", stdin_cases=("",), files=files, fetch_files=fetch)
+    assert time.monotonic() - started < 0.1
+
+
+@pytest.mark.parametrize(
+    ("fields", "name"),
+    [
+        ({"program": "print('\ud800')"}, "program"),
+        ({"stdin_cases": ("ok", "\udfff")}, "stdin_cases[1]"),
+        ({"judge": JudgeSpec(setup="x = '\ud800'", tests=("pass",)), "stdin_cases": None}, "judge"),
+    ],
+)
+def test_text_that_cannot_be_encoded_never_reaches_a_container(fields, name):
+    with pytest.raises(ValueError, match=rf"{re.escape(name)}.*cannot be encoded as UTF-8"):
+        Job(**{"program": "", "stdin_cases": ("",), **fields})
 
 
 def test_a_judge_that_dies_gives_no_verdict_and_costs_no_container():
