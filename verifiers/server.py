@@ -125,7 +125,7 @@ class ServerConfig(BaseModel):
     max_timeout_s: float = Field(60.0, gt=0, description="cap on a request's run time-out")
     max_memory_mb: int = Field(1024, ge=16, description="cap on a program's memory")
     max_problem_bytes: int = Field(
-        4 << 20, ge=1024, description="largest inline problem of /verify (its JSON record)"
+        1 << 20, ge=1024, description="largest inline problem of /verify (its JSON record)"
     )
     max_problem_tests: int = Field(
         1024, ge=1, description="most tests (asserts, cases, test functions) per inline problem"
