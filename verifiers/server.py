@@ -130,6 +130,12 @@ class ServerConfig(BaseModel):
     max_problem_tests: int = Field(
         1024, ge=1, description="most tests (asserts, cases, test functions) per inline problem"
     )
+    shutdown_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="after SIGTERM, how long accepted requests may take to finish before the "
+        "server stops anyway (a body being sent slowly would otherwise keep it up)",
+    )
     retry_after_s: int = Field(1, ge=1, description="Retry-After of a 429 answer")
     token: str | None = Field(None, description="bearer token every request but /health needs")
 
@@ -692,7 +698,13 @@ def serve(config: ServerConfig) -> int:
     pool = SandboxPool(PoolConfig(size=config.workers))
     app = create_app(config, pool)
     server = uvicorn.Server(
-        uvicorn.Config(app, host=config.host, port=config.port, access_log=False)
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            access_log=False,
+            timeout_graceful_shutdown=config.shutdown_timeout_s,
+        )
     )
     try:
         pool.start()
