@@ -130,9 +130,9 @@ class ServerConfig(BaseModel):
     max_problem_tests: int = Field(
         1024, ge=1, description="most tests (asserts, cases, test functions) per inline problem"
     )
-    shutdown_timeout_s: float = Field(
-        120.0,
-        gt=0,
+    shutdown_timeout_s: int = Field(
+        120,
+        ge=1,
         description="after SIGTERM, how long accepted requests may take to finish before the "
         "server stops anyway (a body being sent slowly would otherwise keep it up)",
     )
