@@ -72,9 +72,14 @@ class Limits:
     # address space of each compiler process (g++ needs ~300 MB for <bits/stdc++.h>).
     compile_time_s: float = 10.0
     compile_memory_mb: int = 1024
+    # The most real time the whole job may take, its compile and every io case together (a
+    # case cut short by it is a timeout, and no case runs after it); None: each case's own.
+    job_time_s: float | None = None
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():  # inf or nan would break the supervisor
+            if value is None and name == "job_time_s":
+                continue
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"Limits.{name} must be a finite number > 0, got {value!r}")
 

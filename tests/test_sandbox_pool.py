@@ -205,6 +205,19 @@ def test_text_that_cannot_be_encoded_never_reaches_a_container(fields, name):
         Job(**{"program": "", "stdin_cases": ("",), **fields})
 
 
+def test_a_job_ends_at_its_whole_time_limit(sandbox_pool):
+    program = "import time\ntime.sleep(0.4)\nprint(input())\n"
+    limits = Limits(wall_time_s=2.0, cpu_time_s=2.0, job_time_s=1.5)
+    job = Job(program=program, stdin_cases=tuple(map(str, range(40))), limits=limits)
+    started = time.monotonic()
+    result = sandbox_pool.run(job)
+    took = time.monotonic() - started
+    statuses = [case.status for case in result.cases]
+    assert statuses[-1] is ExecStatus.TIMEOUT and len(statuses) < 6, result
+    assert "the job's time over 1.5 s" in result.cases[-1].stderr
+    assert took < 1.5 + 2.0, took  # the limit, and the round trip on a busy host
+
+
 def test_a_judge_that_dies_gives_no_verdict_and_costs_no_container():
     with SandboxPool(PoolConfig(size=1)) as single:
         (container,) = single._live

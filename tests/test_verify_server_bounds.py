@@ -150,6 +150,7 @@ def test_text_that_cannot_be_encoded_is_refused_naming_its_field():
     assert "cannot be encoded as UTF-8" in verdicts[1]["result"]
     assert verdicts[2]["sample"]["note"] == "\udfff"  # echoed back as it came
     assert len(executor.jobs) == 2  # the refused texts never became a job
+    assert {job.limits.job_time_s for job in executor.jobs} == {ServerConfig().max_job_s}
 
 
 def check_problem(task_id: str, asserts: int, padding: int = 0) -> dict:

@@ -123,6 +123,12 @@ class ServerConfig(BaseModel):
     )
     max_code_bytes: int = Field(1 << 20, ge=1, description="largest program of /run_code")
     max_timeout_s: float = Field(60.0, gt=0, description="cap on a request's run time-out")
+    max_job_s: float = Field(
+        120.0,
+        gt=0,
+        description="cap on one job's whole time: a /verify sample's compile and all its tests "
+        "or cases together, a /run_code compile and run",
+    )
     max_memory_mb: int = Field(1024, ge=16, description="cap on a program's memory")
     max_problem_bytes: int = Field(
         1 << 20, ge=1024, description="largest inline problem of /verify (its JSON record)"
@@ -376,6 +382,7 @@ def run_code_job(request: RunCodeRequest, config: ServerConfig) -> Job:
         cpu_time_s=seconds,
         memory_mb=config.max_memory_mb if memory <= 0 else min(memory, config.max_memory_mb),
         compile_time_s=min(request.compile_timeout, config.max_timeout_s),
+        job_time_s=config.max_job_s,
     )
     try:
         return Job(
@@ -600,6 +607,7 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
                 wall_time_s=request.timeout,
                 cpu_time_s=request.timeout,
                 memory_mb=request.memory_mb,
+                job_time_s=config.max_job_s,
             ),
             reward_config=RewardConfig(
                 sandbox_errors="exclude" if request.exclude_sandbox_errors else "fail"
@@ -626,6 +634,7 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
             "max_pending": config.max_pending,
             "pending": admission.pending,
             "max_timeout_s": config.max_timeout_s,
+            "max_job_s": config.max_job_s,
             "max_memory_mb": config.max_memory_mb,
             "max_body_bytes": config.max_body_bytes,
             "pending_bytes": admission.pending_bytes,

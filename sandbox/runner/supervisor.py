@@ -34,6 +34,7 @@ import dataclasses
 import errno
 import hashlib
 import json
+import math
 import os
 import selectors
 import shutil
@@ -168,11 +169,31 @@ def container_cpu_s() -> float:
     return 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class JobTime:
+    """A whole job's real-time limit (``Limits.job_time_s``): when it ends, and how long it is."""
+
+    ends: float = math.inf  # time.monotonic()
+    limit_s: float | None = None
+
+    @classmethod
+    def of(cls, limits: dict[str, Any]) -> JobTime:
+        limit = limits.get("job_time_s")
+        return cls() if limit is None else cls(time.monotonic() + limit, limit)
+
+    def spent(self) -> bool:
+        return time.monotonic() >= self.ends
+
+    def describe(self) -> str:
+        return f"the job's time over {self.limit_s} s (compile and all cases together)"
+
+
 class Deadline:
     """When a wall-time limit ends. Time that ``pids`` spent waiting for a CPU does not count
     as far as others held it: as far as the container got less than its ``cpus`` share (a
     program that keeps its own container busy with many processes gains nothing). Up to
-    ``cap_s`` of real time in all, so a busy host cannot make an honest program time out."""
+    ``cap_s`` of real time in all, so a busy host cannot make an honest program time out; and
+    never past the end of the whole ``job``'s time."""
 
     def __init__(
         self,
@@ -180,6 +201,7 @@ class Deadline:
         limits: dict[str, Any] | None = None,
         pids: tuple[int, ...] | None = (),
         started: float | None = None,
+        job: JobTime | None = None,
     ) -> None:
         """``pids`` () counts no waiting; None counts the container's shortfall alone, for work
         that never sleeps (a compiler, whose processes come and go)."""
@@ -189,20 +211,24 @@ class Deadline:
         self.cpus = (limits or {}).get("cpus", 1.0)
         self.base_wait, self.base_cpu = cpu_wait_s(pids or ()), container_cpu_s()
         self.waited = 0.0
-        self.end = self.started + limit_s
+        self.job = job or JobTime()
+        self.end = min(self.started + limit_s, self.job.ends)
 
     def remaining(self) -> float:
         now = time.monotonic()
-        if now >= self.end and self.pids != ():
+        if now >= self.end and self.pids != () and self.end < self.job.ends:
             shortfall = (now - self.started) * self.cpus - (container_cpu_s() - self.base_cpu)
             waited = shortfall
             if self.pids is not None:
                 waited = min(cpu_wait_s(self.pids) - self.base_wait, shortfall)
             self.waited = max(self.waited, waited)
-            self.end = self.started + min(self.limit_s + self.waited, self.cap_s)
+            own_end = self.started + min(self.limit_s + self.waited, self.cap_s)
+            self.end = min(own_end, self.job.ends)
         return self.end - now
 
     def describe(self) -> str:
+        if self.end >= self.job.ends:
+            return self.job.describe()
         waited = f" (and {self.waited:.1f} s waiting for a CPU)" if self.waited >= 0.05 else ""
         return f"wall time over {self.limit_s} s{waited}"
 
@@ -305,7 +331,10 @@ def judge_limits(limits: dict[str, Any]) -> dict[str, Any]:
     """A job's judge's rlimits: its memory, its threads and processes, at most as much CPU as
     the job has real time (a thread it leaves spinning cannot outlast the job either: the judge
     dies with it), and files of 1 MB at most."""
-    cpu_s = limits.get("wall_cap_s", limits["wall_time_s"]) + JUDGE_GRACE_S
+    real_s = limits.get("wall_cap_s", limits["wall_time_s"])
+    if limits.get("job_time_s") is not None:
+        real_s = min(real_s, limits["job_time_s"])
+    cpu_s = real_s + JUDGE_GRACE_S
     return {
         "memory_mb": JUDGE_MEMORY_MB,
         "cpu_time_s": cpu_s,
@@ -359,6 +388,7 @@ class Supervisor:
         self.dir_times = {path: os.stat(path) for path in WRITABLE_DIRS}
         self.last_beat = 0.0
         self.builds: dict[str, dict[str, Any]] = {}  # this job's compiles, by source hash
+        self.job_time = JobTime()  # the running job's whole time
 
     def beat(self) -> None:
         """A heartbeat frame to the host, at most every ``HEARTBEAT_S``."""
@@ -587,7 +617,9 @@ class Supervisor:
             ready_r: bytearray(),
             judge_ready_r: bytearray(),
         }
-        deadline = Deadline(limits["wall_time_s"], limits, (candidate, judge), started)
+        deadline = Deadline(
+            limits["wall_time_s"], limits, (candidate, judge), started, self.job_time
+        )
         outcome = self.collect(
             streams,
             deadline,
@@ -769,7 +801,7 @@ class Supervisor:
             leftover = max(leftover, left)
             budget -= used
             cases.append(case)
-            if case["status"] in ("syntax_error", "output_limit"):
+            if case["status"] in ("syntax_error", "output_limit") or self.job_time.spent():
                 break
             if case["status"] != "completed" and job.get("stop_at_failure"):
                 break
@@ -815,12 +847,14 @@ class Supervisor:
                 status = "runtime_error"
             if status == "runtime_error" and language.ran_out_of_memory(ran.stderr):
                 status = "memory_limit"
+        spent = status == "timeout" and self.job_time.spent()
         case = {
             "status": status,
             "stdout": ran.stdout[: max(budget, 0)].decode("utf-8", "replace"),
             "stderr": load_error
             + _excerpt(ran.stderr)
             + (HELD_NOTE if ran.held else "")
+            + (f"\n[sandbox] {self.job_time.describe()}: no further case runs\n" if spent else "")
             + files_note,
             "exit_code": exit_code,
             "duration_s": time.monotonic() - case_started,
@@ -858,7 +892,7 @@ class Supervisor:
         _write_all(frame_w, frame)  # the process reads it first thing
         os.close(frame_w)
         pids = None if never_sleeps else (pid,)
-        deadline = Deadline(limits["wall_time_s"], limits, pids, started)
+        deadline = Deadline(limits["wall_time_s"], limits, pids, started, self.job_time)
         streams = {
             out_r: bytearray(),
             err_r: bytearray(),
@@ -931,6 +965,7 @@ class Supervisor:
             return {"pong": True, "runner": source_version()}
         job = request["job"]
         self.restore_dirs()
+        self.job_time = JobTime.of(job["limits"])
         try:
             return self.run_call(job) if job.get("judge") else self.run_io(job)
         finally:
