@@ -1,6 +1,7 @@
 """Isolated execution of untrusted programs in Docker; knows nothing of rewards or models."""
 
 from .api import (
+    MAX_PATHS,
     CaseOutcome,
     CompileOutcome,
     ExecStatus,
@@ -25,6 +26,7 @@ LANGUAGES = languages.names()  # what a Job's language may be: one module each i
 __all__ = [
     "DEFAULT_IMAGE",
     "LANGUAGES",
+    "MAX_PATHS",
     "CaseOutcome",
     "CompileOutcome",
     "ExecStatus",

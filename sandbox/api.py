@@ -38,8 +38,7 @@ Python only: the judge calls into the runner's own interpreter.
 from __future__ import annotations
 
 import math
-import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -73,9 +72,14 @@ class Limits:
     # address space of each compiler process (g++ needs ~300 MB for <bits/stdc++.h>).
     compile_time_s: float = 10.0
     compile_memory_mb: int = 1024
+    # The most real time the whole job may take, its compile and every io case together (a
+    # case cut short by it is a timeout, and no case runs after it); None: each case's own.
+    job_time_s: float | None = None
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():  # inf or nan would break the supervisor
+            if value is None and name == "job_time_s":
+                continue
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"Limits.{name} must be a finite number > 0, got {value!r}")
 
@@ -122,23 +126,73 @@ class Job:
             )
         if (self.files or self.fetch_files) and self.judge is not None:
             raise ValueError("files and fetch_files are for io mode (stdin_cases)")
-        for path in (*self.files, *self.fetch_files):
-            check_path(path)
+        for name, paths in (("files", self.files), ("fetch_files", self.fetch_files)):
+            if len(paths) > MAX_PATHS:
+                raise ValueError(f"{name}: {len(paths)} paths, over the limit of {MAX_PATHS}")
+            for path in paths:
+                check_path(path)
         for path in self.files:
-            parent = posixpath.dirname(path)
-            while parent:
-                if parent in self.files:
-                    raise ValueError(f"file {path!r} is inside file {parent!r}")
-                parent = posixpath.dirname(parent)
+            parent = next((path[:end] for end in _separators(path) if path[:end] in self.files), "")
+            if parent:
+                raise ValueError(f"file {path!r} is inside file {parent!r}")
+        for name, text in self._texts():
+            check_text(name, text)
+
+    def _texts(self) -> Iterator[tuple[str, str]]:
+        """Every text of the job that goes to the container, named as a field of the job."""
+        yield "program", self.program
+        for index, stdin in enumerate(self.stdin_cases or ()):
+            yield f"stdin_cases[{index}]", stdin
+        if self.judge is not None:
+            yield "judge.setup", self.judge.setup
+            for index, test in enumerate((*self.judge.tests, *self.judge.test_names)):
+                yield f"judge.tests[{index}]", test
+
+
+MAX_PATHS = 1024  # files, and fetch_files, per job: a tmpfs holds a few thousand inodes
+MAX_PATH_BYTES = 4096  # Linux's PATH_MAX
+MAX_PATH_PARTS = 64  # directories deep
+MAX_NAME_BYTES = 255  # each part: Linux's NAME_MAX
 
 
 def check_path(path: str) -> None:
-    """A file path of a job: relative to the program's working directory, and inside it."""
-    parts = path.split("/")
+    """A file path of a job: relative to the program's working directory, inside it, and no
+    longer or deeper than a file system takes (each check linear in the path's length)."""
+    check_text(f"file path {path[:100]!r}", path)
+    size = len(path.encode())
+    if size > MAX_PATH_BYTES:
+        raise ValueError(f"file path {path[:100]!r}...: {size} bytes, over {MAX_PATH_BYTES}")
+    parts = path.split("/", MAX_PATH_PARTS)
+    if len(parts) > MAX_PATH_PARTS:
+        raise ValueError(f"file path {path[:100]!r}...: over {MAX_PATH_PARTS} parts deep")
     if not path or path.startswith("/") or any(part in ("", ".", "..") for part in parts):
         raise ValueError(f"file path {path!r}: must be relative, without '.', '..' or '//'")
     if "\0" in path:
         raise ValueError(f"file path {path!r}: holds a NUL character")
+    if any(len(part.encode()) > MAX_NAME_BYTES for part in parts):
+        raise ValueError(f"file path {path[:100]!r}: a part over {MAX_NAME_BYTES} bytes")
+
+
+def _separators(path: str) -> Iterator[int]:
+    """The positions of the '/' in ``path``: its parents are ``path[:end]``."""
+    end = path.find("/")
+    while end != -1:
+        yield end
+        end = path.find("/", end + 1)
+
+
+def check_text(name: str, text: str) -> None:
+    """ValueError naming ``name`` when ``text`` cannot travel as UTF-8 (a lone surrogate from
+    a JSON ``"\\ud800"``): it must never reach a container, which could not encode it either."""
+    if text.isascii():
+        return
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{name}: text that cannot be encoded as UTF-8 ({text[exc.start]!r} at character "
+            f"{exc.start})"
+        ) from None
 
 
 @dataclass(frozen=True)

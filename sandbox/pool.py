@@ -498,7 +498,10 @@ def _host_deadline(payload: dict[str, Any], grace_s: float) -> float:
     limits = payload["limits"]
     cases = len(payload.get("stdin_cases", ())) or 1
     compile_s = limits["compile_cap_s"] if languages.get(payload["language"]).compiled else 0.0
-    return compile_s + limits["wall_cap_s"] * cases + grace_s
+    longest = compile_s + limits["wall_cap_s"] * cases
+    if limits["job_time_s"] is not None:
+        longest = min(longest, limits["job_time_s"])
+    return longest + grace_s
 
 
 def _job_payload(job: Job, config: PoolConfig) -> dict[str, Any]:

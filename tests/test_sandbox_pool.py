@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import threading
 import time
@@ -177,11 +178,54 @@ def test_io_files_at_a_time_limit_are_those_left_then(sandbox_pool):
         ({"/etc/passwd": b""}, (), "must be relative"),
         ({}, ("../work2/x",), "must be relative"),
         ({"a": b"", "a/b": b""}, (), "inside file 'a'"),
+        ({"a/" * 150_000 + "f": b""}, (), "over 4096"),  # once quadratic: hours at 16 MB
+        ({}, ("a/" * 100 + "f",), "over 64 parts deep"),
+        ({}, ("x" * 256,), "a part over 255 bytes"),
+        ({}, ("x",) * 1025, "1025 paths, over the limit of 1024"),
+        ({"\ud800": b""}, (), "cannot be encoded as UTF-8"),
     ],
 )
 def test_job_file_paths_stay_in_the_working_directory(files, fetch, message):
+    started = time.monotonic()
     with pytest.raises(ValueError, match=message):
         Job(program="", stdin_cases=("",), files=files, fetch_files=fetch)
+    assert time.monotonic() - started < 0.1
+
+
+@pytest.mark.parametrize(
+    ("fields", "name"),
+    [
+        ({"program": "print('\ud800')"}, "program"),
+        ({"stdin_cases": ("ok", "\udfff")}, "stdin_cases[1]"),
+        ({"judge": JudgeSpec(setup="x = '\ud800'", tests=("pass",)), "stdin_cases": None}, "judge"),
+    ],
+)
+def test_text_that_cannot_be_encoded_never_reaches_a_container(fields, name):
+    with pytest.raises(ValueError, match=rf"{re.escape(name)}.*cannot be encoded as UTF-8"):
+        Job(**{"program": "", "stdin_cases": ("",), **fields})
+
+
+def test_a_job_ends_at_its_whole_time_limit(sandbox_pool):
+    program = "import time\ntime.sleep(0.4)\nprint(input())\n"
+    limits = Limits(wall_time_s=2.0, cpu_time_s=2.0, job_time_s=1.5)
+    job = Job(program=program, stdin_cases=tuple(map(str, range(40))), limits=limits)
+    started = time.monotonic()
+    result = sandbox_pool.run(job)
+    took = time.monotonic() - started
+    statuses = [case.status for case in result.cases]
+    assert statuses[-1] is ExecStatus.TIMEOUT and len(statuses) < 6, result
+    assert "the job's time over 1.5 s" in result.cases[-1].stderr
+    assert took < 1.5 + 2.0, took  # the limit, and the round trip on a busy host
+
+
+def test_a_judge_that_dies_gives_no_verdict_and_costs_no_container():
+    with SandboxPool(PoolConfig(size=1)) as single:
+        (container,) = single._live
+        died = single.run(call_job("def f():\n    pass\n", "f()", setup="import os\nos._exit(3)"))
+        assert died.status is ExecStatus.SANDBOX_ERROR and died.attempts == 1, died
+        assert "the judge exited with status 3" in died.error
+        after = single.run(call_job("def f(x):\n    return x\n", "assert f(1) == 1"))
+        assert passed(after) == [True] and single._live == {container}
 
 
 def test_syntax_errors_read_as_python_prints_them(sandbox_pool):

@@ -214,6 +214,12 @@ def io_run(pool, program: str, stdin: str = ""):
         ),
         ("import atexit\natexit.register(print, 'at exit')\nprint('first')\n", "first\nat exit\n"),
         ("import sys\nsys.__stdout__.write('unflushed\\n')\n", "unflushed\n"),
+        ("out = open(1, 'w')\nout.write('through fd 1\\n')\n", "through fd 1\n"),
+        (  # file objects are flushed after the standard streams, as at Python's shutdown
+            "import os\nout = [os.fdopen(os.dup(1), 'wb')]\nout[0].write(b'binary\\n')\n"
+            "print('print', flush=False)\n",
+            "print\nbinary\n",
+        ),
         (
             "import multiprocessing\n"
             "def square(x):\n    return x * x\n"
@@ -222,7 +228,16 @@ def io_run(pool, program: str, stdin: str = ""):
             "[1, 4, 9]\n",
         ),
     ],
-    ids=["exit", "quit", "thread", "atexit", "dunder-stdout", "multiprocessing"],
+    ids=[
+        "exit",
+        "quit",
+        "thread",
+        "atexit",
+        "dunder-stdout",
+        "fd-1-file-object",
+        "binary-file-object",
+        "multiprocessing",
+    ],
 )
 def test_io_programs_end_as_python_ends_them(sandbox_pool, program, stdout):
     case = io_run(sandbox_pool, program, "1 2 3\n")

@@ -616,11 +616,14 @@ def test_overload_is_refused_at_once_and_accepted_work_is_kept(tmp_path):
 
 
 def test_sigterm_answers_every_accepted_request_then_removes_the_pool(tmp_path):
-    with running_server(tmp_path, "--workers", "2") as draining:
+    with running_server(tmp_path, "--workers", "2", "--shutdown-timeout-s", "20") as draining:
         pid = draining.process.pid
         assert len(owned_containers(pid)) == 2
         slow = {"code": "import time\ntime.sleep(1)\nprint('done')", "language": "python"}
-        with httpx.Client(timeout=120, limits=httpx.Limits(max_connections=16)) as client:
+        host, port = draining.url.removeprefix("http://").split(":")
+        trickle = socket.create_connection((host, int(port)))  # a body that never ends
+        trickle.sendall(b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        with trickle, httpx.Client(timeout=120, limits=httpx.Limits(max_connections=16)) as client:
             with concurrent.futures.ThreadPoolExecutor(8) as pool:
                 futures = [
                     pool.submit(client.post, f"{draining.url}/run_code", json=slow)
@@ -630,8 +633,10 @@ def test_sigterm_answers_every_accepted_request_then_removes_the_pool(tmp_path):
                     lambda: client.get(f"{draining.url}/health").json()["pending"] == 8, 30
                 )
                 draining.process.send_signal(signal.SIGTERM)
+                stopped = time.monotonic()
                 answers = [future.result() for future in futures]
             assert draining.process.wait(timeout=120) == 0
+            assert time.monotonic() - stopped < 20 + 30  # the limit, then the pool's removal
             with pytest.raises(httpx.TransportError):
                 client.post(f"{draining.url}/run_code", json=slow)
         assert [answer.json()["run_result"]["stdout"] for answer in answers] == ["done\n"] * 8

@@ -9,6 +9,7 @@ parse in the verifier goes through one lock; a parse takes microseconds to milli
 from __future__ import annotations
 
 import ast
+import functools
 import threading
 
 _LOCK = threading.Lock()
@@ -18,6 +19,14 @@ def parse_python(source: str) -> ast.Module:
     """``ast.parse(source)``, one thread at a time; raises what ``ast.parse`` raises."""
     with _LOCK:
         return ast.parse(source)
+
+
+@functools.lru_cache(maxsize=64)
+def parse_tests(source: str) -> ast.Module:
+    """A problem's test source parsed once for all its samples (a caller's inline test module
+    may be megabytes, and a request may hold many samples of it). The tree is shared: read it,
+    never change it."""
+    return parse_python(source)
 
 
 def is_docstring(node: ast.stmt) -> bool:

@@ -7,9 +7,12 @@
 * ``GET /health``, and ``GET /metrics`` in Prometheus text format.
 
 Every job accepted is answered. The server holds at most ``max_pending`` jobs (running or
-waiting for a container) and refuses the next one at once with 429 and Retry-After instead of
-building a backlog; SIGTERM stops new connections, lets the accepted requests finish, then
-closes the pool, so no container is left behind.
+waiting for a container) and ``max_pending_bytes`` of request bodies, and refuses the next
+request at once with 429 and Retry-After instead of building a backlog; SIGTERM stops new
+connections, lets the accepted requests finish, then closes the pool, so no container is left
+behind. Hostile callers are bounded before the work is done: a body's size before it is read,
+list lengths before their items are validated, an inline problem's size and test count before
+its jobs are built (off the event loop, once per problem), and the size of every error answer.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import binascii
 import contextlib
 import functools
 import hmac
+import json
 import os
 import signal
 import sys
@@ -40,10 +44,12 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..sandbox import (
     LANGUAGES,
+    MAX_PATHS,
     CaseOutcome,
     CompileOutcome,
     ExecStatus,
@@ -75,6 +81,17 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 BEARER_REFUSED = "missing or wrong bearer token (Authorization: Bearer ...)"
+MAX_ITEMS = 1 << 16  # samples, or inline problems, in one /verify request
+MAX_ERRORS = 10  # validation errors named in one answer, each in at most MAX_ERROR_CHARS
+MAX_ERROR_CHARS = 300
+
+
+class JSONAnswer(JSONResponse):
+    """JSON with every character past ASCII escaped, so that text a caller sent, echoed back
+    (a lone surrogate in a sample's field), can always be written."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
 
 
 def bearer_token_matches(authorization: str, token: str) -> bool:
@@ -98,25 +115,74 @@ class ServerConfig(BaseModel):
         "once. Keep a trainer's own concurrency (verl's max_concurrent) within it",
     )
     max_body_bytes: int = Field(16 << 20, ge=1024, description="largest request body")
+    max_pending_bytes: int = Field(
+        256 << 20,
+        ge=1024,
+        description="request bodies held at once (being read, queued or running); past it, "
+        "429 at once. At least max_body_bytes",
+    )
     max_code_bytes: int = Field(1 << 20, ge=1, description="largest program of /run_code")
     max_timeout_s: float = Field(60.0, gt=0, description="cap on a request's run time-out")
+    max_job_s: float = Field(
+        120.0,
+        gt=0,
+        description="cap on one job's whole time: a /verify sample's compile and all its tests "
+        "or cases together, a /run_code compile and run",
+    )
     max_memory_mb: int = Field(1024, ge=16, description="cap on a program's memory")
+    max_problem_bytes: int = Field(
+        1 << 20, ge=1024, description="largest inline problem of /verify (its JSON record)"
+    )
+    max_problem_tests: int = Field(
+        1024, ge=1, description="most tests (asserts, cases, test functions) per inline problem"
+    )
+    shutdown_timeout_s: int = Field(
+        120,
+        ge=1,
+        description="after SIGTERM, how long accepted requests may take to finish before the "
+        "server stops anyway (a body being sent slowly would otherwise keep it up)",
+    )
     retry_after_s: int = Field(1, ge=1, description="Retry-After of a 429 answer")
     token: str | None = Field(None, description="bearer token every request but /health needs")
 
+    @model_validator(mode="after")
+    def _one_body_fits(self) -> ServerConfig:
+        if self.max_pending_bytes < self.max_body_bytes:
+            raise ValueError(
+                f"max_pending_bytes {self.max_pending_bytes} is below max_body_bytes "
+                f"{self.max_body_bytes}: no body of the largest size could ever be accepted"
+            )
+        return self
+
 
 class Admission:
-    """Counts the jobs accepted and not yet answered, and refuses those past ``capacity``.
+    """Counts the jobs accepted and not yet answered, and the bytes of the request bodies held,
+    and refuses those past ``capacity`` jobs or ``capacity_bytes``.
 
     Used from the event loop only, so it needs no lock.
     """
 
-    def __init__(self, capacity: int, retry_after_s: int) -> None:
+    def __init__(self, capacity: int, retry_after_s: int, capacity_bytes: int) -> None:
         self.capacity = capacity
+        self.capacity_bytes = capacity_bytes
         self.retry_after_s = retry_after_s
         self.pending = 0  # jobs
+        self.pending_bytes = 0  # of the bodies of requests not answered yet
         self.accepted = 0  # requests
         self.answered = 0
+
+    def hold_bytes(self, size: int) -> None:
+        """Count ``size`` more bytes of a body, or raise 429 when they do not fit."""
+        if self.pending_bytes + size > self.capacity_bytes:
+            raise self.busy(f"{self.pending_bytes} of {self.capacity_bytes} bytes of requests held")
+        self.pending_bytes += size
+
+    def busy(self, what: str) -> HTTPException:
+        return HTTPException(
+            429,
+            f"server busy: {what}; retry after {self.retry_after_s} s",
+            headers={"Retry-After": str(self.retry_after_s)},
+        )
 
     @contextlib.contextmanager
     def admit(self, jobs: int) -> Iterator[None]:
@@ -127,12 +193,7 @@ class Admission:
                 " send them in batches",
             )
         if self.pending + jobs > self.capacity:
-            raise HTTPException(
-                429,
-                f"server busy: {self.pending} of {self.capacity} jobs pending; retry after "
-                f"{self.retry_after_s} s",
-                headers={"Retry-After": str(self.retry_after_s)},
-            )
+            raise self.busy(f"{self.pending} of {self.capacity} jobs pending")
         self.pending += jobs
         self.accepted += 1
         try:
@@ -173,6 +234,10 @@ class Metrics:
                 lambda: max(0, admission.pending - config.workers),
             ),
             "codepost_queue_capacity": ("max_pending", lambda: config.max_pending),
+            "codepost_pending_bytes": (
+                "bytes of request bodies held (being read, queued or running)",
+                lambda: admission.pending_bytes,
+            ),
             "codepost_pool_size": ("sandbox containers", lambda: config.workers),
         }
         for name, (text, read) in gauges.items():
@@ -182,10 +247,14 @@ class Metrics:
 class Gate:
     """ASGI middleware in front of every route: the bearer token, the body size limit (a
     declared length is refused before the body is read, a chunked body as soon as it passes
-    the limit), and the request counts and latency."""
+    the limit), the bytes of bodies held at once (a declared length is counted before the body
+    is read, a chunked body as it arrives, until the answer is sent), and the request counts
+    and latency."""
 
-    def __init__(self, app: ASGIApp, *, config: ServerConfig, metrics: Metrics) -> None:
-        self.app, self.config, self.metrics = app, config, metrics
+    def __init__(
+        self, app: ASGIApp, *, config: ServerConfig, metrics: Metrics, admission: Admission
+    ) -> None:
+        self.app, self.config, self.metrics, self.admission = app, config, metrics, admission
         self.routes = {"/run_code", "/verify", "/health", "/metrics"}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -202,20 +271,22 @@ class Gate:
                 code = message["status"]
             await send(message)
 
+        held = [0]  # bytes of this request's body counted in the admission
         try:
-            refusal = self.refusal(scope)
+            refusal = self.refusal(scope, held)
             if refusal is not None:
                 await refusal(scope, receive, counted_send)
             else:
                 # Every body is JSON, whatever its declared type (curl -d says a form).
                 headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
                 scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
-                await self.app(scope, self.limited(receive), counted_send)
+                await self.app(scope, self.limited(receive, held), counted_send)
         finally:
+            self.admission.pending_bytes -= held[0]
             self.metrics.requests.labels(endpoint, str(code)).inc()
             self.metrics.latency.labels(endpoint, str(code)).observe(time.perf_counter() - started)
 
-    def refusal(self, scope: Scope) -> JSONResponse | None:
+    def refusal(self, scope: Scope, held: list[int]) -> JSONAnswer | None:
         headers = dict(scope["headers"])
         token = self.config.token
         authorization = headers.get(b"authorization", b"").decode("latin-1")
@@ -224,20 +295,28 @@ class Gate:
             and scope["path"] != "/health"
             and not bearer_token_matches(authorization, token)
         ):
-            return JSONResponse(
+            return JSONAnswer(
                 {"detail": BEARER_REFUSED}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
             )
         length = headers.get(b"content-length", b"0")
         if length.isdigit() and int(length) > self.config.max_body_bytes:
-            return JSONResponse(
+            return JSONAnswer(
                 {"detail": self.too_large()}, status_code=413, headers={"Connection": "close"}
             )
+        if length.isdigit():
+            try:
+                self.admission.hold_bytes(int(length))
+            except HTTPException as busy:
+                return JSONAnswer(
+                    {"detail": busy.detail}, status_code=busy.status_code, headers=busy.headers
+                )
+            held[0] = int(length)
         return None
 
     def too_large(self) -> str:
         return f"request body over the server's limit of {self.config.max_body_bytes} bytes"
 
-    def limited(self, receive: Receive) -> Receive:
+    def limited(self, receive: Receive, held: list[int]) -> Receive:
         received = 0
 
         async def receive_limited() -> MutableMapping[str, Any]:
@@ -246,6 +325,9 @@ class Gate:
             received += len(message.get("body", b""))
             if received > self.config.max_body_bytes:
                 raise HTTPException(413, self.too_large())
+            if received > held[0]:  # no Content-Length, or more than it said
+                self.admission.hold_bytes(received - held[0])
+                held[0] = received
             return message
 
         return receive_limited
@@ -264,8 +346,10 @@ class RunCodeRequest(BaseModel):
     run_timeout: float = Field(10, gt=0)
     memory_limit_MB: int = -1  # -1: the server's maximum
     stdin: str | None = None
-    files: dict[str, str | None] = {}  # path -> base64; None entries are skipped, as there
-    fetch_files: list[str] = []
+    # path -> base64; None entries are skipped, as there. Any values: a wrong one is named in a
+    # 400 by run_code_job, never one validation error per item.
+    files: dict[str, Any] = Field({}, max_length=MAX_PATHS)
+    fetch_files: list[str] = Field([], max_length=MAX_PATHS)
 
 
 def run_code_job(request: RunCodeRequest, config: ServerConfig) -> Job:
@@ -276,7 +360,7 @@ def run_code_job(request: RunCodeRequest, config: ServerConfig) -> Job:
             f"language {request.language!r} is not supported: this server runs "
             f"{', '.join(LANGUAGES)} only",
         )
-    size = len(request.code.encode())
+    size = len(request.code.encode(errors="surrogatepass"))  # Job names what cannot travel
     if size > config.max_code_bytes:
         raise HTTPException(
             413, f"code is {size} bytes, over the server's limit of {config.max_code_bytes}"
@@ -285,6 +369,8 @@ def run_code_job(request: RunCodeRequest, config: ServerConfig) -> Job:
     for path, data in request.files.items():
         if data is None:
             continue
+        if not isinstance(data, str):
+            raise HTTPException(400, f"files[{path!r}]: expected base64 text or null")
         try:
             files[path] = base64.b64decode(data, validate=True)
         except binascii.Error as exc:
@@ -296,6 +382,7 @@ def run_code_job(request: RunCodeRequest, config: ServerConfig) -> Job:
         cpu_time_s=seconds,
         memory_mb=config.max_memory_mb if memory <= 0 else min(memory, config.max_memory_mb),
         compile_time_s=min(request.compile_timeout, config.max_timeout_s),
+        job_time_s=config.max_job_s,
     )
     try:
         return Job(
@@ -378,9 +465,11 @@ class VerifyRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    samples: list[dict[str, Any]] = Field(min_length=1)
+    samples: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_ITEMS)
     problems: str | list[dict[str, Any]] = Field(
-        HUMANEVAL, description=f"one of {', '.join(NAMED_PROBLEMS)}, or problem records inline"
+        HUMANEVAL,
+        max_length=MAX_ITEMS,
+        description=f"one of {', '.join(NAMED_PROBLEMS)}, or problem records inline",
     )
     completion_style: CompletionStyle = "auto"
     timeout: float = Field(Limits.wall_time_s, gt=0)
@@ -396,9 +485,27 @@ def named_problems(name: str) -> dict[str, Problem]:
     return load_problems(name)
 
 
-def request_problems(problems: str | list[dict[str, Any]]) -> dict[str, Problem]:
-    """Problems by name (the sets shipped with codepost) or inline; never a path or a hub id,
-    so no request makes the server read its disk or the network."""
+def request_problems(request: VerifyRequest, config: ServerConfig) -> dict[str, Problem]:
+    """The request's problems, at most ``max_tests`` tests each and within the server's time
+    and memory caps. Run off the event loop: inline test code is parsed here."""
+    problems = cap_tests(named_or_inline(request.problems, config), request.max_tests)
+    for task_id, problem in problems.items():
+        count = problem.tests.count()
+        if isinstance(request.problems, list) and count > config.max_problem_tests:
+            raise HTTPException(
+                413,
+                f"problem {task_id!r} has {count} tests, over the server's max_problem_tests "
+                f"{config.max_problem_tests}: send fewer, or set max_tests",
+            )
+    return within_caps(problems, config)
+
+
+def named_or_inline(
+    problems: str | list[dict[str, Any]], config: ServerConfig
+) -> dict[str, Problem]:
+    """Problems by name (the sets shipped with codepost) or inline, each inline record at most
+    ``max_problem_bytes``; never a path or a hub id, so no request makes the server read its
+    disk or the network."""
     if isinstance(problems, str):
         if problems not in NAMED_PROBLEMS:
             raise HTTPException(
@@ -407,6 +514,14 @@ def request_problems(problems: str | list[dict[str, Any]]) -> dict[str, Problem]
                 " send other problems inline",
             )
         return named_problems(problems)
+    for index, record in enumerate(problems):
+        size = len(json.dumps(record))
+        if size > config.max_problem_bytes:
+            raise HTTPException(
+                413,
+                f"problems[{index}] is {size} bytes of JSON, over the server's "
+                f"max_problem_bytes {config.max_problem_bytes}",
+            )
     try:
         return problems_from_records((f"problems[{i}]", r) for i, r in enumerate(problems))
     except ProblemFormatError as exc:
@@ -434,57 +549,65 @@ def within_caps(problems: dict[str, Problem], config: ServerConfig) -> dict[str,
 
 def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
     """The server's app over a started ``pool``, which stays the caller's to close."""
-    admission = Admission(config.max_pending, config.retry_after_s)
+    admission = Admission(config.max_pending, config.retry_after_s, config.max_pending_bytes)
     metrics = Metrics(config, admission)
     app = FastAPI(
         title="codepost verify-server",
         summary="SandboxFusion-compatible /run_code and codepost's /verify",
+        default_response_class=JSONAnswer,
     )
     app.state.admission = admission
-    app.add_middleware(Gate, config=config, metrics=metrics)
+    app.add_middleware(Gate, config=config, metrics=metrics, admission=admission)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def refused(request: Request, exc: StarletteHTTPException) -> JSONAnswer:
+        return JSONAnswer({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONAnswer:
         errors = exc.errors()
         if errors and errors[0]["type"] == "json_invalid":
             detail = (
                 f"malformed JSON: {errors[0]['ctx']['error']} at position {errors[0]['loc'][1]}"
             )
-            return JSONResponse({"detail": detail}, status_code=400)
+            return JSONAnswer({"detail": detail}, status_code=400)
         parts = [
-            f"{'.'.join(map(str, error['loc'][1:])) or 'body'}: {error['msg']}" for error in errors
+            f"{'.'.join(map(str, error['loc'][1:])) or 'body'}: {error['msg']}"[:MAX_ERROR_CHARS]
+            for error in errors[:MAX_ERRORS]
         ]
-        return JSONResponse({"detail": "; ".join(parts)}, status_code=422)
+        if len(errors) > MAX_ERRORS:
+            parts.append(f"and {len(errors) - MAX_ERRORS} more errors")
+        return JSONAnswer({"detail": "; ".join(parts)}, status_code=422)
 
     @app.exception_handler(SandboxUnavailable)
-    async def unavailable(request: Request, exc: SandboxUnavailable) -> JSONResponse:
-        return JSONResponse({"detail": f"sandbox unavailable: {exc}"}, status_code=503)
+    async def unavailable(request: Request, exc: SandboxUnavailable) -> JSONAnswer:
+        return JSONAnswer({"detail": f"sandbox unavailable: {exc}"}, status_code=503)
 
     @app.post("/run_code")
-    async def run_code(request: RunCodeRequest) -> JSONResponse:
+    async def run_code(request: RunCodeRequest) -> JSONAnswer:
         job = run_code_job(request, config)
         with admission.admit(1):
             result = await asyncio.wrap_future(pool.submit(job))
         answer = run_code_response(result, job.limits.output_bytes)
         metrics.results.labels("run_code", answer["status"]).inc()
-        return JSONResponse(answer)
+        return JSONAnswer(answer)
 
     @app.post("/verify")
-    async def verify(request: VerifyRequest) -> JSONResponse:
+    async def verify(request: VerifyRequest) -> JSONAnswer:
         for name, value, cap in (
             ("timeout", request.timeout, config.max_timeout_s),
             ("memory_mb", request.memory_mb, config.max_memory_mb),
         ):
             if value > cap:
                 raise HTTPException(422, f"{name} {value} is over the server's maximum {cap}")
-        problems = cap_tests(request_problems(request.problems), request.max_tests)
-        problems = within_caps(problems, config)
+        problems = await asyncio.to_thread(request_problems, request, config)
         verifier = Verifier(
             pool,
             limits=Limits(
                 wall_time_s=request.timeout,
                 cpu_time_s=request.timeout,
                 memory_mb=request.memory_mb,
+                job_time_s=config.max_job_s,
             ),
             reward_config=RewardConfig(
                 sandbox_errors="exclude" if request.exclude_sandbox_errors else "fail"
@@ -496,10 +619,10 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
                 verdicts = await verifier.averify(problems, request.samples)
             except SampleError as exc:
                 detail = {"detail": str(exc), "index": exc.index, "reason": exc.reason}
-                return JSONResponse(detail, status_code=422)
+                return JSONAnswer(detail, status_code=422)
         for verdict in verdicts:
             metrics.results.labels("verify", verdict.status.value).inc()
-        return JSONResponse({"verdicts": [verdict.model_dump(mode="json") for verdict in verdicts]})
+        return JSONAnswer({"verdicts": [verdict.model_dump(mode="json") for verdict in verdicts]})
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -511,8 +634,13 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
             "max_pending": config.max_pending,
             "pending": admission.pending,
             "max_timeout_s": config.max_timeout_s,
+            "max_job_s": config.max_job_s,
             "max_memory_mb": config.max_memory_mb,
             "max_body_bytes": config.max_body_bytes,
+            "pending_bytes": admission.pending_bytes,
+            "max_pending_bytes": config.max_pending_bytes,
+            "max_problem_bytes": config.max_problem_bytes,
+            "max_problem_tests": config.max_problem_tests,
             "max_code_bytes": config.max_code_bytes,
         }
 
@@ -579,7 +707,13 @@ def serve(config: ServerConfig) -> int:
     pool = SandboxPool(PoolConfig(size=config.workers))
     app = create_app(config, pool)
     server = uvicorn.Server(
-        uvicorn.Config(app, host=config.host, port=config.port, access_log=False)
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            access_log=False,
+            timeout_graceful_shutdown=config.shutdown_timeout_s,
+        )
     )
     try:
         pool.start()

@@ -153,7 +153,12 @@ class Verifier:
         all_cases = self.reward_config.test_reward == "pass_fraction"
         form = form_of(problem)
         limits = form.limits(problem, self.limits)
-        job = form.build_job(problem, program.source, limits, all_cases=all_cases)
+        try:
+            job = form.build_job(problem, program.source, limits, all_cases=all_cases)
+        except ValueError as exc:  # text no sandbox can take (a lone surrogate): this one fails
+            return PreparedSample(
+                index, sample, problem, completion, program, None, length, str(exc)
+            )
         return PreparedSample(index, sample, problem, completion, program, job, length)
 
     def _checked(
@@ -301,8 +306,10 @@ class Verifier:
         samples: Iterable[Mapping[str, Any]],
         progress: Progress | None = None,
     ) -> list[Verdict]:
-        prepared = self.prepare(problems, samples)
-        executor = await asyncio.to_thread(lambda: self.executor)  # a pool start blocks
+        # Parsing and building the jobs may take a while (a large inline test module): off the
+        # event loop, as a pool start is.
+        prepared = await asyncio.to_thread(self.prepare, problems, samples)
+        executor = await asyncio.to_thread(lambda: self.executor)
 
         async def one(item: PreparedSample) -> Verdict:
             if item.job is None:

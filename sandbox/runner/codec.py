@@ -460,13 +460,6 @@ def _decode_token(token: Any, resolve_ref: Callable[[int], Any], open_: list) ->
     return _NOTHING
 
 
-def forget_types() -> None:
-    """Drop the classes made for earlier values (namedtuple types, encoders by class), so that
-    what one job sent cannot hold memory in the judge during the next."""
-    _namedtuple.cache_clear()
-    _ENCODER_OF.clear()
-
-
 def module_namespace(name: str) -> dict[str, Any]:
     """The namespace of a new module ``name`` registered in ``sys.modules``, as import and
     ``python3 program.py`` register theirs: dataclasses, typing and pickle (so

@@ -1,9 +1,11 @@
 """Judge side: run the trusted tests against the candidate through plain-data RPC.
 
-The judge runs as its own user in its own process. The candidate cannot read its memory,
-patch its builtins or hand it objects: every reply is decoded into exact builtin types or a
-``RemoteRef``, which compares equal only to itself. Test outcomes go to the supervisor over
-a pipe the candidate does not have.
+The judge runs as its own user in its own process, one per job: forked from a zygote that never
+held a job (``zygote.py``), it runs one job's tests and dies with the job, so nothing the tests
+do (a caller's inline test module may patch this module, leave a thread or a process) reaches
+another job. The candidate cannot read its memory, patch its builtins or hand it objects:
+every reply is decoded into exact builtin types or a ``RemoteRef``, which compares equal only
+to itself. Test outcomes go to the supervisor over a pipe the candidate does not have.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import os
-import socket
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -23,7 +23,6 @@ from .codec import (
     builtin_exception,
     decode,
     encode,
-    forget_types,
     module_namespace,
     read_frame,
     write_frame,
@@ -315,9 +314,6 @@ def is_candidate_failure(exc: BaseException) -> bool:
 
 
 def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: int) -> None:
-    # Nothing an earlier job sent stays: classes made for its exceptions and values included.
-    _exception_class.cache_clear()
-    forget_types()
     conn = Connection(to_candidate, from_candidate)
     judge = job["judge"]
     try:
@@ -367,18 +363,10 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: in
     write_frame(results, {"event": "done", "crashed": conn.crashed is not None})
 
 
-def serve(control: socket.socket) -> None:
-    """One judge per container: take jobs (and the pipes to their candidate) until told to stop."""
-    while True:
-        message, fds, _, _ = socket.recv_fds(control, 1024, 4)
-        if not message:
-            return
-        job_fd, to_candidate, from_candidate, results = fds
-        try:
-            run(read_frame(job_fd), to_candidate, from_candidate, results)
-        except Exception as exc:  # a broken pipe after a timeout, a bad job: report, go on
-            with contextlib.suppress(OSError):
-                write_frame(results, {"event": "judge_error", "message": repr(exc)})
-        finally:
-            for fd in fds:
-                os.close(fd)
+def run_job(job_fd: int, to_candidate: int, from_candidate: int, results: int) -> None:
+    """The judge process's one job: its frame on ``job_fd``, then its tests."""
+    try:
+        run(read_frame(job_fd), to_candidate, from_candidate, results)
+    except Exception as exc:  # a bad job, a broken pipe after a time-out: report it
+        with contextlib.suppress(OSError):
+            write_frame(results, {"event": "judge_error", "message": repr(exc)[:2000]})

@@ -5,17 +5,20 @@ Processes inside the container:
     supervisor (PID 1, root with only SETUID/SETGID/KILL)   holds the jobs
     +-- zygote (root, a fresh interpreter started before any job was read)
     |       forks every sandbox-user process, so none can find a test in its memory
-    +-- judge (judge user, non-dumpable; one per container)  runs the trusted tests
+    +-- judge zygote (root, the same, with the judge's modules and pytest imported)
+    |       forks one judge per call job
+    +-- judge (judge user, non-dumpable; one per call job)   runs the job's tests, dies with it
     +-- candidate (sandbox user; one per job or io case)     reparented here by a double fork
     +-- compiler (sandbox user; once per job of a compiled language), forked the same way
 
-After a job the supervisor kills the candidate; if any process of the sandbox user is still
-alive or a writable directory is not empty, the zygote forks a sweeper as that user which
-kills every such process in one ``kill(-1)`` (atomic against forks) and empties the
-directories, so nothing a program leaves behind reaches the next one. The directories
-belong to root (the program cannot change their mode, ACLs or extended attributes), and
-each job starts with their times as the container started; a judge whose memory grew past
-``JUDGE_RESTART_MB`` is replaced after the job.
+After a job the supervisor kills the candidate and the judge; if any process of either user is
+still alive or a writable directory is not empty, each zygote forks a sweeper as its user
+which kills every process of that user in one ``kill(-1)`` (atomic against forks) and empties
+the directories of that user's files, so nothing a program or a test leaves behind reaches
+the next job. The directories belong to root (no job can change their mode, ACLs or extended
+attributes), and each job starts with their times as the container started. What a job's
+test code does to its judge (a patched function, a thread left running) dies with the judge:
+each job's judge is a fresh fork of a zygote that never ran a job.
 
 A compiled language's program is compiled once per job (``Supervisor.build``, cached by a hash
 of the language, the source and the job's files) by the sandbox user, under the job's compile
@@ -27,11 +30,11 @@ after the job.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import errno
 import hashlib
 import json
+import math
 import os
 import selectors
 import shutil
@@ -43,18 +46,17 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import judge as judge_side
 from . import languages, source_version
 from .codec import PeerClosed, read_frame, write_frame
-from .isolation import drop_to, set_limits
 from .zygote import WRITABLE_DIRS
 
 CANDIDATE_UID = int(os.environ.get("CODEPOST_CANDIDATE_UID", "10001"))
 JUDGE_UID = int(os.environ.get("CODEPOST_JUDGE_UID", "10002"))
+ZYGOTE_UIDS = {"judge": JUDGE_UID, "candidate": CANDIDATE_UID}  # swept in this order
 EXCERPT_BYTES = 4096
 JUDGE_GRACE_S = 1.0  # after a timeout, how long the judge may take to wind down
 JUDGE_MEMORY_MB = 1024  # the judge's address space
-JUDGE_RESTART_MB = 256  # a judge resident in more memory after a job is replaced
+JUDGE_PROCESSES = 4  # threads and processes a judge may have at once
 EXIT_GRACE_S = 1.0  # io: how long output still counts after the program's main process exits
 FETCH_S = 5.0  # io: how long reading the files a job asked for may take
 # While a job runs, the host hears from the supervisor at least this often, so a paused or
@@ -69,7 +71,6 @@ OOM_CONTROL = "/sys/fs/cgroup/memory/memory.oom_control"  # cgroup v1
 OOM_EVENTS = "/sys/fs/cgroup/memory.events"  # cgroup v2
 CPU_USAGE = "/sys/fs/cgroup/cpuacct/cpuacct.usage"  # cgroup v1, ns
 CPU_STAT = "/sys/fs/cgroup/cpu.stat"  # cgroup v2, usage_usec
-_PR_SET_DUMPABLE = 4
 # glibc reserves 64 MB of address space per thread arena: under the program's RLIMIT_AS that
 # would allow only a dozen threads. Read once at malloc start-up, so set for the zygote.
 PROGRAM_ENV = {"MALLOC_ARENA_MAX": "2"}
@@ -107,19 +108,20 @@ def _excerpt(data: bytes | bytearray) -> str:
     return bytes(data[:EXCERPT_BYTES]).decode("utf-8", "replace")
 
 
-def _owned_by_sandbox(pid: str) -> bool:
+def _owned_by_a_job(pid: str) -> bool:
+    """Whether process ``pid`` is a program's or a judge's (of the sandbox or the judge user)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("Uid:"):
-                    return int(line.split()[1]) == CANDIDATE_UID
+                    return int(line.split()[1]) in (CANDIDATE_UID, JUDGE_UID)
     except OSError:
         pass
     return False
 
 
-def _sandbox_processes() -> int:
-    return sum(1 for pid in os.listdir("/proc") if pid.isdigit() and _owned_by_sandbox(pid))
+def _job_processes() -> int:
+    return sum(1 for pid in os.listdir("/proc") if pid.isdigit() and _owned_by_a_job(pid))
 
 
 def _dirs_clean() -> bool:
@@ -127,15 +129,6 @@ def _dirs_clean() -> bool:
         return not any(os.listdir(path) for path in WRITABLE_DIRS)
     except OSError:  # the program made a directory unreadable: sweep it
         return False
-
-
-def resident_mb(pid: int) -> float:
-    """Resident memory of process ``pid`` in MB (0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 def oom_kills() -> int:
@@ -176,11 +169,31 @@ def container_cpu_s() -> float:
     return 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class JobTime:
+    """A whole job's real-time limit (``Limits.job_time_s``): when it ends, and how long it is."""
+
+    ends: float = math.inf  # time.monotonic()
+    limit_s: float | None = None
+
+    @classmethod
+    def of(cls, limits: dict[str, Any]) -> JobTime:
+        limit = limits.get("job_time_s")
+        return cls() if limit is None else cls(time.monotonic() + limit, limit)
+
+    def spent(self) -> bool:
+        return time.monotonic() >= self.ends
+
+    def describe(self) -> str:
+        return f"the job's time over {self.limit_s} s (compile and all cases together)"
+
+
 class Deadline:
     """When a wall-time limit ends. Time that ``pids`` spent waiting for a CPU does not count
     as far as others held it: as far as the container got less than its ``cpus`` share (a
     program that keeps its own container busy with many processes gains nothing). Up to
-    ``cap_s`` of real time in all, so a busy host cannot make an honest program time out."""
+    ``cap_s`` of real time in all, so a busy host cannot make an honest program time out; and
+    never past the end of the whole ``job``'s time."""
 
     def __init__(
         self,
@@ -188,6 +201,7 @@ class Deadline:
         limits: dict[str, Any] | None = None,
         pids: tuple[int, ...] | None = (),
         started: float | None = None,
+        job: JobTime | None = None,
     ) -> None:
         """``pids`` () counts no waiting; None counts the container's shortfall alone, for work
         that never sleeps (a compiler, whose processes come and go)."""
@@ -197,20 +211,24 @@ class Deadline:
         self.cpus = (limits or {}).get("cpus", 1.0)
         self.base_wait, self.base_cpu = cpu_wait_s(pids or ()), container_cpu_s()
         self.waited = 0.0
-        self.end = self.started + limit_s
+        self.job = job or JobTime()
+        self.end = min(self.started + limit_s, self.job.ends)
 
     def remaining(self) -> float:
         now = time.monotonic()
-        if now >= self.end and self.pids != ():
+        if now >= self.end and self.pids != () and self.end < self.job.ends:
             shortfall = (now - self.started) * self.cpus - (container_cpu_s() - self.base_cpu)
             waited = shortfall
             if self.pids is not None:
                 waited = min(cpu_wait_s(self.pids) - self.base_wait, shortfall)
             self.waited = max(self.waited, waited)
-            self.end = self.started + min(self.limit_s + self.waited, self.cap_s)
+            own_end = self.started + min(self.limit_s + self.waited, self.cap_s)
+            self.end = min(own_end, self.job.ends)
         return self.end - now
 
     def describe(self) -> str:
+        if self.end >= self.job.ends:
+            return self.job.describe()
         waited = f" (and {self.waited:.1f} s waiting for a CPU)" if self.waited >= 0.05 else ""
         return f"wall time over {self.limit_s} s{waited}"
 
@@ -309,6 +327,31 @@ class SetupFailed(RuntimeError):
     """The sandbox could not set up a program's process: the container is broken."""
 
 
+def judge_limits(limits: dict[str, Any]) -> dict[str, Any]:
+    """A job's judge's rlimits: its memory, its threads and processes, at most as much CPU as
+    the job has real time (a thread it leaves spinning cannot outlast the job either: the judge
+    dies with it), and files of 1 MB at most."""
+    real_s = limits.get("wall_cap_s", limits["wall_time_s"])
+    if limits.get("job_time_s") is not None:
+        real_s = min(real_s, limits["job_time_s"])
+    cpu_s = real_s + JUDGE_GRACE_S
+    return {
+        "memory_mb": JUDGE_MEMORY_MB,
+        "cpu_time_s": cpu_s,
+        "processes": JUDGE_PROCESSES,
+        "disk_mb": 1,
+    }
+
+
+def _how_it_ended(exit_info: tuple[int, float] | None, name: str) -> str:
+    if exit_info is None:
+        return f"the {name} was still running"
+    status = exit_info[0]
+    if os.WIFSIGNALED(status):
+        return f"the {name} was killed by {signal_name(os.WTERMSIG(status))}"
+    return f"the {name} exited with status {os.waitstatus_to_exitcode(status)}"
+
+
 def _signal_verdict(exit_info: tuple[int, float] | None, limits: dict[str, Any], oom: bool):
     """Map a death by signal to a status: CPU limit -> timeout, OOM kill -> memory_limit."""
     if exit_info is None or not os.WIFSIGNALED(exit_info[0]):
@@ -341,11 +384,11 @@ class Supervisor:
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        self.zygote = self.start_zygote()
-        self.judge = self.start_judge()
+        self.zygotes = {kind: self.start_zygote(kind) for kind in ZYGOTE_UIDS}
         self.dir_times = {path: os.stat(path) for path in WRITABLE_DIRS}
         self.last_beat = 0.0
         self.builds: dict[str, dict[str, Any]] = {}  # this job's compiles, by source hash
+        self.job_time = JobTime()  # the running job's whole time
 
     def beat(self) -> None:
         """A heartbeat frame to the host, at most every ``HEARTBEAT_S``."""
@@ -360,13 +403,13 @@ class Supervisor:
         for path, stat in self.dir_times.items():
             os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
-    # -- helpers processes
+    # -- helper processes
 
-    def start_zygote(self) -> tuple[subprocess.Popen, socket.socket]:
+    def start_zygote(self, kind: str) -> tuple[subprocess.Popen, socket.socket]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         code = (
             "import sys; sys.path.insert(0, '/opt/codepost'); from runner.zygote import main; "
-            f"main({theirs.fileno()}, {CANDIDATE_UID})"
+            f"main({theirs.fileno()}, {ZYGOTE_UIDS[kind]}, {kind!r})"
         )
         process = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", code],
@@ -376,44 +419,20 @@ class Supervisor:
             env={**os.environ, **PROGRAM_ENV},
         )
         theirs.close()
+        if ours.recv(16) != b"ready":
+            raise RuntimeError(f"the {kind} zygote did not start")
         return process, ours
 
-    def zygote_call(self, request: dict[str, Any], fds: list[int] = ()) -> dict[str, Any]:
-        control = self.zygote[1]
+    def zygote_call(
+        self, kind: str, request: dict[str, Any], fds: list[int] = ()
+    ) -> dict[str, Any]:
+        control = self.zygotes[kind][1]
         socket.send_fds(control, [json.dumps(request).encode()], list(fds))
         reply = control.recv(1 << 16)
         if not reply:
-            self.zygote = self.start_zygote()
-            raise RuntimeError("the zygote died")
+            self.zygotes[kind] = self.start_zygote(kind)
+            raise RuntimeError(f"the {kind} zygote died")
         return json.loads(reply)
-
-    def start_judge(self) -> tuple[int, socket.socket]:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                signal.set_wakeup_fd(-1)
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                devnull = os.open("/dev/null", os.O_RDWR)
-                os.dup2(devnull, 0)
-                os.dup2(devnull, 1)  # test code that prints must not reach the host stream
-                os.dup2(theirs.fileno(), 3)
-                os.closerange(4, 1024)
-                ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-                set_limits({"memory_mb": JUDGE_MEMORY_MB, "disk_mb": 1, "processes": 4}, cpu=False)
-                drop_to(JUDGE_UID)
-                judge_side.serve(socket.socket(fileno=3))
-            finally:
-                os._exit(0)
-        theirs.close()
-        return pid, ours
-
-    def restart_judge(self) -> None:
-        pid, control = self.judge
-        control.close()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        self.judge = self.start_judge()
 
     # -- process bookkeeping
 
@@ -434,37 +453,47 @@ class Supervisor:
             if pid not in self.exited:
                 time.sleep(0.0002)
 
-    def finish(self, candidate: int) -> int:
-        """Kill the candidate and everything it left; count what survived (should be 0)."""
-        if candidate not in self.exited:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(candidate, signal.SIGKILL)
-        self.wait_exit(candidate, 2.0)
+    def finish(self, *pids: int) -> int:
+        """Kill the job's processes (its program's, its judge) and everything they left; count
+        what survived (should be 0)."""
+        for pid in pids:
+            if pid not in self.exited:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        for pid in pids:
+            self.wait_exit(pid, 2.0)
         self.exited.clear()
-        if _sandbox_processes() == 0 and _dirs_clean():
-            return 0
-        self.zygote_call({"op": "sweep"})
-        for _ in range(20):
-            self.reap()
-            left = _sandbox_processes()
-            if left == 0:
-                break
-            time.sleep(0.005)
-        self.exited.clear()
+        left = _job_processes()
+        # Each user's sweeper removes only that user's files, and a directory of one may hold
+        # files of the other: a few rounds empty any nesting a job can make in its time.
+        for _ in range(3):
+            if left == 0 and _dirs_clean():
+                return 0
+            for kind in ZYGOTE_UIDS:
+                self.zygote_call(kind, {"op": "sweep"})
+            for _ in range(20):
+                self.reap()
+                left = _job_processes()
+                if left == 0:
+                    break
+                time.sleep(0.005)
+            self.exited.clear()
         return left + (not _dirs_clean())
 
     def stop_program(self, candidate: int) -> None:
         """At a limit: kill the candidate and everything it started, now."""
         with contextlib.suppress(ProcessLookupError):
             os.kill(candidate, signal.SIGKILL)
-        self.zygote_call({"op": "sweep"})
+        self.zygote_call("candidate", {"op": "sweep"})
 
-    def spawn_candidate(self, mode: str, limits: dict[str, Any], fds: list[int]) -> tuple[int, int]:
-        """Fork the program's process; returns its pid and the pipe its set-up reports on."""
+    def spawn(self, mode: str, limits: dict[str, Any], fds: list[int]) -> tuple[int, int]:
+        """Fork a process for ``mode`` (a judge, or a process of the sandbox user: ``zygote.py``);
+        returns its pid and the pipe its set-up reports on."""
         ready_r, ready_w = os.pipe()
+        kind = "judge" if mode == "judge" else "candidate"
         try:
             reply = self.zygote_call(
-                {"op": "spawn", "mode": mode, "limits": limits}, [*fds, ready_w]
+                kind, {"op": "spawn", "mode": mode, "limits": limits}, [*fds, ready_w]
             )
         finally:
             os.close(ready_w)
@@ -574,20 +603,23 @@ class Supervisor:
         c2j_r, c2j_w = os.pipe()
         res_r, res_w = os.pipe()
         job_r, job_w = os.pipe()
-        devnull = os.open("/dev/null", os.O_RDONLY)
-        candidate, ready_r = self.spawn_candidate(
-            "call", limits, [devnull, out_w, err_w, j2c_r, c2j_w]
+        devnull = os.open("/dev/null", os.O_RDWR)
+        candidate, ready_r = self.spawn("call", limits, [devnull, out_w, err_w, j2c_r, c2j_w])
+        judge, judge_ready_r = self.spawn(
+            "judge", judge_limits(limits), [devnull, devnull, devnull, job_r, j2c_w, c2j_r, res_w]
         )
-        judge_fds = [job_r, j2c_w, c2j_r, res_w]
-        try:
-            socket.send_fds(self.judge[1], [b"job"], judge_fds)
-        except OSError:
-            self.restart_judge()
-            socket.send_fds(self.judge[1], [b"job"], judge_fds)
         for fd in (devnull, out_w, err_w, j2c_r, c2j_w, j2c_w, c2j_r, res_w, job_r):
             os.close(fd)
-        streams = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray(), ready_r: bytearray()}
-        deadline = Deadline(limits["wall_time_s"], limits, (candidate, self.judge[0]), started)
+        streams = {
+            out_r: bytearray(),
+            err_r: bytearray(),
+            res_r: bytearray(),
+            ready_r: bytearray(),
+            judge_ready_r: bytearray(),
+        }
+        deadline = Deadline(
+            limits["wall_time_s"], limits, (candidate, judge), started, self.job_time
+        )
         outcome = self.collect(
             streams,
             deadline,
@@ -598,30 +630,25 @@ class Supervisor:
         )
         if outcome:  # stop the program and all it started, then let the judge wind down
             self.stop_program(candidate)
-            if self.collect(
-                {res_r: streams[res_r]}, Deadline(JUDGE_GRACE_S), until_closed=(res_r,)
-            ):
-                self.restart_judge()
+            self.collect({res_r: streams[res_r]}, Deadline(JUDGE_GRACE_S), until_closed=(res_r,))
         events = _parse_frames(bytes(streams[res_r]))
         if any(e.get("crashed") for e in events):
             self.wait_exit(candidate, 1.0)  # it died: learn how before deciding the status
         candidate_exit = self.exited.get(candidate)
-        setup_failed = not outcome and not streams[ready_r]
-        if setup_failed:
+        setup_failed = not outcome and not (streams[ready_r] and streams[judge_ready_r])
+        done = any(e.get("event") == "done" for e in events)
+        if setup_failed or not done:
+            self.wait_exit(judge, 1.0)
             self.wait_exit(candidate, 1.0)
-        leftover = self.finish(candidate)
+        judge_exit = self.exited.get(judge)
+        leftover = self.finish(candidate, judge)
         for fd in streams:
             os.close(fd)
-        if resident_mb(self.judge[0]) > JUDGE_RESTART_MB:  # what one job grew stays with none
-            self.restart_judge()
         if setup_failed:
-            raise SetupFailed(_excerpt(streams[err_r]) or "the program's process died in set-up")
+            raise SetupFailed(_excerpt(streams[err_r]) or "a process of the job died in set-up")
         tests = [e for e in events if e.get("event") == "test"]
         load_error = next((e for e in events if e.get("event") == "load_error"), None)
         judge_error = next((e for e in events if e.get("event") == "judge_error"), None)
-        done = any(e.get("event") == "done" for e in events)
-        if not outcome and load_error is None and (judge_error or not done):
-            raise RuntimeError(f"the judge failed: {judge_error and judge_error['message']}")
         result: dict[str, Any] = {
             "tests": [
                 {k: e[k] for k in ("name", "passed", "error", "candidate_error", "duration_s")}
@@ -643,6 +670,11 @@ class Supervisor:
             kind = verdict[0] if verdict and load_error["crashed"] else load_error["kind"]
             result.update(status=kind, error=load_error["message"][-2000:])
             result["stderr"] = (result["stderr"] + load_error["message"])[-EXCERPT_BYTES:]
+        elif judge_error is not None or not done:
+            # The tests could not run to their end (a caller's test code that kills or exits
+            # its judge): no verdict, and nothing the container must be replaced for.
+            why = judge_error["message"] if judge_error else _how_it_ended(judge_exit, "judge")
+            result.update(status="sandbox_error", error=f"the judge gave no verdict: {why}")
         elif any(e.get("memory_error") for e in tests):
             result.update(status="memory_limit", error="MemoryError in the program")
         elif verdict:
@@ -769,7 +801,7 @@ class Supervisor:
             leftover = max(leftover, left)
             budget -= used
             cases.append(case)
-            if case["status"] in ("syntax_error", "output_limit"):
+            if case["status"] in ("syntax_error", "output_limit") or self.job_time.spent():
                 break
             if case["status"] != "completed" and job.get("stop_at_failure"):
                 break
@@ -815,12 +847,14 @@ class Supervisor:
                 status = "runtime_error"
             if status == "runtime_error" and language.ran_out_of_memory(ran.stderr):
                 status = "memory_limit"
+        spent = status == "timeout" and self.job_time.spent()
         case = {
             "status": status,
             "stdout": ran.stdout[: max(budget, 0)].decode("utf-8", "replace"),
             "stderr": load_error
             + _excerpt(ran.stderr)
             + (HELD_NOTE if ran.held else "")
+            + (f"\n[sandbox] {self.job_time.describe()}: no further case runs\n" if spent else "")
             + files_note,
             "exit_code": exit_code,
             "duration_s": time.monotonic() - case_started,
@@ -852,13 +886,13 @@ class Supervisor:
         err_r, err_w = os.pipe()
         frame_r, frame_w = os.pipe()
         stat_r, stat_w = os.pipe()
-        pid, ready_r = self.spawn_candidate(mode, limits, [in_r, out_w, err_w, frame_r, stat_w])
+        pid, ready_r = self.spawn(mode, limits, [in_r, out_w, err_w, frame_r, stat_w])
         for fd in (in_r, out_w, err_w, frame_r, stat_w):
             os.close(fd)
         _write_all(frame_w, frame)  # the process reads it first thing
         os.close(frame_w)
         pids = None if never_sleeps else (pid,)
-        deadline = Deadline(limits["wall_time_s"], limits, pids, started)
+        deadline = Deadline(limits["wall_time_s"], limits, pids, started, self.job_time)
         streams = {
             out_r: bytearray(),
             err_r: bytearray(),
@@ -899,7 +933,7 @@ class Supervisor:
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         devnull = os.open("/dev/null", os.O_RDWR)
-        fetcher, ready_r = self.spawn_candidate(
+        fetcher, ready_r = self.spawn(
             "fetch", limits, [devnull, devnull, devnull, request_r, reply_w]
         )
         for fd in (devnull, request_r, reply_w):
@@ -931,6 +965,7 @@ class Supervisor:
             return {"pong": True, "runner": source_version()}
         job = request["job"]
         self.restore_dirs()
+        self.job_time = JobTime.of(job["limits"])
         try:
             return self.run_call(job) if job.get("judge") else self.run_io(job)
         finally:

@@ -1,9 +1,12 @@
-"""The zygote: a small, clean process that forks every process of the sandbox user.
+"""Zygotes: small, clean processes that fork every process a job runs in.
 
-It is started with a fresh interpreter before the supervisor reads any job, so its memory
-never held a test or an expected output, and forked candidates inherit nothing secret. A
-fresh, small heap also means fewer copy-on-write faults per fork, which is most of the cost of
-an execution.
+Each is started with a fresh interpreter before the supervisor reads any job, so its memory
+never held a test, an expected output or a caller's code, and what it forks inherits nothing
+from another job. Two run in a container: the candidates' (every process of the sandbox user:
+programs, compilers, file readers) and the judges' (one judge process per call job, under the
+judge user, which dies with the job: test code a caller sent cannot outlive it). A fresh,
+small heap also means fewer copy-on-write faults per fork, which is most of the cost of an
+execution.
 """
 
 from __future__ import annotations
@@ -23,21 +26,31 @@ from .isolation import drop_to, empty_dir, set_limits
 WRITABLE_DIRS = ("/work", "/tmp", "/dev/shm")
 
 
+def _take_fds(fds: list[int]) -> None:
+    """Make ``fds`` this process's 0, 1, 2...; close every other descriptor."""
+    import fcntl
+
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]  # out of the way of 0..n
+    for target, fd in enumerate(high):
+        os.dup2(fd, target)
+    os.closerange(len(fds), 1024)
+
+
+def _ready(fd: int) -> None:
+    """One byte on ``fd``: the set-up worked. Closed before any job code runs, so that code
+    cannot fake a set-up failure (which the supervisor treats as the container's fault)."""
+    os.write(fd, b"1")
+    os.close(fd)
+
+
 def _become_candidate(fds: list[int], mode: str, limits: dict[str, Any], uid: int) -> None:
     """In the grandchild: isolate, drop privileges and run the program. Never returns.
 
-    ``fds`` become 0-2 (stdio), 3 and 4 (requests in, replies out) and 5, on which one byte
-    says the set-up worked; 5 is closed before any program code runs, so a program cannot
-    fake a set-up failure (which the supervisor treats as the container's fault).
+    ``fds`` become 0-2 (stdio), 3 and 4 (requests in, replies out) and 5 (set-up report).
     """
-    import fcntl
-
     try:
         os.setsid()
-        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]  # out of the way of 0..4
-        for target, fd in enumerate(high):
-            os.dup2(fd, target)
-        os.closerange(len(fds), 1024)
+        _take_fds(fds)
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")  # the OOM killer takes the program, never the supervisor
         os.nice(19)  # however many processes it runs, the supervisor gets its CPU when it needs it
@@ -71,8 +84,7 @@ def _become_candidate(fds: list[int], mode: str, limits: dict[str, Any], uid: in
     except BaseException as exc:
         os.write(2, f"sandbox setup failed: {exc!r}\n".encode())
         os._exit(111)
-    os.write(5, b"1")
-    os.close(5)
+    _ready(5)
     try:
         _MODES[mode](3, 4)
     except BaseException as exc:  # never back into the zygote's loop, whatever happened
@@ -90,8 +102,33 @@ _MODES = {
 }
 
 
+def _become_judge(fds: list[int], limits: dict[str, Any], uid: int) -> None:
+    """In the grandchild: the judge of one job, under the judge user and its limits (CPU,
+    memory, threads and processes). Never returns.
+
+    ``fds`` become 0-2 (/dev/null), 3 (the job), 4 and 5 (to and from the candidate), 6 (test
+    outcomes to the supervisor) and 7 (set-up report).
+    """
+    from . import judge
+
+    try:
+        os.setsid()
+        _take_fds(fds)
+        set_limits(limits)
+        drop_to(uid)  # and so not dumpable: the program's user cannot read its memory
+        os.chdir("/")
+    except BaseException:
+        os._exit(111)
+    _ready(7)
+    try:
+        judge.run_job(3, 4, 5, 6)
+    except BaseException:
+        os._exit(1)
+    os._exit(0)
+
+
 def _spawn(request: dict[str, Any], fds: list[int], uid: int) -> dict[str, Any]:
-    """Double fork, so the candidate becomes the supervisor's child and it can reap it."""
+    """Double fork, so the process becomes the supervisor's child and it can reap it."""
     pid_r, pid_w = os.pipe()
     intermediate = os.fork()
     if intermediate == 0:
@@ -99,6 +136,8 @@ def _spawn(request: dict[str, Any], fds: list[int], uid: int) -> dict[str, Any]:
         grandchild = os.fork()
         if grandchild == 0:
             os.close(pid_w)
+            if request["mode"] == "judge":
+                _become_judge(fds, request["limits"], uid)
             _become_candidate(fds, request["mode"], request["limits"], uid)
         os.write(pid_w, str(grandchild).encode())
         os._exit(0)
@@ -110,7 +149,7 @@ def _spawn(request: dict[str, Any], fds: list[int], uid: int) -> dict[str, Any]:
 
 
 def _sweep(uid: int) -> dict[str, Any]:
-    """Kill every process of the sandbox user and empty the writable directories."""
+    """Kill every process of ``uid`` and empty the writable directories of its files."""
     sweeper = os.fork()
     if sweeper == 0:
         try:
@@ -124,7 +163,13 @@ def _sweep(uid: int) -> dict[str, Any]:
     return {"swept": os.waitstatus_to_exitcode(status) == 0}
 
 
-def main(control_fd: int, uid: int) -> None:
+def main(control_fd: int, uid: int, kind: str = "candidate") -> None:
+    """Serve the supervisor's spawn and sweep requests; ``kind`` is ``candidate`` or ``judge``
+    (whose zygote has the judge's modules imported, pytest's too, for every judge to share)."""
+    if kind == "judge":
+        from . import judge, pytest_judge  # noqa: F401
+
+        pytest_judge.import_pytest()
     control = socket.socket(fileno=control_fd)
     devnull = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1):  # never let a child inherit the host protocol stream
@@ -135,6 +180,7 @@ def main(control_fd: int, uid: int) -> None:
     site.sethelper()
     site.setcopyright()
     gc.freeze()  # keep the collector from touching (and so copying) inherited pages
+    control.send(b"ready")  # the container takes no job before both zygotes are up
     while True:
         message, fds, _, _ = socket.recv_fds(control, 1 << 16, 8)
         if not message:

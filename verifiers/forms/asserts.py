@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import sys
 from typing import TYPE_CHECKING, Literal
 
@@ -72,6 +73,24 @@ class AssertsForm(JudgedForm):
 register(AssertsForm())
 
 
+@functools.lru_cache(maxsize=64)
+def names_in(tests: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """The names the asserts read, the names they call, and the names they take attributes of:
+    parsed once for all the samples of a problem."""
+    used: set[str] = set()
+    called: set[str] = set()
+    modules: set[str] = set()
+    for line in tests:
+        for node in ast.walk(parse_python(line)):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                used.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                modules.add(node.value.id)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                called.add(node.func.id)
+    return frozenset(used), frozenset(called), frozenset(modules)
+
+
 def asserts_judge(problem: Problem) -> JudgeSpec:
     """MBPP: the names the asserts use, bound in the judge, then one test per assert.
 
@@ -85,27 +104,17 @@ def asserts_judge(problem: Problem) -> JudgeSpec:
     imports run last, so they win too.
     """
     tests = tuple(problem.test_list)
-    used: set[str] = set()
-    called: set[str] = set()
-    modules: set[str] = set()
-    for line in tests:
-        for node in ast.walk(parse_python(line)):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                used.add(node.id)
-            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-                modules.add(node.value.id)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                called.add(node.func.id)
+    used, called, attributes = names_in(tests)
     modules = {
         name
-        for name in modules & set(sys.stdlib_module_names)
+        for name in attributes & set(sys.stdlib_module_names)
         if name != problem.entry_point and not hasattr(builtins, name)
     }
     names = {name for name in used - modules if not hasattr(builtins, name)}
     if problem.entry_point in used:
         names.add(problem.entry_point)
     elif not names and not problem.entry_point:
-        names = called
+        names = set(called)
     from_program = sorted(names)
     setup = (
         "".join(f"import {name}\n" for name in sorted(modules))

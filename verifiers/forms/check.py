@@ -7,12 +7,13 @@ problem's own prompt, run in the judge, never from the candidate program.
 from __future__ import annotations
 
 import ast
+import functools
 from typing import TYPE_CHECKING, Literal
 
 from ...sandbox import Job, JudgeSpec, Limits
 from ..extraction import prompt_code
 from ..judges import short_name
-from ..python_ast import is_docstring, parse_python
+from ..python_ast import is_docstring, parse_tests
 from . import FormTests, JudgedForm, register
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ register(CheckForm())
 def check_body(test: str) -> list[ast.stmt]:
     """The statements of ``check(candidate)`` in a HumanEval test module."""
     try:
-        module = parse_python(test)
+        module = parse_tests(test)
     except SyntaxError as exc:
         raise ValueError(f"test is not valid Python: {exc.msg} (line {exc.lineno})") from None
     for node in module.body:
@@ -81,7 +82,8 @@ def check_judge(problem: Problem) -> JudgeSpec:
     )
 
 
-def split_check(test: str) -> list[tuple[str, str]]:
+@functools.lru_cache(maxsize=64)
+def split_check(test: str) -> tuple[tuple[str, str], ...]:
     """``(name, source)`` per test of ``check(candidate)``'s body, run at the judge's top level.
 
     Each top-level statement holding an ``assert`` ends a test; statements without one (setup
@@ -100,4 +102,4 @@ def split_check(test: str) -> list[tuple[str, str]]:
         tests.append((name, source + "\n".join(pending) + "\n"))
     elif pending:
         tests.append((short_name(pending[0]), "\n".join(pending) + "\n"))
-    return tests
+    return tuple(tests)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import field_validator, model_validator
 
 from ...sandbox import Job, JudgeSpec, Limits
-from ..python_ast import parse_python
+from ..python_ast import parse_tests
 from . import FormTests, JudgedForm, register
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class PytestTests(FormTests):
     @model_validator(mode="after")
     def _has_tests(self) -> PytestTests:
         try:
-            parse_python(self.test_file)
+            parse_tests(self.test_file)
         except SyntaxError as exc:
             raise ValueError(
                 f"test_file is not valid Python: {exc.msg} (line {exc.lineno})"
@@ -105,7 +105,7 @@ def pytest_functions(source: str) -> tuple[str, ...]:
     functions, and ``test*`` methods of ``Test*`` classes without ``__init__`` or of
     ``unittest.TestCase`` subclasses (``Class::method``)."""
     keys: dict[str, None] = {}
-    for node in parse_python(source).body:
+    for node in parse_tests(source).body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
             "test"
         ):
@@ -135,7 +135,7 @@ def bound_names(source: str) -> set[str]:
     """The names a module binds at its top level (imports, definitions, assignments): the
     judge never lets ``from solution import *`` replace one of them."""
     names: set[str] = set()
-    for statement in parse_python(source).body:
+    for statement in parse_tests(source).body:
         if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(statement.name)
         elif isinstance(statement, ast.Import | ast.ImportFrom):
@@ -155,7 +155,7 @@ def imported_names(source: str, module: str) -> list[str]:
     """The names a test file imports from the program's module (``from solution import f``)."""
     return [
         alias.name
-        for statement in parse_python(source).body
+        for statement in parse_tests(source).body
         if isinstance(statement, ast.ImportFrom) and statement.module == module
         for alias in statement.names
         if alias.name != "*"
