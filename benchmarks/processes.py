@@ -19,7 +19,7 @@ from pathlib import Path
 
 from update_throughput import cpu_name
 
-from codepost.pipeline.stages.evaluation import RESULTS_FILE, EvaluationResults
+from codepost.pipeline.reporting.evaluations import RESULTS_FILE, EvaluationResults
 
 
 def timed_run(config: Path, run_dir: Path, processes: int, log: Path) -> float:

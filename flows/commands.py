@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..pipeline.cli import (
+from ..pipeline.command_line import (
     EXIT_BAD_INPUT,
     EXIT_SANDBOX_UNAVAILABLE,
     read_settings,
@@ -89,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[red]codepost run: invalid settings[/red]: {exc}")
         return EXIT_BAD_INPUT
     from ..pipeline.config_walk import settings_of
+    from ..pipeline.inference.remote import check_server
     from ..pipeline.inference.sampling import EngineConfig
-    from ..pipeline.inference.server import check_server
     from ..pipeline.stages.scoring import SandboxSettings, check_sandbox
     from ..sandbox import SandboxUnavailable
 

@@ -11,17 +11,20 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from .reporting.report import Evaluation
-    from .stages.evaluation import EvaluationResults
+from .command_line import (
+    EXIT_BAD_INPUT,
+    EXIT_SANDBOX_ERRORS,
+    EXIT_SANDBOX_UNAVAILABLE,
+    read_settings,
+    stdout_console,
+)
 
-EXIT_BAD_INPUT = 2
-EXIT_SANDBOX_UNAVAILABLE = 3
-EXIT_SANDBOX_ERRORS = 4
+if TYPE_CHECKING:
+    from .reporting.evaluations import EvaluationResults
+    from .reporting.report import Evaluation
 
 
 def register_evaluate(subparsers: Any) -> argparse.ArgumentParser:
@@ -61,21 +64,6 @@ def register_evaluate(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.set_defaults(func=evaluate)
     return parser
-
-
-def read_settings(path: Path, config_name: str) -> dict[str, Any]:
-    """The mapping of settings in YAML file ``path``; ValueError names the file, and the line
-    where it stops being YAML, so a command refuses it as bad input."""
-    import yaml
-
-    with path.open() as stream:  # read from the stream, yaml's messages name the file
-        try:
-            data = yaml.safe_load(stream) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of {config_name} settings")
-    return data
 
 
 def build_config(args: argparse.Namespace) -> Any:
@@ -315,14 +303,6 @@ def register_checkpoints(subparsers: Any) -> argparse.ArgumentParser:
     prune.add_argument("--dry-run", action="store_true")
     parser.set_defaults(func=checkpoints)
     return parser
-
-
-def stdout_console() -> Any:
-    """Rich's console for tables on stdout: the terminal's width, or room for whole rows when
-    the output is piped or logged (rich would fold them into 80 columns)."""
-    from rich.console import Console
-
-    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def checkpoints(args: argparse.Namespace) -> int:

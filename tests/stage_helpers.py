@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
+from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
 from codepost.pipeline.rl.policy_update import UpdateConfig
 from codepost.pipeline.stages.pairs import PairMiningConfig, run_pair_mining
 from codepost.pipeline.stages.rl import RLConfig

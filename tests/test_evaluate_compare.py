@@ -11,7 +11,7 @@ from rich.console import Console
 
 from codepost.flows.cli import main
 from codepost.pipeline.cli import print_table
-from codepost.pipeline.stages.evaluation import EvaluationResults, pass_at_k_of_rows
+from codepost.pipeline.reporting.evaluations import EvaluationResults, pass_at_k_of_rows
 
 
 @pytest.fixture

@@ -10,9 +10,12 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState
 from pydantic import ValidationError
+from tiny_models import char_tokenizer, tiny_causal_lm
 from update_cases import ALPHABET, minibatch_gradients, random_rows, tiny_case, weights
 
 from codepost.pipeline.data.prompts import Prompt
+from codepost.pipeline.inference.generate import generate_rollouts
+from codepost.pipeline.logprobs import completion_logits, completion_logprobs
 from codepost.pipeline.model_config import ModelConfig
 from codepost.pipeline.rl.algorithms import (
     ADVANTAGE_ESTIMATORS,
@@ -33,15 +36,9 @@ from codepost.pipeline.rl.algorithms import (
     register_algorithm,
     register_policy_loss,
 )
-from codepost.pipeline.rl.models import (
-    ValueModel,
-    char_tokenizer,
-    completion_logits,
-    completion_logprobs,
-    tiny_causal_lm,
-)
+from codepost.pipeline.rl.models import ValueModel
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rl.rollouts import collate_rollouts, generate_rollouts
+from codepost.pipeline.rl.rollouts import collate_rollouts
 
 # --------------------------------------------------------------------------------------------
 # Rollouts -> batches

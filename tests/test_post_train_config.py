@@ -17,7 +17,7 @@ from codepost.pipeline.post_train import (
     seeded,
     with_run_model,
 )
-from codepost.pipeline.stages.difficulty_filter import kept_problems
+from codepost.pipeline.stages.registry import kept_problems
 from codepost.pipeline.stages.rl import RLConfig
 
 REPO = Path(__file__).resolve().parents[1]

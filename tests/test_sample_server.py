@@ -14,15 +14,14 @@ from servers import free_port, running_server
 from stage_helpers import small_rl_config
 
 from codepost.pipeline.data.prompts import Prompt
+from codepost.pipeline.inference.engines import close_samplers, get_sampler
+from codepost.pipeline.inference.remote import TOKEN_ENV, RemoteSampler
 from codepost.pipeline.inference.sampling import (
     EngineConfig,
     SamplingConfig,
     WeightSyncError,
-    close_samplers,
-    get_sampler,
     trainer_probe_logprobs,
 )
-from codepost.pipeline.inference.server import TOKEN_ENV, RemoteSampler
 from codepost.pipeline.model_config import load_causal_lm
 from codepost.pipeline.stages.rl import METRICS_FILE, iteration_dir, run_rl
 

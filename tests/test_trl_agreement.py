@@ -14,11 +14,11 @@ from __future__ import annotations
 import pytest
 import torch
 from datasets import Dataset
+from tiny_models import char_tokenizer, tiny_causal_lm
 from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 from update_cases import ALPHABET, gradients, random_rows
 
-from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
 from codepost.pipeline.rl.rollouts import collate_rollouts
 

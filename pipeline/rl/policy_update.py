@@ -32,6 +32,7 @@ from accelerate import Accelerator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from torch import Tensor, nn
 
+from ..logprobs import ModelInputs, completion_logits, completion_logprobs
 from ..model_config import ModelConfig
 from ..sharding import (
     LORA_REFUSED,
@@ -63,14 +64,8 @@ from .algorithms import (
     value_loss,
 )
 from .metric_names import IS_WEIGHT_METRICS, MAXIMA, POLICY_LOSS_METRICS, Sampler, Update
-from .models import (
-    ActorCritic,
-    ValueModel,
-    completion_logits,
-    completion_logprobs,
-    disable_dropout,
-)
-from .rollouts import ModelInputs, RolloutBatch
+from .models import ActorCritic, ValueModel, disable_dropout
+from .rollouts import RolloutBatch
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -25,23 +24,17 @@ from ..checkpoints.manifest import CheckpointManifest, publish, sha256_file
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle
 from ..data.rows import TO_COUNT, read_rows
-from ..inference.sampling import (
-    EngineConfig,
-    SampleStageConfig,
-    SamplingConfig,
-    check_room,
-    run_sample,
-)
+from ..inference.sampling import EngineConfig, SamplingConfig, check_room
 from ..model_config import ModelConfig
+from ..reporting.evaluations import problem_counts
 from ..training import already_published, stage_version
-from .evaluation import problem_counts
-from .registry import Artifacts, Stage, register, with_weights
+from .registry import PROBLEMS_FILE, Artifacts, Stage, register, with_weights
+from .rollouts import SampleStageConfig, run_sample
 from .scoring import ScoreConfig, run_score
 
 log = logging.getLogger(__name__)
 
 STAGE = "difficulty-filter"
-PROBLEMS_FILE = "problems.jsonl"
 PASS_RATES_FILE = "pass_rates.json"
 
 
@@ -71,13 +64,6 @@ class DifficultyFilterConfig(BaseModel):
             )
         check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
         return self
-
-
-def filtered_problem_set(out_dir: Path, like: ProblemSet) -> ProblemSet:
-    """The problems a finished filter kept, as a problem set with ``like``'s order and limit."""
-    return like.model_copy(
-        update={"source": str(Path(out_dir) / "problems" / PROBLEMS_FILE), "split": "all"}
-    )
 
 
 def select_problems(
@@ -173,15 +159,6 @@ def _histogram(rates: list[float], bins: int = 10) -> dict[str, int]:
 def _stage(config: DifficultyFilterConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
     run_difficulty_filter(with_weights(config, inputs.checkpoint), out_dir)
     return Artifacts(problems=str(Path(out_dir) / "problems"))
-
-
-def kept_problems(config: Any, problems: str | None) -> Any:
-    """``config`` with the problems a filter kept (``problems``, its published folder), in the
-    order and limit of ``config.problems``; unchanged without a filter."""
-    if problems is None:
-        return config
-    kept = filtered_problem_set(Path(problems).parent, config.problems)
-    return config.model_copy(update={"problems": kept})
 
 
 register(

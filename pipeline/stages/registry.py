@@ -35,6 +35,8 @@ from ..checkpoints.manifest import MANIFEST, sha256_file, verify
 log = logging.getLogger("codepost.stages")
 
 Kind = Literal["checkpoint", "problems", "scored", "pairs", "evaluation"]
+# A problems artifact is a published folder with its problems in this file.
+PROBLEMS_FILE = "problems.jsonl"
 
 
 class Artifacts(BaseModel):
@@ -278,3 +280,14 @@ def with_weights(config: Any, checkpoint: str | None) -> Any:
     return config.model_copy(
         update={"model": config.model.model_copy(update={"name_or_path": checkpoint})}
     )
+
+
+def kept_problems(config: Any, problems: str | None) -> Any:
+    """``config`` with the problems a filter kept (``problems``, its published folder), in the
+    order and limit of ``config.problems``; unchanged without a filter."""
+    if problems is None:
+        return config
+    kept = config.problems.model_copy(
+        update={"source": str(Path(problems) / PROBLEMS_FILE), "split": "all"}
+    )
+    return config.model_copy(update={"problems": kept})

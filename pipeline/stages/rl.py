@@ -54,11 +54,11 @@ from ..checkpoints.registry import delete
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import Prompt, PromptStyle, build_prompt
 from ..data.rows import SCORED_COLUMNS, TO_TRAIN, read_rows, read_table, write_rows, write_table
+from ..inference.engines import get_sampler
 from ..inference.sampling import (
     EngineConfig,
     SamplingConfig,
     check_room,
-    get_sampler,
     probe_ids,
 )
 from ..inference.sampling import Sampler as Engine
@@ -69,8 +69,7 @@ from ..rl.models import ValueModel
 from ..rl.policy_update import PolicyUpdater, UpdateConfig
 from ..rl.rollouts import collate_rollouts
 from ..rl.trainer_state import gather_trainer_state, has_trainer_state, load_trainer_state
-from .difficulty_filter import kept_problems
-from .registry import Artifacts, Stage, register, with_weights
+from .registry import Artifacts, Stage, kept_problems, register, with_weights
 from .scoring import ScoreConfig, score_rollouts, summarize
 
 if TYPE_CHECKING:
