@@ -330,10 +330,9 @@ def our_updater(model: nn.Module, args: argparse.Namespace, *, drop: bool) -> Po
         algorithm="grpo",
         loss_agg_mode="token-mean",
         micro_batch_size=args.micro_batch_size,
-        lr=1e-6,
+        learning_rate=1e-6,
         max_grad_norm=1.0,
-        clip_low=0.2,
-        clip_high=0.2,
+        policy_loss={"name": "vanilla", "clip_low": 0.2, "clip_high": 0.2},
         drop_uniform_groups=drop,
     )
     return PolicyUpdater(config, copy.deepcopy(model))

@@ -113,7 +113,7 @@ def test_update_raises_the_verifier_reward(name, code_reward_fn, one_thread):
     torch.manual_seed(0)
     tokenizer = char_tokenizer(ALPHABET)
     policy = tiny_causal_lm(len(tokenizer), seed=0)
-    config = UpdateConfig(**{"lr": 3e-3, "micro_batch_size": 32, **CONFIGS[name]})
+    config = UpdateConfig(**{"learning_rate": 3e-3, "micro_batch_size": 32, **CONFIGS[name]})
     updater = PolicyUpdater(
         config,
         policy,

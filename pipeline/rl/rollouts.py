@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, get_args
 
 import torch
@@ -36,6 +36,9 @@ class RolloutBatch:
     group_ids: Tensor  # [B] int64, one id per prompt_id
     truncated: Tensor  # [B] bool, finish_reason == "length"
     temperatures: Tensor  # [B] float32, each row's sampling temperature
+    # [B] float32 each: every numeric column of the rows (pass_fraction, reward_<term>, ...), so
+    # an estimator or a loss that needs one more of them reads it without a change here
+    columns: Mapping[str, Tensor] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return self.prompt_ids.shape[0]
@@ -46,7 +49,8 @@ class RolloutBatch:
 
     def select(self, rows: Tensor) -> RolloutBatch:
         """The rows ``rows`` (index or bool mask), padding trimmed to their longest lengths."""
-        picked = {f.name: getattr(self, f.name)[rows] for f in fields(self)}
+        picked: dict[str, Any] = {f.name: getattr(self, f.name)[rows] for f in _TENSORS}
+        picked["columns"] = {name: column[rows] for name, column in self.columns.items()}
         if len(picked["rewards"]) == 0:
             return replace(self, **picked)
         prompt_width = int(picked["prompt_lengths"].max())
@@ -59,7 +63,9 @@ class RolloutBatch:
         return RolloutBatch(**picked)
 
     def to(self, device: torch.device | str) -> RolloutBatch:
-        return RolloutBatch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        moved = {f.name: getattr(self, f.name).to(device) for f in _TENSORS}
+        columns = {name: column.to(device) for name, column in self.columns.items()}
+        return RolloutBatch(**moved, columns=columns)
 
     def model_inputs(self, rows: Tensor) -> ModelInputs:
         """Inputs for rows ``rows``; the completion keeps the batch width ``T`` only if a row
@@ -71,6 +77,9 @@ class RolloutBatch:
             self.completion_lengths[rows],
             self.temperatures[rows],
         )
+
+
+_TENSORS = [f for f in fields(RolloutBatch) if f.name != "columns"]
 
 
 def _describe(row: Mapping[str, Any]) -> str:
@@ -85,54 +94,20 @@ def collate_rollouts(rows: Iterable[Mapping[str, Any]], *, pad_token_id: int = 0
     rows = list(rows)
     if not rows:
         raise ValueError("cannot collate an empty list of rollouts")
-    group_of: dict[str, int] = {}
     seen: set[tuple[str, int]] = set()
-    prompt_ids, completion_ids, logprobs = [], [], []
-    rewards, group_ids, truncated, temperatures = [], [], [], []
     for row in rows:
-        missing = [name for name in TO_TRAIN if name not in row]
-        if missing:
-            raise ValueError(f"{_describe(row)} lacks required fields {missing}")
-        key = (row["prompt_id"], row["group_index"])
-        if key in seen:
-            raise ValueError(f"duplicate {_describe(row)}")
-        seen.add(key)
-        if not row["prompt_ids"]:
-            raise ValueError(f"{_describe(row)} has an empty prompt")
-        if not row["completion_ids"]:
-            raise ValueError(f"{_describe(row)} has an empty completion (no token to score)")
-        if len(row["sampling_logprobs"]) != len(row["completion_ids"]):
-            raise ValueError(
-                f"{_describe(row)} has {len(row['sampling_logprobs'])} sampling_logprobs for "
-                f"{len(row['completion_ids'])} completion tokens"
-            )
-        if row["finish_reason"] not in FINISH_REASONS:
-            raise ValueError(
-                f"{_describe(row)} has finish_reason {row['finish_reason']!r}; "
-                f"expected one of {list(FINISH_REASONS)}"
-            )
-        reward = row["reward"]
-        if reward is None or not math.isfinite(reward):
-            raise ValueError(f"{_describe(row)} has a non-finite reward {reward!r}")
-        temperature = row["temperature"]
-        if temperature is None or not 0 < temperature < math.inf:
-            raise ValueError(
-                f"{_describe(row)} has temperature {temperature!r}: only sampled rows (> 0) "
-                "train; greedy ones have no sampling distribution"
-            )
-        prompt_ids.append(torch.tensor(row["prompt_ids"], dtype=torch.long))
-        completion_ids.append(torch.tensor(row["completion_ids"], dtype=torch.long))
-        # vLLM can leave a logprob out (None): keep it as NaN, the mismatch metric skips NaN.
-        logprobs.append(
-            torch.tensor(
-                [math.nan if lp is None else lp for lp in row["sampling_logprobs"]],
-                dtype=torch.float32,
-            )
+        _check_row(row, seen)
+    group_of: dict[str, int] = {}
+    prompt_ids = [torch.tensor(row["prompt_ids"], dtype=torch.long) for row in rows]
+    completion_ids = [torch.tensor(row["completion_ids"], dtype=torch.long) for row in rows]
+    # vLLM can leave a logprob out (None): keep it as NaN, the mismatch metric skips NaN.
+    logprobs = [
+        torch.tensor(
+            [math.nan if lp is None else lp for lp in row["sampling_logprobs"]],
+            dtype=torch.float32,
         )
-        rewards.append(float(reward))
-        group_ids.append(group_of.setdefault(row["prompt_id"], len(group_of)))
-        truncated.append(row["finish_reason"] == "length")
-        temperatures.append(float(temperature))
+        for row in rows
+    ]
     return RolloutBatch(
         prompt_ids=pad_sequence(
             prompt_ids, batch_first=True, padding_value=pad_token_id, padding_side="left"
@@ -141,8 +116,62 @@ def collate_rollouts(rows: Iterable[Mapping[str, Any]], *, pad_token_id: int = 0
         completion_ids=pad_sequence(completion_ids, batch_first=True, padding_value=pad_token_id),
         completion_lengths=torch.tensor([len(c) for c in completion_ids]),
         sampling_logprobs=pad_sequence(logprobs, batch_first=True, padding_value=0.0),
-        rewards=torch.tensor(rewards, dtype=torch.float32),
-        group_ids=torch.tensor(group_ids, dtype=torch.long),
-        truncated=torch.tensor(truncated, dtype=torch.bool),
-        temperatures=torch.tensor(temperatures, dtype=torch.float32),
+        rewards=torch.tensor([float(row["reward"]) for row in rows], dtype=torch.float32),
+        group_ids=torch.tensor(
+            [group_of.setdefault(row["prompt_id"], len(group_of)) for row in rows],
+            dtype=torch.long,
+        ),
+        truncated=torch.tensor(
+            [row["finish_reason"] == "length" for row in rows], dtype=torch.bool
+        ),
+        temperatures=torch.tensor([float(row["temperature"]) for row in rows], dtype=torch.float32),
+        columns=_numeric_columns(rows),
     )
+
+
+def _check_row(row: Mapping[str, Any], seen: set[tuple[str, int]]) -> None:
+    """Raise naming the row where it cannot train: a field missing, a duplicate, an empty
+    prompt or completion, logprobs that do not fit, no finite reward, a greedy sample."""
+    missing = [name for name in TO_TRAIN if name not in row]
+    if missing:
+        raise ValueError(f"{_describe(row)} lacks required fields {missing}")
+    key = (row["prompt_id"], row["group_index"])
+    if key in seen:
+        raise ValueError(f"duplicate {_describe(row)}")
+    seen.add(key)
+    if not row["prompt_ids"]:
+        raise ValueError(f"{_describe(row)} has an empty prompt")
+    if not row["completion_ids"]:
+        raise ValueError(f"{_describe(row)} has an empty completion (no token to score)")
+    if len(row["sampling_logprobs"]) != len(row["completion_ids"]):
+        raise ValueError(
+            f"{_describe(row)} has {len(row['sampling_logprobs'])} sampling_logprobs for "
+            f"{len(row['completion_ids'])} completion tokens"
+        )
+    if row["finish_reason"] not in FINISH_REASONS:
+        raise ValueError(
+            f"{_describe(row)} has finish_reason {row['finish_reason']!r}; "
+            f"expected one of {list(FINISH_REASONS)}"
+        )
+    reward = row["reward"]
+    if reward is None or not math.isfinite(reward):
+        raise ValueError(f"{_describe(row)} has a non-finite reward {reward!r}")
+    temperature = row["temperature"]
+    if temperature is None or not 0 < temperature < math.inf:
+        raise ValueError(
+            f"{_describe(row)} has temperature {temperature!r}: only sampled rows (> 0) "
+            "train; greedy ones have no sampling distribution"
+        )
+
+
+def _numeric_columns(rows: list[Mapping[str, Any]]) -> dict[str, Tensor]:
+    """Every column that holds a number (or a bool) in every row, as ``[B]`` float32."""
+    names = [
+        name
+        for name in rows[0]
+        if all(isinstance(row.get(name), int | float) for row in rows)  # bool is an int
+    ]
+    return {
+        name: torch.tensor([float(row[name]) for row in rows], dtype=torch.float32)
+        for name in names
+    }
