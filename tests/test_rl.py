@@ -128,7 +128,7 @@ def test_grpo_on_smollm2_with_vllm_refreshes_the_engine_after_each_update(tmp_pa
         sampling=SamplingConfig(num_generations=4, max_tokens=40),
         engine=TEST_ENGINE,
         scoring=SIGNAL,
-        update=UpdateConfig(lr=1e-5, micro_batch_size=4),
+        update=UpdateConfig(learning_rate=1e-5, micro_batch_size=4),
     )
     run_rl(config, tmp_path)
     rows = metrics(tmp_path)
@@ -199,8 +199,8 @@ def test_groups_without_signal_are_resampled_then_skipped(tiny_model, tmp_path):
         max_sampling_rounds=3,
         sampling=SamplingConfig(num_generations=3, max_tokens=8),
         engine=EngineConfig(backend="hf"),
-        scoring=ScoreConfig(workers=2, timeout_s=3.0, reward=RewardConfig(test_weight=1.0)),
-        update=UpdateConfig(lr=1e-2),
+        scoring=ScoreConfig(workers=2, timeout_s=3.0, reward=RewardConfig(weights={"test": 1.0})),
+        update=UpdateConfig(learning_rate=1e-2),
     )
     no_signal = tmp_path / "no-signal"
     run_rl(base, no_signal)

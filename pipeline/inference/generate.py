@@ -92,75 +92,37 @@ def generate_rollouts(
     """
     if num_generations < 1 or max_new_tokens < 1:
         raise ValueError("num_generations and max_new_tokens must be >= 1")
-    eos_id = tokenizer.eos_token_id
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
     encoded = tokenizer([p.text for p in prompts], add_special_tokens=False)["input_ids"]
-    device = next(model.parameters()).device
-    padded = pad_sequence(
-        [torch.tensor(ids, dtype=torch.long) for ids in encoded],
-        batch_first=True,
-        padding_value=pad_id,
-        padding_side="left",
-    ).to(device)
-    prompt_lengths = torch.tensor([len(ids) for ids in encoded], device=device)
-    attention = (
-        torch.arange(padded.shape[1], device=device)[None, :]
-        >= (padded.shape[1] - prompt_lengths)[:, None]
-    ).long()
-    sampling = (
-        {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": top_p}
-        if temperature > 0
-        else {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}
-    )
+    padded, attention = _left_padded(encoded, tokenizer, next(model.parameters()).device)
     padded = padded.repeat_interleave(num_generations, dim=0)
-    prompt_lengths = prompt_lengths.repeat_interleave(num_generations)
+    prompt_lengths = attention.sum(-1).repeat_interleave(num_generations)
     was_training = model.training
     model.eval()
     try:
         if seed is not None:
             torch.manual_seed(seed)
-        sequences = model.generate(
+        generated = model.generate(
             input_ids=padded,
             attention_mask=attention.repeat_interleave(num_generations, dim=0),
-            **sampling,
+            **_sampling(temperature, top_p),
             max_new_tokens=max_new_tokens,
-            eos_token_id=eos_id,
-            pad_token_id=pad_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=_pad_id(tokenizer),
             stop_strings=list(stop_strings) or None,
             tokenizer=tokenizer if stop_strings else None,
             return_dict_in_generate=False,  # the token ids only: no per-step scores kept
-        )
-        generated = sequences[:, padded.shape[1] :]
-        is_eos = generated == eos_id
+        )[:, padded.shape[1] :]
+        is_eos = generated == tokenizer.eos_token_id
         stopped = is_eos.any(dim=1)
         # Length up to and including the first EOS; the EOS itself is a token the policy chose.
         lengths = torch.where(stopped, is_eos.int().argmax(dim=1) + 1, generated.shape[1])
         logprobs = sampled_logprobs(
-            model,
-            padded,
-            prompt_lengths,
-            generated,
-            lengths,
-            temperature=temperature,
-            top_p=top_p,
-            tokens_per_forward=tokens_per_forward,
-        )
+            model, padded, prompt_lengths, generated, lengths,
+            temperature=temperature, top_p=top_p, tokens_per_forward=tokens_per_forward,
+        )  # fmt: skip
     finally:
         model.train(was_training)
-    completions = [
-        Completion(
-            text=tokenizer.decode(ids, skip_special_tokens=True),
-            token_ids=ids,
-            logprobs=row_logprobs,
-            finish_reason="stop" if is_stop else "length",
-        )
-        for ids, row_logprobs, is_stop in zip(
-            [row[:n] for row, n in zip(generated.tolist(), lengths.tolist(), strict=True)],
-            logprobs,
-            stopped.tolist(),
-            strict=True,
-        )
-    ]
+    completions = _completions(tokenizer, generated, lengths, stopped, logprobs)
     return [
         row
         for index, prompt in enumerate(prompts)
@@ -176,3 +138,50 @@ def generate_rollouts(
             policy_version=policy_version,
         )
     ]
+
+
+def _completions(
+    tokenizer: Any,
+    generated: Tensor,
+    lengths: Tensor,
+    stopped: Tensor,
+    logprobs: list[list[float]],
+) -> list[Completion]:
+    """Each generated row cut at its length, decoded, with its logprobs and finish reason."""
+    rows = [row[:n] for row, n in zip(generated.tolist(), lengths.tolist(), strict=True)]
+    return [
+        Completion(
+            text=tokenizer.decode(ids, skip_special_tokens=True),
+            token_ids=ids,
+            logprobs=row_logprobs,
+            finish_reason="stop" if is_stop else "length",
+        )
+        for ids, row_logprobs, is_stop in zip(rows, logprobs, stopped.tolist(), strict=True)
+    ]
+
+
+def _pad_id(tokenizer: Any) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _left_padded(
+    encoded: list[list[int]], tokenizer: Any, device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """The prompts left-padded, and their attention mask."""
+    padded = pad_sequence(
+        [torch.tensor(ids, dtype=torch.long) for ids in encoded],
+        batch_first=True,
+        padding_value=_pad_id(tokenizer),
+        padding_side="left",
+    ).to(device)
+    lengths = torch.tensor([len(ids) for ids in encoded], device=device)
+    positions = torch.arange(padded.shape[1], device=device)[None, :]
+    return padded, (positions >= (padded.shape[1] - lengths)[:, None]).long()
+
+
+def _sampling(temperature: float, top_p: float) -> dict[str, Any]:
+    """``generate``'s sampling arguments: greedy at temperature 0, else pure temperature and
+    top-p sampling (top-k off, as vLLM samples)."""
+    if temperature > 0:
+        return {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": top_p}
+    return {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}

@@ -110,14 +110,7 @@ def run_difficulty_filter(config: DifficultyFilterConfig, out_dir: Path) -> Path
             f"{config.sampling.num_generations} samples each; widen the range or sample more"
         )
     histogram = _histogram([r["pass_rate"] for r in rates.values()])
-    metrics = {
-        "problems": len(problems),
-        "kept": len(kept),
-        "never_passed": sum(r["passed"] == 0 for r in rates.values()),
-        "always_passed": sum(r["passed"] == r["samples"] for r in rates.values()),
-        "mean_pass_rate": sum(r["pass_rate"] for r in rates.values()) / len(rates),
-        "kept_mean_pass_rate": sum(rates[t]["pass_rate"] for t in kept) / len(kept),
-    }
+    metrics = _filter_metrics(rates, kept)
     data = {"problems": fingerprint(problems), "scored": sha256_file(scored)}
 
     def write(folder: Path) -> None:
@@ -146,6 +139,18 @@ def run_difficulty_filter(config: DifficultyFilterConfig, out_dir: Path) -> Path
         metrics["always_passed"],
     )
     return published / PROBLEMS_FILE
+
+
+def _filter_metrics(rates: dict[str, dict[str, float]], kept: list[str]) -> dict[str, float]:
+    """How many problems were rated and kept, and their pass rates."""
+    return {
+        "problems": len(rates),
+        "kept": len(kept),
+        "never_passed": sum(r["passed"] == 0 for r in rates.values()),
+        "always_passed": sum(r["passed"] == r["samples"] for r in rates.values()),
+        "mean_pass_rate": sum(r["pass_rate"] for r in rates.values()) / len(rates),
+        "kept_mean_pass_rate": sum(rates[t]["pass_rate"] for t in kept) / len(kept),
+    }
 
 
 def _histogram(rates: list[float], bins: int = 10) -> dict[str, int]:

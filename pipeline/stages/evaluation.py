@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 from pathlib import Path
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -34,33 +35,72 @@ from .scoring import ScoreConfig, progress_bar, score_rollouts
 log = logging.getLogger(__name__)
 
 
+def _default_ks(data: dict[str, Any]) -> list[int]:
+    """pass@1 and pass@8, where the sampled completions per problem allow them."""
+    sampling = data.get("sampling")
+    n = sampling.num_generations if isinstance(sampling, SamplingConfig) else 8
+    return [k for k in (1, 8) if k <= n] or [1]
+
+
 class EvalConfig(BaseModel):
     """What to evaluate on and how: greedy pass@1 and/or sampled pass@k."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # Spellings of earlier versions, refused with the new one's name.
+    renamed: ClassVar[dict[str, str]] = {
+        "num_samples": "sampled: true, with sampling.num_generations",
+        "temperature": "sampling.temperature",
+        "top_p": "sampling.top_p",
+        "max_tokens": "sampling.max_tokens",
+        "seed": "sampling.seed",
+    }
 
     problems: ProblemSet = Field(default_factory=ProblemSet, description="default: HumanEval")
     prompt_style: PromptStyle = "chat"
-    greedy: bool = Field(True, description="greedy pass@1")
-    num_samples: int = Field(0, ge=0, le=1024, description="sampled completions per problem")
-    temperature: float = Field(0.8, gt=0, le=2, description="vLLM takes [0, 2]")
-    top_p: float = Field(1.0, gt=0, le=1)
-    ks: list[int] = Field(default_factory=lambda: [1, 8], description="k of sampled pass@k")
-    max_tokens: int = Field(384, ge=1)
+    greedy: bool = Field(
+        True,
+        description="greedy pass@1: one completion per problem at temperature 0 (with "
+        "sampling's max_tokens, stop and seed)",
+    )
+    sampled: bool = Field(
+        False, description="sampled pass@k: sampling.num_generations completions per problem"
+    )
+    sampling: SamplingConfig = Field(
+        default_factory=lambda: SamplingConfig(num_generations=8, temperature=0.8),
+        description="how completions are drawn (vLLM takes temperatures in [0, 2])",
+    )
+    ks: list[int] = Field(
+        default_factory=_default_ks,
+        description="k of sampled pass@k; default: 1 and 8, where num_generations allows",
+    )
     exclude_sandbox_errors: bool = Field(False, description="leave them out of n (reported)")
     engine: EngineConfig = Field(default_factory=EngineConfig)
     scoring: ScoreConfig = Field(default_factory=ScoreConfig)
-    seed: int = 0
 
     @model_validator(mode="after")
     def _something_to_do(self) -> EvalConfig:
-        if not self.greedy and not self.num_samples:
-            raise ValueError("nothing to evaluate: greedy=False and num_samples=0")
-        too_large = [k for k in self.ks if self.num_samples and k > self.num_samples]
+        if not self.greedy and not self.sampled:
+            raise ValueError("nothing to evaluate: greedy=False and sampled=False")
+        if self.sampled and self.sampling.temperature == 0:
+            raise ValueError("sampled pass@k needs sampling.temperature > 0 (0 is greedy)")
+        n = self.sampling.num_generations
+        too_large = [k for k in self.ks if self.sampled and k > n]
         if too_large:
-            raise ValueError(f"pass@k for k={too_large} needs num_samples >= {max(too_large)}")
-        check_room(self.max_tokens, self.engine)
+            raise ValueError(
+                f"pass@k for k={too_large} needs sampling.num_generations >= {max(too_large)}"
+            )
+        check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
         return self
+
+    def runs(self) -> dict[str, SamplingConfig]:
+        """How each run samples: greedy (one completion at temperature 0) and sampled."""
+        runs: dict[str, SamplingConfig] = {}
+        if self.greedy:
+            greedy = {"num_generations": 1, "temperature": 0.0, "top_p": 1.0}
+            runs["greedy"] = self.sampling.model_copy(update=greedy)
+        if self.sampled:
+            runs["sampled"] = self.sampling
+        return runs
 
 
 def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> EvaluationResults:
@@ -80,22 +120,9 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> Evaluati
     prompts = [build_prompt(p, tokenizer, config.prompt_style) for p in problems.values()]
     sampler = get_sampler(model, config.engine)
 
-    runs: dict[str, SamplingConfig] = {}
-    if config.greedy:
-        runs["greedy"] = SamplingConfig(
-            num_generations=1, temperature=0.0, max_tokens=config.max_tokens, seed=config.seed
-        )
-    if config.num_samples:
-        runs["sampled"] = SamplingConfig(
-            num_generations=config.num_samples,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            max_tokens=config.max_tokens,
-            seed=config.seed,
-        )
     scores: dict[str, RunResult] = {}
     all_rows = []
-    for name, sampling in runs.items():
+    for name, sampling in config.runs().items():
         rows = sampler.sample(prompts, sampling)
         with progress_bar(f"scoring {name}") as bar:
             task = bar.add_task("score", total=len(rows))
