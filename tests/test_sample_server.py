@@ -103,7 +103,8 @@ def test_a_missing_server_is_named():
 @pytest.mark.slow
 def test_a_token_guards_every_endpoint(tiny, tmp_path, monkeypatch):
     with running_server(
-        "sample-server", tmp_path, "--model", tiny.name_or_path, "--backend", "hf",
+        "sample-server", tmp_path, "--model.name-or-path", tiny.name_or_path,
+        "--engine.backend", "hf",
         env={TOKEN_ENV: "s3cret"},
     ) as guarded:  # fmt: skip
         assert httpx.get(f"{guarded.url}/engine").status_code == 401

@@ -21,13 +21,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...verifiers.server import BEARER_REFUSED, bearer_token_matches
-from ..command_line import EXIT_BAD_INPUT, read_settings
+from ..command_line import EXIT_BAD_INPUT, settings_command
 from ..data.prompts import Prompt
-from ..model_config import ModelConfig
+from ..model_config import ModelConfig, ModelNotFoundError
+from ..settings import load_config
+from .engines import close_samplers, get_sampler
 from .remote import TOKEN_ENV, RefreshRequest, SampleRequest
 from .sampling import EngineConfig, WeightSyncError
 
@@ -41,7 +44,9 @@ class SampleServerConfig(BaseModel):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     host: str = Field("127.0.0.1", description="interface to bind (0.0.0.0: every one)")
     port: int = Field(8020, ge=1, le=65535)
-    token: str | None = Field(None, description="bearer token the clients must send")
+    token: str | None = Field(
+        None, description=f"bearer token the clients must send (default: ${TOKEN_ENV}, else none)"
+    )
 
 
 def create_app(config: SampleServerConfig, sampler: Any) -> FastAPI:
@@ -103,25 +108,18 @@ def create_app(config: SampleServerConfig, sampler: Any) -> FastAPI:
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``sample-server`` subcommand to a ``codepost``-style subparsers object."""
-    parser = subparsers.add_parser(
+    parser = settings_command(
+        subparsers,
         "sample-server",
+        SampleServerConfig,
+        example="--model.name-or-path embedded:smollm2-135m-instruct --engine.backend hf",
         help="serve a sampling engine over HTTP, for stages whose engine.server_url names it",
         description=(
-            "Start a sampling engine (vLLM, or transformers with --backend hf) once and serve "
-            "it: POST /sample, POST /refresh (new weights from a checkpoint folder this machine "
-            "can read), GET /probe, GET /engine, GET /health. Stages use it when their engine.server_url "
-            "names it. Binds to 127.0.0.1 unless --host says otherwise."
+            "Start a sampling engine (vLLM, or transformers with --engine.backend hf) once and "
+            "serve it: POST /sample, POST /refresh (new weights from a checkpoint folder this "
+            "machine can read), GET /probe, GET /engine, GET /health. Stages use it when their "
+            "engine.server_url names it. Binds to 127.0.0.1 unless --host says otherwise."
         ),
-    )
-    parser.add_argument("--config", type=Path, help="YAML file of SampleServerConfig settings")
-    parser.add_argument("--model", help="model folder, hub id or embedded:<name>")
-    parser.add_argument("--backend", choices=["vllm", "hf"], help="sampling engine")
-    parser.add_argument("--host")
-    parser.add_argument("--port", type=int)
-    parser.add_argument(
-        "--token",
-        default=os.environ.get(TOKEN_ENV),
-        help=f"bearer token the clients must send (default: ${TOKEN_ENV}, else none)",
     )
     parser.set_defaults(func=run)
     return parser
@@ -129,27 +127,17 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        data = {} if args.config is None else read_settings(args.config, "SampleServerConfig")
-        if args.model is not None:
-            data["model"] = {**(data.get("model") or {}), "name_or_path": args.model}
-        if args.backend is not None:
-            data["engine"] = {**(data.get("engine") or {}), "backend": args.backend}
-        flags = {"host": args.host, "port": args.port, "token": args.token}
-        data.update({key: value for key, value in flags.items() if value is not None})
-        config = SampleServerConfig.model_validate(data)
+        config = load_config(SampleServerConfig, args.config, args.settings)
     except (ValueError, ValidationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if config.token is None and os.environ.get(TOKEN_ENV):
+        config = config.model_copy(update={"token": os.environ[TOKEN_ENV]})
     return serve(config)
 
 
 def serve(config: SampleServerConfig) -> int:
     """Start the engine, serve until SIGTERM or Ctrl-C, then shut the engine down."""
-    import uvicorn
-
-    from ..model_config import ModelNotFoundError
-    from .engines import close_samplers, get_sampler
-
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         sampler = get_sampler(config.model, config.engine)
