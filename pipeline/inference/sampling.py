@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+from safetensors.torch import load_file
 
 from ..data.prompts import Prompt
 from ..data.rows import Completion, rollout_rows
@@ -143,7 +144,8 @@ class VLLMSampler:
     """A vLLM engine started once and refreshed in place."""
 
     def __init__(self, checkpoint: str, model: ModelConfig, engine: EngineConfig) -> None:
-        from vllm import LLM
+        # vLLM loads only for its own backend: seconds of start-up, and absent on some machines
+        import vllm
         from vllm.platforms import current_platform
 
         self.engine_config = engine
@@ -156,10 +158,8 @@ class VLLMSampler:
                 "gpu_memory_utilization": engine.gpu_memory_utilization,
                 "tensor_parallel_size": engine.tensor_parallel_size,
             }
-        import vllm
-
         self.name = f"vllm-{vllm.__version__}"
-        self.llm = LLM(
+        self.llm = vllm.LLM(
             model=checkpoint,
             dtype=model.dtype,
             # Also what refresh reads: a local folder's weights never come from a pickle.
@@ -179,7 +179,7 @@ class VLLMSampler:
     def sample(
         self, prompts: Sequence[Prompt], config: SamplingConfig, *, policy_version: int = 0
     ) -> list[dict[str, Any]]:
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # vLLM's backend only (loaded when the engine started)
         from vllm.inputs import TokensPrompt
 
         params = SamplingParams(
@@ -229,7 +229,7 @@ class VLLMSampler:
 
     def probe_logprobs(self) -> list[float]:
         """The engine's logprobs of the probe tokens (prompt logprobs, temperature 1)."""
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # vLLM's backend only (loaded when the engine started)
         from vllm.inputs import TokensPrompt
 
         ids = probe_ids(self.vocab_size)
@@ -297,8 +297,6 @@ class HFSampler:
         return trainer_probe_logprobs(self.model, self.model.config.vocab_size)
 
     def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float:
-        from safetensors.torch import load_file
-
         state = {}
         for file in sorted(Path(checkpoint).glob("*.safetensors")):
             state.update(load_file(file))
