@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import json
 import re
 import textwrap
 import types
@@ -358,10 +359,10 @@ def _describe(
                         _line(lines, f"--{flag}.{key.replace('_', '-')}", None, param, width)
         elif kind == "entries":
             members, tag = info
-            for member in members:
+            for member in sorted(members, key=lambda member: _tag(member, tag)):
                 stage = _tag(member, tag)
                 lines.append(
-                    f"  --{flag}.{stage}.*  a {stage} stage's config (by the stage's name)"
+                    f"  --{flag}.{stage}.*  the config of the stage named {stage} (its name, else its stage)"
                 )
                 _describe(member.model_fields["config"].annotation, f"{flag}.{stage}.", lines,
                           seen, width)  # fmt: skip
@@ -402,8 +403,8 @@ def _default(field: FieldInfo) -> str | None:
         if field.default_factory_takes_validated_data:
             return None  # it follows other settings: the description says which
         value = field.default_factory()  # type: ignore[call-arg]
-        return None if isinstance(value, BaseModel) else repr(value)
-    return None if field.is_required() else repr(field.default)
+        return None if isinstance(value, BaseModel) else json.dumps(value, default=str)
+    return None if field.is_required() else json.dumps(field.default, default=str)
 
 
 def _type_name(annotation: Any) -> str:

@@ -165,5 +165,7 @@ def test_an_option_of_an_earlier_version_is_refused_with_its_new_spelling(capsys
 
 
 def test_a_section_given_a_value_names_its_settings(capsys):
-    with pytest.raises(SettingsError, match=r"--model holds settings: set one, e\.g\. --model\.name"):
+    with pytest.raises(
+        SettingsError, match=r"--model holds settings: set one, e\.g\. --model\.name"
+    ):
         _run_config("--model", "x")

@@ -1,10 +1,10 @@
 """The policy update: scored rollouts + policy (+ reference, + critic) -> new weights + metrics.
 
 One :class:`PolicyUpdater` serves every algorithm of :data:`~.algorithms.ALGORITHMS` (GRPO,
-Dr. GRPO, DAPO, RLOO, REINFORCE++, PPO, ...); they differ only in what that registry names: the
-advantage estimator, the policy loss, their hyperparameters, settings such as where the KL to
-the reference goes (reward or loss), and whether a critic trains alongside. ``update`` reads top
-to bottom like CleanRL's ``ppo.py``:
+Dr. GRPO, DAPO, RLOO, REINFORCE++, PPO, ...); they differ only in the config's advantage
+estimator and policy loss (each with its hyperparameters, named by the registries), settings
+such as where the KL to the reference goes (reward or loss), and whether a critic trains
+alongside (the estimator's need). ``update`` reads top to bottom like CleanRL's ``ppo.py``:
 
 1. shape the batch (drop groups without signal, mask truncated completions);
 2. score it without gradients: old logprobs, reference logprobs, critic values;

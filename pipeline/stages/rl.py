@@ -1,5 +1,8 @@
 """The RL stage: ``for each iteration: sample -> score -> update -> refresh``, written once for
 GRPO, RLOO, REINFORCE++ and PPO (CleanRL's ``ppo.py`` shape: read it top to bottom).
+:func:`run_rl` is a loop over named steps: :func:`fill_batch` (sample and score),
+:func:`train` (the update), :func:`publish` (checkpoint, engines refreshed) and :func:`record`
+(the metrics).
 
 Dynamic sampling (DAPO; verl's ``filter_groups``): a group whose rewards are all equal has zero
 advantage under a group baseline, so it is dropped before the update, and more prompts are
