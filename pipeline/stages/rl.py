@@ -324,19 +324,19 @@ def _start(config: RLConfig, out_dir: Path) -> _Run:
         else None
     )
     return _Run(
-        config,
-        out_dir,
-        problems,
-        prompts,
-        schedule,
-        tokenizer,
-        updater,
-        sampler,
-        policy.config.vocab_size,
-        config.num_iterations(len(problems)),
-        start,
-        parent,
-        batches_drawn,
+        config=config,
+        out_dir=out_dir,
+        problems=problems,
+        prompts=prompts,
+        schedule=schedule,
+        tokenizer=tokenizer,
+        updater=updater,
+        sampler=sampler,
+        vocab_size=policy.config.vocab_size,
+        iterations=config.num_iterations(len(problems)),
+        resumed_after=start,
+        parent=parent,
+        batches_drawn=batches_drawn,
     )
 
 
