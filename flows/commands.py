@@ -36,14 +36,20 @@ def register_run(subparsers: Any) -> argparse.ArgumentParser:
         "evaluation, small settings). A run folder that exists resumes: every finished stage "
         "whose config, inputs and code are unchanged is reused.",
     )
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--quiet", action="store_true", help="show warnings, errors and the result only"
+    )
+    shown.add_argument("--verbose", action="store_true", help="show every library's INFO lines too")
     parser.set_defaults(func=run)
     return parser
 
 
 def _route_logs() -> None:
     """Before prefect and trl load: codepost's loggers reach the flow run's logs, and vLLM keeps
-    its INFO lines (engine settings, KV cache size), which importing TRL turns to ERROR in this
-    process and in the stage workers it starts. Settings the user made win."""
+    its INFO lines (engine settings, KV cache size) for the run's log files, which importing TRL
+    turns to ERROR in this process and in the stage workers it starts (the terminal shows them
+    with --verbose only: flows/terminal.py). Settings the user made win."""
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "codepost")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")
 

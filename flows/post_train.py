@@ -42,6 +42,7 @@ from ..sandbox import SandboxUnavailable
 from .stage_worker import (
     StageWorkerDied,
     in_stage_worker,
+    is_own,
     line_level,
     stage_worker,
     stop_stage_worker,
@@ -121,8 +122,9 @@ def execute_as_task(
 
 
 def _log_line(line: str) -> None:
-    """A line of a stage's output in this task run's logs, at the level it was logged at."""
-    get_run_logger().log(line_level(line), line)
+    """A line of a stage's output in this task run's logs, at the level it was logged at;
+    codepost's own marked so (a terminal shows those, and libraries' warnings only)."""
+    get_run_logger().log(line_level(line), line, extra={"codepost": is_own(line)})
 
 
 def _in_worker(function: Any, *args: Any) -> Any:

@@ -25,6 +25,7 @@ from ..pipeline.stages.scoring import SandboxSettings, check_sandbox
 from ..sandbox import SandboxUnavailable
 from .ephemeral import EphemeralServerError, start_ephemeral_server
 from .post_train import post_train
+from .terminal import Verbosity, terminal
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
     except EphemeralServerError as exc:
         err.print(f"[red]codepost run[/red]: {exc}")
         return EXIT_BAD_INPUT
-    state = post_train(config, return_state=True)
+    verbosity: Verbosity = "quiet" if args.quiet else "verbose" if args.verbose else "normal"
+    with terminal(Path(config.run_dir), verbosity):
+        state = post_train(config, return_state=True)
     if not state.is_completed():  # Prefect has logged the traceback
         err.print(
             f"[red]codepost run: {state.message}[/red]\nFinished stages are kept in "
@@ -83,6 +86,8 @@ def _print_results(config: PostTrainConfig, result: dict[str, Any]) -> None:
     for column in ("benchmark", "stage", "pass@1", "95% CI", "passed", "p vs prev", "p vs base"):
         table.add_column(column)
     for row in result["rows"]:
+        if row["greedy pass@1"] is None:  # a benchmark evaluated with samples only: the report
+            continue
         table.add_row(
             row["benchmark"],
             row["stage"],

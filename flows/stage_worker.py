@@ -2,7 +2,9 @@
 the sampling engine stays warm between them, in a session of its own.
 
 Everything the worker and its children (the vLLM engine's processes) write goes to a log file
-that is forwarded line by line to the task run's logs. Stopping the worker (the run ends, is
+that is forwarded line by line to the task run's logs; the stages' progress comes back as
+events (:mod:`codepost.pipeline.progress`) and shows with the caller's display. Each call
+runs with the caller's ``CODEPOST_*`` environment variables (the run's trackers and stage). Stopping the worker (the run ends, is
 cancelled, times out or is interrupted) kills its whole process group; the worker also dies with
 the flow run's process, even one killed with SIGKILL. The worker closes its sandbox pool
 when it ends; the containers of a killed one are removed by the next pool that starts.
@@ -22,14 +24,17 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, cast
 
+from ..pipeline import progress
 from ..pipeline.output_lines import OutputLines
 from ..pipeline.resources import close_all
 
+ENV_PREFIX = "CODEPOST_"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -63,18 +68,28 @@ def _serve(connection: Connection, parent_pid: int) -> None:
         return
     signal.signal(signal.SIGTERM, _kill_own_group)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    sending = threading.Lock()
+
+    def send(message: tuple[str, Any]) -> None:
+        with sending:
+            connection.send(message)
+
+    progress.set_display(progress.Forward(lambda event: send(("progress", event))))
     try:
         while True:
             try:
-                function, args = connection.recv()
+                function, args, environment = connection.recv()
             except EOFError:
                 return
+            for name in [name for name in os.environ if name.startswith(ENV_PREFIX)]:
+                del os.environ[name]
+            os.environ.update(environment)
             try:
                 reply = ("ok", function(*args))
             except Exception as exc:
                 logging.getLogger("codepost").exception("%s failed", function.__name__)
                 reply = ("error", _picklable(exc))
-            connection.send(reply)
+            send(reply)
     finally:  # close what the stages opened: the engines and the sandbox containers
         close_all()
 
@@ -113,12 +128,9 @@ class StageWorker:
         with self._lock:
             try:
                 try:
-                    self._connection.send((function, args))
-                    while not self._connection.poll(0.5):
-                        self._forward(forward)
-                        if not self.alive:
-                            raise EOFError
-                    status, value = self._connection.recv()
+                    environment = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
+                    self._connection.send((function, args, environment))
+                    status, value = self._reply(forward)
                 except (EOFError, OSError) as exc:
                     raise StageWorkerDied(
                         f"the stage worker ended (exit code {self._wait(5)}) while running "
@@ -132,6 +144,22 @@ class StageWorker:
         if status == "error":
             raise value
         return value
+
+    def _reply(self, forward: Callable[[str], None]) -> tuple[str, Any]:
+        """The call's reply; meanwhile its progress events shown here and its output
+        forwarded (at least every half second)."""
+        while True:
+            shown = time.monotonic()
+            while self._connection.poll(0.5):
+                status, value = self._connection.recv()
+                if status != "progress":
+                    return status, value
+                progress.handle(value)
+                if time.monotonic() - shown > 0.5:
+                    break
+            self._forward(forward)
+            if not self.alive and not self._connection.poll():
+                raise EOFError
 
     @property
     def alive(self) -> bool:
@@ -202,6 +230,15 @@ def stop_stage_worker() -> None:
 
 # The worker logs "LEVEL name: message"; vLLM's processes "(EngineCore pid=7) LEVEL 11-23 ...".
 _LEVEL_AT_START = re.compile(r"(?:\(\w+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+
+
+# ... and a launched stage's ranks "INFO [rank 0] codepost.stages.rl: ...".
+_OWN = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?:\[rank \d+\] )?codepost[.:]")
+
+
+def is_own(line: str) -> bool:
+    """Whether a forwarded line was logged by codepost (not by a library it runs)."""
+    return _OWN.match(line) is not None
 
 
 def line_level(line: str) -> int:

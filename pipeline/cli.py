@@ -30,6 +30,7 @@ from .command_line import (
     stdout_console,
 )
 from .model_config import DEFAULT_MODEL, ModelNotFoundError
+from .progress import shown_on
 from .reporting.evaluations import EvaluationResults
 from .reporting.report import Evaluation, check_same_problems, format_p_value, load_evaluation
 from .reporting.stats import (
@@ -75,15 +76,18 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 def evaluate(args: argparse.Namespace) -> int:
     if args.compare:
         return compare(*args.compare)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[RichHandler()])
     err = Console(stderr=True)
+    logging.basicConfig(
+        level=logging.INFO, format="%(message)s", handlers=[RichHandler(console=err)]
+    )
     try:
         config = load_config(EvalConfig, args.config, args.settings)
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost evaluate: invalid settings[/red]: {exc}")
         return EXIT_BAD_INPUT
     try:
-        results = run_evaluate(config, args.checkpoint, args.output)
+        with shown_on(err):  # live bars on a terminal, else a line every 10 s
+            results = run_evaluate(config, args.checkpoint, args.output)
     except (ModelNotFoundError, ProblemFormatError, FileNotFoundError) as exc:
         err.print(f"[red]codepost evaluate[/red]: {exc}")
         return EXIT_BAD_INPUT

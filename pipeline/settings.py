@@ -260,7 +260,8 @@ def _set(
 
 
 def _parse(raw: str | None, annotation: Any, flag: str) -> Any:
-    """A flag's value: text for a text field, else YAML (a bool flag alone is true)."""
+    """A flag's value: text for a text field, else YAML (a bool flag alone is true); one value
+    for a list field is a list of one (``--report-to tensorboard``)."""
     if raw is None:
         return True
     inner, _ = _unwrap(annotation)
@@ -269,9 +270,12 @@ def _parse(raw: str | None, annotation: Any, flag: str) -> Any:
     if texts and not raw.startswith(("[", "{")) and raw not in ("null", "~"):
         return raw
     try:
-        return yaml.safe_load(raw)
+        value = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
         raise SettingsError(f"{flag}: {raw!r} is not a YAML value ({exc})") from None
+    if get_origin(inner) is list and value is not None and not isinstance(value, list):
+        return [value]
+    return value
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ import torch
 from accelerate.utils import parse_flag_from_env
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 
+from . import tracking
 from .checkpoints.manifest import (
     CheckpointManifest,
     is_published,
@@ -22,6 +23,7 @@ from .checkpoints.manifest import (
     read_manifest,
 )
 from .model_config import ModelConfig
+from .progress import Task
 from .sharding import LORA_REFUSED, make_accelerator
 
 # Under `accelerate launch` every rank runs the stage: only the first (RANK 0) prints, so each
@@ -49,7 +51,8 @@ def trainer_arguments(
     settings: TrainingSettings, model: ModelConfig, output_dir: Path
 ) -> dict[str, Any]:
     """Keyword arguments for ``SFTConfig`` / ``DPOConfig``: our settings plus what this project
-    needs everywhere (no mixed precision, no intermediate saves, no experiment tracker)."""
+    needs everywhere (no mixed precision, no intermediate saves, the run's ``report_to``, steps
+    shown by :class:`StepProgress` instead of tqdm)."""
     return {
         **settings.model_dump(),
         "output_dir": str(output_dir),
@@ -57,11 +60,31 @@ def trainer_arguments(
         "gradient_checkpointing": model.gradient_checkpointing,
         "bf16": False,  # weights keep ModelConfig.dtype; autocast is off (TRL on CPUs)
         "save_strategy": "no",
-        "report_to": "none",
-        "disable_tqdm": False,
+        "disable_tqdm": True,
+        **tracking.trainer_arguments(),
         "dataloader_pin_memory": torch.cuda.is_available(),  # pinning helps copies to a GPU only
         **_sharding_arguments(model),
     }
+
+
+class StepProgress(TrainerCallback):
+    """A trainer's optimizer steps as a progress task (``sft: training steps``)."""
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self.task: Task | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.task = Task(self.description, state.max_steps, state.global_step)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.task is not None:
+            self.task.update(state.global_step)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.task is not None:
+            self.task.end()
+            self.task = None
 
 
 def _sharding_arguments(model: ModelConfig) -> dict[str, Any]:

@@ -1,6 +1,15 @@
 """Isolated execution of untrusted programs in Docker; knows nothing of rewards or models."""
 
-from .api import CaseOutcome, ExecStatus, ExecutionResult, Job, JudgeSpec, Limits, TestOutcome
+from .api import (
+    CaseOutcome,
+    CompileOutcome,
+    ExecStatus,
+    ExecutionResult,
+    Job,
+    JudgeSpec,
+    Limits,
+    TestOutcome,
+)
 from .pool import (
     DEFAULT_IMAGE,
     PoolConfig,
@@ -9,10 +18,15 @@ from .pool import (
     connect_hosts,
     run_in_fresh_container,
 )
+from .runner import languages
+
+LANGUAGES = languages.names()  # what a Job's language may be: one module each in runner/languages/
 
 __all__ = [
     "DEFAULT_IMAGE",
+    "LANGUAGES",
     "CaseOutcome",
+    "CompileOutcome",
     "ExecStatus",
     "ExecutionResult",
     "Job",

@@ -27,6 +27,12 @@ Two kinds of job:
   stderr says so. Each case starts with the job's ``files`` in its working directory, and the
   ``fetch_files`` it leaves there come back with it (regular files only, at most
   ``output_bytes`` in all; what is left out is named in the case's stderr).
+
+A job names its program's ``language`` (``runner/languages/``: ``python`` by default, ``cpp``).
+A compiled language's program is compiled once per job, before its first case, in the sandbox
+under the ``compile_*`` limits; a program that does not compile ends the job as
+``compile_error`` with the compiler's message in ``ExecutionResult.compile``. Call mode runs
+Python only: the judge calls into the runner's own interpreter.
 """
 
 from __future__ import annotations
@@ -37,12 +43,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from .runner import languages
+
 
 class ExecStatus(str, Enum):
     """How an execution (or one io case) ended, as seen from outside the program."""
 
     COMPLETED = "completed"  # ran to the end; look at the test outcomes / stdout
     SYNTAX_ERROR = "syntax_error"
+    COMPILE_ERROR = "compile_error"  # a compiled language's program did not compile
     RUNTIME_ERROR = "runtime_error"  # uncaught exception, non-zero exit, or death by signal
     TIMEOUT = "timeout"  # wall or CPU time limit
     MEMORY_LIMIT = "memory_limit"
@@ -59,7 +68,11 @@ class Limits:
     memory_mb: int = 512  # address space of each program process
     output_bytes: int = 1 << 20  # stdout + stderr together, all cases of an io job together
     processes: int = 32  # threads and processes the program may have at once
-    disk_mb: int = 64  # largest file the program may write (the work dirs are small tmpfs)
+    disk_mb: int = 64  # largest file the program (or its compiler) may write; work dirs are small
+    # The compile phase of a compiled language (once per job): wall and CPU time, and the
+    # address space of each compiler process (g++ needs ~300 MB for <bits/stdc++.h>).
+    compile_time_s: float = 10.0
+    compile_memory_mb: int = 1024
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():  # inf or nan would break the supervisor
@@ -94,11 +107,18 @@ class Job:
     # io: no case runs after one that did not complete (crashed, timed out, hit a limit), for a
     # caller that needs to know only whether all passed: not every case to its time limit.
     stop_at_failure: bool = False
+    language: str = "python"  # a name of runner/languages/
 
     def __post_init__(self) -> None:
         if (self.judge is None) == (self.stdin_cases is None):
             raise ValueError(
                 "a Job needs exactly one of judge (call mode) or stdin_cases (io mode)"
+            )
+        language = languages.get(self.language)  # ValueError naming the known ones
+        if self.judge is not None and not language.in_runner:
+            raise ValueError(
+                "a judge calls into programs run by the sandbox's own interpreter (Python); "
+                f"{self.language} programs run in io mode (stdin_cases)"
             )
         if (self.files or self.fetch_files) and self.judge is not None:
             raise ValueError("files and fetch_files are for io mode (stdin_cases)")
@@ -143,6 +163,17 @@ class CaseOutcome:
 
 
 @dataclass(frozen=True)
+class CompileOutcome:
+    """The compile phase of a job: how the compiler ended and what it said."""
+
+    status: ExecStatus  # completed, compile_error (it refused), or a limit: timeout, ...
+    stdout: str
+    stderr: str  # the compiler's messages, the first 4 KiB
+    exit_code: int | None
+    duration_s: float
+
+
+@dataclass(frozen=True)
 class ExecutionResult:
     status: ExecStatus
     tests: tuple[TestOutcome, ...] = ()  # call mode; tests not reached are absent
@@ -152,3 +183,4 @@ class ExecutionResult:
     error: str | None = None  # human-readable reason for a non-completed status
     duration_s: float = 0.0
     attempts: int = 1  # > 1 when infrastructure failures were retried
+    compile: CompileOutcome | None = None  # compiled languages

@@ -34,8 +34,8 @@ import docker.errors
 import psutil
 import requests.exceptions
 
-from .api import CaseOutcome, ExecStatus, ExecutionResult, Job, TestOutcome
-from .runner import source_version
+from .api import CaseOutcome, CompileOutcome, ExecStatus, ExecutionResult, Job, TestOutcome
+from .runner import languages, source_version
 from .runner.codec import MAX_FRAME_BYTES
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class PoolConfig:
     docker_hosts: tuple[str, ...] = ()  # DOCKER_HOST-style URLs; () = the environment's engine
     container_memory_mb: int = 2048  # whole container: runner, program, judge and tmpfs
     container_pids: int = 256
-    tmpfs_mb: int = 64  # each of /work, /tmp and /dev/shm
+    tmpfs_mb: int = 64  # each of /work, /tmp, /dev/shm and /build (a job's compiled program)
     # Files, directories and links each of them may hold: this bounds the clean-up after a job.
     tmpfs_inodes: int = 4096
     cpus: float = 1.0  # per container
@@ -162,7 +162,12 @@ class _Container:
                 nano_cpus=int(config.cpus * 1e9),
                 # Root's, like /tmp: a program cannot leave a mode, an ACL or an extended
                 # attribute on the directory itself for the next one.
-                tmpfs={path: f"{tmpfs},mode=1777" for path in ("/work", "/tmp", "/dev/shm")},
+                tmpfs={
+                    **{path: f"{tmpfs},mode=1777" for path in ("/work", "/tmp", "/dev/shm")},
+                    # A job's compiled program: root's, so no program can change it; the only
+                    # one of them a program may execute from (Docker's default is noexec).
+                    languages.BUILDS_DIR: f"{tmpfs},exec,mode=0711",
+                },
                 sysctls={
                     "kernel.shm_rmid_forced": "1",
                     "kernel.msgmni": "0",
@@ -488,17 +493,21 @@ def run_in_fresh_container(job: Job, config: PoolConfig | None = None) -> Execut
 
 
 def _host_deadline(payload: dict[str, Any], grace_s: float) -> float:
-    """How long the host waits for a job's reply: every case at its stretched wall limit, then
-    the grace."""
+    """How long the host waits for a job's reply: its compile and every case at their
+    stretched wall limits, then the grace."""
+    limits = payload["limits"]
     cases = len(payload.get("stdin_cases", ())) or 1
-    return payload["limits"]["wall_cap_s"] * cases + grace_s
+    compile_s = limits["compile_cap_s"] if languages.get(payload["language"]).compiled else 0.0
+    return compile_s + limits["wall_cap_s"] * cases + grace_s
 
 
 def _job_payload(job: Job, config: PoolConfig) -> dict[str, Any]:
     limits = asdict(job.limits)
-    limits["wall_cap_s"] = limits["wall_time_s"] * max(1.0, config.wall_stretch)
+    stretch = max(1.0, config.wall_stretch)
+    limits["wall_cap_s"] = limits["wall_time_s"] * stretch
+    limits["compile_cap_s"] = limits["compile_time_s"] * stretch
     limits["cpus"] = config.cpus
-    payload: dict[str, Any] = {"program": job.program, "limits": limits}
+    payload: dict[str, Any] = {"program": job.program, "limits": limits, "language": job.language}
     if job.judge is not None:
         payload["judge"] = {
             "setup": job.judge.setup,
@@ -516,6 +525,7 @@ def _job_payload(job: Job, config: PoolConfig) -> dict[str, Any]:
 
 
 def _to_result(reply: dict[str, Any], attempts: int) -> ExecutionResult:
+    compiled = reply.get("compile")
     return ExecutionResult(
         status=ExecStatus(reply["status"]),
         tests=tuple(TestOutcome(**test) for test in reply.get("tests", ())),
@@ -534,4 +544,7 @@ def _to_result(reply: dict[str, Any], attempts: int) -> ExecutionResult:
         error=reply.get("error"),
         duration_s=reply.get("duration_s", 0.0),
         attempts=attempts,
+        compile=None
+        if compiled is None
+        else CompileOutcome(**{**compiled, "status": ExecStatus(compiled["status"])}),
     )

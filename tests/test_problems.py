@@ -139,7 +139,7 @@ def test_a_dumped_problem_reloads_unchanged():
                 "prompt": "p",
                 "input_output": {"inputs": [], "outputs": [], "fn_name": "f"},
             },
-            "call-based problems",
+            "call has no cases",  # call-based: the function called with each case's arguments
         ),
         ({**HUMANEVAL_ROW, "test_list": ["assert f(1)"]}, "exactly one form"),
         ({**HUMANEVAL_ROW, "colour": "red"}, None),  # unknown fields of a source are ignored

@@ -18,7 +18,15 @@ import pytest
 from redteam_samples import (
     ADD,
     ATTACKS,
+    CHECKED_HONEST,
     CHECKER,
+    CHECKER_ATTACKS,
+    CPP_ATTACKS,
+    CPP_EXPECTED,
+    CPP_HONEST,
+    CPP_LEAVER,
+    CPP_STDIN,
+    FAILED,
     HONEST,
     JUDGE_CACHE_ATTACKER,
     JUDGE_CACHE_TESTS,
@@ -26,7 +34,10 @@ from redteam_samples import (
     LARGE_RESULT_TESTS,
     LEAVERS,
     LEFTOVERS,
+    NOT_PASSED,
+    PASSED,
     PROBLEMS,
+    SPLIT,
     STATE_ATTACKS,
     STATE_VICTIM,
     TIMEOUT,
@@ -164,6 +175,77 @@ def test_attack_is_contained(pool, verifier, attack):
     assert not broken, f"{attack.id}: {'; '.join(broken)}\n{run.describe()}"
 
 
+CPP_LIMITS = dataclasses.replace(LIMITS, compile_time_s=5.0)
+
+
+def run_cpp(
+    pool: SandboxPool, program: str, limits: Limits = CPP_LIMITS
+) -> tuple[ExecutionResult, float]:
+    """A C++ program on the io problem "print n squared" (stdin 7), timed and bounded by HANG_S."""
+    started = time.monotonic()
+    job = Job(program=program, stdin_cases=(CPP_STDIN,), limits=limits, language="cpp")
+    try:
+        result = pool.submit(job).result(timeout=HANG_S)
+    except concurrent.futures.TimeoutError:
+        pytest.fail(f"no result after {HANG_S:.0f} s: the job hangs the pool")
+    return result, time.monotonic() - started
+
+
+def cpp_status(result: ExecutionResult) -> str:
+    """compile_error (or another job status), the case's status, or passed / failed by its
+    answer."""
+    if result.status is not ExecStatus.COMPLETED:
+        return result.status.value
+    (case,) = result.cases
+    if case.status is not ExecStatus.COMPLETED:
+        return case.status.value
+    return PASSED if case.stdout.split() == [CPP_EXPECTED] else FAILED
+
+
+def describe_cpp(result: ExecutionResult, took: float) -> str:
+    compiled = result.compile and (result.compile.status.value, result.compile.stderr[:300])
+    cases = [(c.status.value, c.exit_code, c.stdout[:100], c.stderr[-200:]) for c in result.cases]
+    return (
+        f"status={cpp_status(result)} took={took:.2f}s attempts={result.attempts} "
+        f"error={(result.error or '')[:300]!r} compile={compiled} cases={cases}"
+    )
+
+
+@pytest.mark.parametrize("attack", CPP_ATTACKS, ids=[attack.id for attack in CPP_ATTACKS])
+def test_cpp_attack_is_contained(pool, attack):
+    limits = dataclasses.replace(CPP_LIMITS, compile_time_s=attack.compile_time_s)
+    result, took = run_cpp(pool, attack.program, limits)
+    status = cpp_status(result)
+    print(f"{attack.id}: {status} in {took:.2f} s")
+    broken = []
+    if status not in attack.expect:
+        broken.append(f"status {status!r}, expected {sorted(attack.expect)}")
+    stretch = pool.config.wall_stretch
+    longest = (limits.compile_time_s + limits.wall_time_s) * stretch + MARGIN_S
+    if took > longest:
+        broken.append(f"took {took:.2f} s, at most {longest} s")
+    if result.attempts != 1:
+        broken.append(f"needed {result.attempts} attempts: the attack broke its container")
+    after, after_took = run_cpp(pool, CPP_HONEST)
+    if cpp_status(after) != PASSED or after.attempts != 1:
+        broken.append(f"the honest program right after failed: {describe_cpp(after, after_took)}")
+    assert not broken, f"{attack.id}: {'; '.join(broken)}\n{describe_cpp(result, took)}"
+
+
+def test_nothing_a_cpp_program_leaves_reaches_the_next_program(pool, verifier):
+    """The C++ leaver on every container, then the checker on every container (each job is
+    slow enough that no container takes two)."""
+    with concurrent.futures.ThreadPoolExecutor(POOL_SIZE) as threads:
+        left = list(threads.map(lambda _: run_cpp(pool, CPP_LEAVER), range(POOL_SIZE)))
+    assert all(cpp_status(result) == PASSED for result, _ in left), [
+        describe_cpp(*run) for run in left
+    ]
+    check = {"task_id": LEFTOVERS.task_id, "completion": f"```python\n{CHECKER}```\n"}
+    checked = run_samples(pool, verifier, [check] * POOL_SIZE)
+    leftovers = [run.describe() for run in checked if not run.verdict.passed]
+    assert not leftovers, leftovers
+
+
 @pytest.mark.parametrize("name", list(HONEST))
 def test_correct_solution_passes(pool, verifier, name):
     (run,) = run_samples(pool, verifier, [HONEST[name]])
@@ -276,3 +358,22 @@ def test_spinning_neighbours_cannot_time_out_an_honest_program():
     assert all(run.verdict.status.value == TIMEOUT for run in spinners), [
         run.describe() for run in spinners
     ]
+
+
+def test_a_checker_program_judges_alone(pool):
+    """Right answers other than the expected one pass through the checker; nothing a program
+    prints or leaves behind (files, a process rewriting them) makes the checker accept."""
+    verifier = Verifier(pool, limits=LIMITS)
+    problems = {SPLIT.task_id: SPLIT}
+    honest = [SPLIT.canonical_solution, *CHECKED_HONEST]
+    samples = [{"task_id": SPLIT.task_id, "completion": code} for code in honest]
+    samples += [{"task_id": SPLIT.task_id, "completion": code} for code in CHECKER_ATTACKS.values()]
+    verdicts = verifier.verify(problems, samples)
+    assert [v.status.value for v in verdicts[: len(honest)]] == ["passed"] * len(honest), [
+        v.result for v in verdicts
+    ]
+    for name, verdict in zip(CHECKER_ATTACKS, verdicts[len(honest) :], strict=True):
+        assert verdict.status.value in NOT_PASSED and verdict.reward == 0.0, (name, verdict.result)
+        assert not any(test.passed for test in verdict.tests), (name, verdict.tests)
+    again = verifier.verify(problems, samples[:1])
+    assert again[0].passed, again[0].result

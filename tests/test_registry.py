@@ -98,3 +98,36 @@ def test_the_command_names_a_full_disk_and_leaves_the_tags_as_they_were(full_dis
     err = "".join(capsys.readouterr().err.split())  # rich folds long lines
     assert f"Nospaceleftondevice(writing{full_disk / 'tags.json'})" in err, err
     assert sorted(p.name for p in full_disk.iterdir()) == ["filler", "sft"]
+
+
+@pytest.fixture
+def damaged(tmp_path):
+    """The red team's case: a healthy SFT checkpoint, then one RL iteration that lost its
+    weights file and a newer one that lost its manifest."""
+    publish_fake(tmp_path, "final", "sft", "2026-01-01")
+    publish_fake(tmp_path, "iteration-0001", "rl", "2026-01-02")
+    publish_fake(tmp_path, "iteration-0002", "rl", "2026-01-03")
+    (tmp_path / "rl" / "iteration-0001" / "model.safetensors").unlink()
+    (tmp_path / "rl" / "iteration-0002" / "manifest.json").unlink()
+    return tmp_path
+
+
+def test_broken_checkpoints_are_listed_as_such_and_never_tagged(damaged, capsys):
+    assert main(["checkpoints", "--root", str(damaged), "list"]) == 0
+    rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if "│" in line}
+    assert "ok" in rows["sft/final"]
+    assert "broken: model.safetensors missing" in rows["rl/iteration-0001"]
+    assert "unpublished (no manifest.json)" in rows["rl/iteration-0002"]
+    assert main(["checkpoints", "--root", str(damaged), "tag", "rl/iteration-0001", "best"]) == 2
+    assert "model.safetensors missing" in capsys.readouterr().err
+    assert not (damaged / registry.TAGS_FILE).exists()
+    assert main(["checkpoints", "--root", str(damaged), "verify", "rl/iteration-0001"]) == 1
+
+
+def test_pruning_keeps_the_newest_healthy_checkpoint_not_a_broken_one(damaged, capsys):
+    assert main(["checkpoints", "--root", str(damaged), "prune", "--keep-last", "1"]) == 0
+    assert "deleted 1: rl/iteration-0001 (broken: model.safetensors missing)" in " ".join(
+        capsys.readouterr().out.split()
+    )
+    assert [e.name for e in registry.list_checkpoints(damaged)] == ["sft/final"]
+    assert (damaged / "rl" / "iteration-0002" / "model.safetensors").is_file()  # not ours to delete

@@ -80,6 +80,7 @@ def _stage(stage: str, **config: object) -> dict[str, object]:
             "max_tokens=4000",
         ),
         ({"stages": [_stage("filter", engine={"max_model_len": 256})]}, "engine.max_model_len=256"),
+        ({"report_to": ["tensorbord"]}, "report_to.0"),
     ],
 )
 def test_settings_it_cannot_use_are_refused_naming_the_problem(tmp_path, capsys, settings, named):

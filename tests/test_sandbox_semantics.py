@@ -303,3 +303,13 @@ def test_results_of_millions_of_items(sandbox_pool):
     assert [passed for passed, _ in outcomes] == [True, True, False, False], outcomes
     assert "cannot be sent" in outcomes[2][1] and "more than 16000000 items" in outcomes[2][1]
     assert "cannot be sent" in outcomes[3][1] and "byte limit" in outcomes[3][1]
+
+
+def test_the_judge_reads_the_programs_public_names(sandbox_pool):
+    """``__remote_names__()`` (the call and pytest judges use it) lists the program's public
+    top-level names; it was decoded as a value and failed for any but one name."""
+    all_pass(
+        sandbox_pool,
+        "import os\n\ndef f():\n    pass\n\nclass Solution:\n    pass\n\n_hidden = 1\nvalue = 2\n",
+        "assert sorted(__remote_names__()) == ['Solution', 'f', 'value']",
+    )

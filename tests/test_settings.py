@@ -73,6 +73,15 @@ def test_bool_flags_text_flags_and_the_command_s_own_arguments():
     assert config.problems.source == "123"  # a text field takes the text as it is
 
 
+def test_a_list_flag_takes_a_list_or_one_value():
+    assert _run_config("--report-to", "[tensorboard, mlflow]").report_to == [
+        "tensorboard", "mlflow"
+    ]  # fmt: skip
+    assert _run_config("--report-to", "tensorboard").report_to == ["tensorboard"]
+    with pytest.raises(ValueError, match="report_to"):
+        _run_config("--report-to", "tensorbored")
+
+
 @pytest.mark.parametrize(
     ("argv", "named"),
     [

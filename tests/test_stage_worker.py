@@ -10,12 +10,21 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from processes import gone, wait_until
-from worker_functions import draw_progress, fail, log_at_levels, spawn_and_wait, speak
+from worker_functions import (
+    draw_progress,
+    fail,
+    log_at_levels,
+    report_progress,
+    spawn_and_wait,
+    speak,
+)
 
 from codepost.flows.stage_worker import StageWorker, in_stage_worker, line_level, stage_worker
+from codepost.pipeline import progress
 
 
 def test_output_of_the_worker_and_its_children_is_forwarded(tmp_path):
@@ -48,6 +57,22 @@ def test_a_progress_bar_shows_while_it_is_drawn_and_its_last_state_once_done(tmp
         in_stage_worker(draw_progress, 8, forward=lines.append)
     assert lines[-1] == "step 8/8"
     assert any(line.startswith("step ") and line != "step 8/8" for line in lines[:-1])
+
+
+def test_progress_comes_back_as_events_and_each_call_gets_the_callers_environment(
+    tmp_path, monkeypatch
+):
+    events: list[tuple] = []
+    monkeypatch.setattr(progress, "_display", SimpleNamespace(handle=events.append))
+    with stage_worker(tmp_path / "worker.log"):
+        in_stage_worker(speak, "warm", forward=print)  # started before the variable is set
+        monkeypatch.setenv("CODEPOST_TRACKING_STAGE", "rl")
+        assert in_stage_worker(report_progress, 4, forward=print) == "rl"
+    assert events[0][0] == "start" and events[0][2:5] == ("scoring", 4, 0)
+    updates = [event[2] for event in events if event[0] == "update"]
+    assert updates == sorted(updates) and updates[-1] == 4  # as it advanced, not all at once
+    assert events[-1] == ("end", events[0][1])
+    assert "scoring" not in (tmp_path / "worker.log").read_text()  # events, not output
 
 
 def test_a_stage_error_is_raised_as_it_was_and_the_worker_goes_on(tmp_path):

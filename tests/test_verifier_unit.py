@@ -30,7 +30,9 @@ from codepost.verifiers import (
 )
 from codepost.verifiers import rewards as rewards_module
 from codepost.verifiers import verifier as verifier_module
-from codepost.verifiers.judges import build_job, check_judge, outputs_match, split_check
+from codepost.verifiers.forms.check import check_judge, split_check
+from codepost.verifiers.forms.io import outputs_match
+from codepost.verifiers.judges import build_job
 from codepost.verifiers.problems import problem_from_record
 
 MBPP = "mbpp"  # the copy shipped in codepost/verifiers/data

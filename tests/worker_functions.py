@@ -52,3 +52,14 @@ if __name__ == "__main__":  # a flow run's process that gets SIGKILLed: see test
     from codepost.flows.stage_worker import StageWorker
 
     StageWorker(Path(sys.argv[1])).call(by_module_name, sys.argv[2], forward=print)
+
+
+def report_progress(steps: int) -> str:
+    """A task as the stages report one, and the environment the call ran with."""
+    from codepost.pipeline.progress import track
+
+    with track("scoring", steps) as task:
+        for _ in range(steps):
+            time.sleep(0.3)
+            task.advance()
+    return os.environ.get("CODEPOST_TRACKING_STAGE", "")

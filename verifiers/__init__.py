@@ -1,8 +1,9 @@
 """Problems + candidate code -> verdicts and rewards, run in the sandbox; the ``verify`` CLI."""
 
 from .extraction import CompletionStyle, Program, build_program, extract_code
+from .forms.io import IOCase
 from .pass_at_k import PassAtK, estimate_pass_at_k, pass_at_k
-from .problems import IOCase, Problem, ProblemFormatError, load_problems
+from .problems import Problem, ProblemFormatError, load_problems
 from .rewards import RewardConfig
 from .trl_rewards import make_trl_reward_funcs
 from .verdicts import TestResult, Verdict, VerdictStatus

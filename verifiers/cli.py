@@ -34,7 +34,14 @@ from rich.table import Table
 from ..sandbox import Limits, SandboxUnavailable
 from .extraction import COMPLETION_STYLES
 from .pass_at_k import PassAtK, pass_at_k
-from .problems import HUMANEVAL, Problem, ProblemFormatError, jsonl_records, load_problems
+from .problems import (
+    HUMANEVAL,
+    Problem,
+    ProblemFormatError,
+    cap_tests,
+    jsonl_records,
+    load_problems,
+)
 from .rewards import RewardConfig
 from .verdicts import Verdict, VerdictStatus
 from .verifier import SampleError, Verifier
@@ -75,7 +82,23 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--problems",
         default=HUMANEVAL,
-        help="'humaneval' (default), a .jsonl/.jsonl.gz/.json file, or a Hugging Face hub id",
+        help="'humaneval' (default), a set shipped with codepost (mbpp, taco-sample, ...), a "
+        ".jsonl/.jsonl.gz/.json/.parquet file, or a Hugging Face hub id; HumanEval, MBPP, "
+        "APPS/TACO, CodeContests, LiveCodeBench, KodCode and SYNTHETIC-1 records are "
+        "recognised from their fields",
+    )
+    parser.add_argument(
+        "--columns",
+        type=_columns,
+        default={},
+        metavar="OLD=NEW,...",
+        help="rename the problem set's columns first (statement=question,tests=input_output)",
+    )
+    parser.add_argument(
+        "--max-tests",
+        type=_positive(int),
+        help="run at most N tests per problem, the longest inputs (as rllm caps training "
+        "rewards; default: all)",
     )
     parser.add_argument(
         "--output", type=Path, help="results JSONL (default: SAMPLES_results.jsonl)"
@@ -142,6 +165,13 @@ def _positive(kind: type) -> Any:
     return parse
 
 
+def _columns(text: str) -> dict[str, str]:
+    pairs = [part.split("=", 1) for part in text.split(",") if part.strip()]
+    if not pairs or any(len(pair) != 2 or not all(map(str.strip, pair)) for pair in pairs):
+        raise argparse.ArgumentTypeError(f"expected OLD=NEW pairs, comma-separated, got {text!r}")
+    return {old.strip(): new.strip() for old, new in pairs}
+
+
 def _ks(text: str) -> tuple[int, ...]:
     try:
         ks = tuple(int(part) for part in text.split(",") if part.strip())
@@ -203,7 +233,11 @@ def run(args: argparse.Namespace) -> int:
         from .remote import RemoteVerifier  # httpx: only with a server
 
         with RemoteVerifier(
-            args.server, args.problems, token=args.server_token, **options
+            args.server,
+            args.problems,
+            token=args.server_token,
+            max_tests=args.max_tests,
+            **options,
         ) as remote:
             return _verify(args, remote, output, err)
     with Verifier(workers=args.workers, **options) as verifier:
@@ -243,7 +277,7 @@ def _verify(
     args: argparse.Namespace, verifier: Verifier | RemoteVerifier, output: Path, err: Console
 ) -> int:
     try:
-        problems = load_problems(args.problems)
+        problems = cap_tests(load_problems(args.problems, columns=args.columns), args.max_tests)
         if args.reference:
             samples = reference_samples(problems)
             lines = list(range(1, len(samples) + 1))

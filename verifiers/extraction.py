@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .problems import Problem, is_docstring
-from .python_ast import parse_python
+from .problems import Problem
+from .python_ast import is_docstring, parse_python
 
 CompletionStyle = Literal["auto", "continuation", "chat"]
 # Longer completions are failed unread: parsing code costs ~300 times its size in host memory

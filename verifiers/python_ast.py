@@ -18,3 +18,11 @@ def parse_python(source: str) -> ast.Module:
     """``ast.parse(source)``, one thread at a time; raises what ``ast.parse`` raises."""
     with _LOCK:
         return ast.parse(source)
+
+
+def is_docstring(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )

@@ -33,14 +33,17 @@ class RemoteVerifier:
         source: str,
         *,
         token: str | None = None,
+        max_tests: int | None = None,
         limits: Limits | None = None,
         reward_config: RewardConfig | None = None,
         completion_style: CompletionStyle = "auto",
     ) -> None:
         """``source`` is what the problems were loaded from: a set the server ships is sent by
-        name, any other problem inline with the samples that need it."""
+        name (and ``max_tests``, which the server applies), any other problem inline with the
+        samples that need it."""
         self.url = url.rstrip("/")
         self.source = source
+        self.max_tests = max_tests
         self.limits = limits or Limits()
         # checks samples and holds the options; never starts a pool
         self.local = Verifier(reward_config=reward_config, completion_style=completion_style)
@@ -99,6 +102,7 @@ class RemoteVerifier:
             "timeout": self.limits.wall_time_s,
             "memory_mb": self.limits.memory_mb,
             "exclude_sandbox_errors": self.local.reward_config.sandbox_errors == "exclude",
+            "max_tests": self.max_tests,
         }
         return self._request("POST", "/verify", body)["verdicts"]
 

@@ -1,7 +1,8 @@
 """``codepost verify-server``: the warm sandbox pool behind an HTTP API, for any trainer.
 
-* ``POST /run_code``: SandboxFusion's schema for Python, so its clients (the ``sandbox-fusion``
-  package, verl's ``reward_model.sandbox_fusion``) work unchanged;
+* ``POST /run_code``: SandboxFusion's schema for the sandbox's languages (Python, C++), so its
+  clients (the ``sandbox-fusion`` package, verl's ``reward_model.sandbox_fusion``) work
+  unchanged;
 * ``POST /verify``: ``codepost verify`` samples in, the same verdicts and rewards out;
 * ``GET /health``, and ``GET /metrics`` in Prometheus text format.
 
@@ -42,6 +43,9 @@ from prometheus_client import (
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..sandbox import (
+    LANGUAGES,
+    CaseOutcome,
+    CompileOutcome,
     ExecStatus,
     ExecutionResult,
     Job,
@@ -57,13 +61,13 @@ from .problems import (
     NAMED_PROBLEMS,
     Problem,
     ProblemFormatError,
+    cap_tests,
     load_problems,
     problems_from_records,
 )
 from .rewards import RewardConfig
 from .verifier import SampleError, Verifier
 
-LANGUAGES = ("python",)
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -255,7 +259,8 @@ class RunCodeRequest(BaseModel):
 
     code: str
     language: str
-    compile_timeout: float = 10  # Python compiles as it starts: counted in run_timeout
+    # The compile's own wall-clock limit (C++); Python compiles as it starts, in run_timeout.
+    compile_timeout: float = Field(10, gt=0)
     run_timeout: float = Field(10, gt=0)
     memory_limit_MB: int = -1  # -1: the server's maximum
     stdin: str | None = None
@@ -290,6 +295,7 @@ def run_code_job(request: RunCodeRequest, config: ServerConfig) -> Job:
         wall_time_s=seconds,
         cpu_time_s=seconds,
         memory_mb=config.max_memory_mb if memory <= 0 else min(memory, config.max_memory_mb),
+        compile_time_s=min(request.compile_timeout, config.max_timeout_s),
     )
     try:
         return Job(
@@ -298,46 +304,69 @@ def run_code_job(request: RunCodeRequest, config: ServerConfig) -> Job:
             limits=limits,
             files=files,
             fetch_files=tuple(request.fetch_files),
+            language=request.language,
         )
     except ValueError as exc:  # a file path outside the working directory
         raise HTTPException(400, str(exc)) from None
 
 
 def run_code_response(result: ExecutionResult, output_bytes: int) -> dict[str, Any]:
-    """SandboxFusion's answer: Success (exit 0), Failed (non-zero exit or time limit), or
-    SandboxError (the sandbox itself failed; never the program's doing)."""
+    """SandboxFusion's answer: Success (it compiled and exited 0), Failed (it did not compile,
+    or a non-zero exit or a time limit), or SandboxError (the sandbox itself failed; never the
+    program's doing). ``compile_result`` is the compiler's run (compiled languages only);
+    ``run_result`` is absent when the program did not compile, as there."""
+    compile_result = (
+        None if result.compile is None else _command_result(result.compile, output_bytes)
+    )
+    if result.status is ExecStatus.COMPILE_ERROR:
+        return {
+            "status": "Failed",
+            "message": "",
+            "compile_result": compile_result,
+            "run_result": None,
+            "executor_pod_name": None,
+            "files": {},
+        }
     if not result.cases:
         message = result.error or "the sandbox returned no result"
         return {
             "status": "SandboxError",
             "message": message,
-            "compile_result": None,
+            "compile_result": compile_result,
             "run_result": {"status": "Error", "stdout": "", "stderr": message},
             "executor_pod_name": None,
             "files": {},
         }
     case = result.cases[0]
-    stderr, return_code = case.stderr, case.exit_code
-    if case.status is ExecStatus.OUTPUT_LIMIT:
+    run_result = _command_result(case, output_bytes)
+    failed = run_result["status"] == "TimeLimitExceeded" or run_result["return_code"] != 0
+    return {
+        "status": "Failed" if failed else "Success",
+        "message": "",
+        "compile_result": compile_result,
+        "run_result": run_result,
+        "executor_pod_name": None,
+        "files": {path: base64.b64encode(data).decode() for path, data in case.files.items()},
+    }
+
+
+def _command_result(outcome: CaseOutcome | CompileOutcome, output_bytes: int) -> dict[str, Any]:
+    """SandboxFusion's ``CommandRunResult`` for a run or a compile: Finished with its return
+    code (a process stopped for its output: -9, and stderr says why), or TimeLimitExceeded
+    without one."""
+    stderr, return_code = outcome.stderr, outcome.exit_code
+    if outcome.status is ExecStatus.OUTPUT_LIMIT:
         stderr += f"\n[sandbox] output over {output_bytes} bytes: the program was killed\n"
         return_code = -signal.SIGKILL
     elif return_code is None:  # it did not compile (or its files did not fit): Python exits 1
         return_code = 1
-    timed_out = case.status is ExecStatus.TIMEOUT
-    failed = timed_out or return_code != 0
+    timed_out = outcome.status is ExecStatus.TIMEOUT
     return {
-        "status": "Failed" if failed else "Success",
-        "message": "",
-        "compile_result": None,
-        "run_result": {
-            "status": "TimeLimitExceeded" if timed_out else "Finished",
-            "execution_time": case.duration_s,
-            "return_code": None if timed_out else return_code,
-            "stdout": case.stdout,
-            "stderr": stderr,
-        },
-        "executor_pod_name": None,
-        "files": {path: base64.b64encode(data).decode() for path, data in case.files.items()},
+        "status": "TimeLimitExceeded" if timed_out else "Finished",
+        "execution_time": outcome.duration_s,
+        "return_code": None if timed_out else return_code,
+        "stdout": outcome.stdout,
+        "stderr": stderr,
     }
 
 
@@ -357,6 +386,9 @@ class VerifyRequest(BaseModel):
     timeout: float = Field(Limits.wall_time_s, gt=0)
     memory_mb: int = Field(Limits.memory_mb, gt=0)
     exclude_sandbox_errors: bool = False
+    max_tests: int | None = Field(
+        None, ge=1, description="at most this many tests per problem, the longest inputs"
+    )
 
 
 @functools.cache
@@ -379,6 +411,22 @@ def request_problems(problems: str | list[dict[str, Any]]) -> dict[str, Problem]
         return problems_from_records((f"problems[{i}]", r) for i, r in enumerate(problems))
     except ProblemFormatError as exc:
         raise HTTPException(422, f"problems: {exc}") from None
+
+
+def within_caps(problems: dict[str, Problem], config: ServerConfig) -> dict[str, Problem]:
+    """The problems with their own time and memory limits (a request's inline records may
+    carry any) no higher than the server's caps."""
+    return {
+        task_id: problem.model_copy(
+            update={
+                "time_limit_s": problem.time_limit_s
+                and min(problem.time_limit_s, config.max_timeout_s),
+                "memory_limit_mb": problem.memory_limit_mb
+                and min(problem.memory_limit_mb, config.max_memory_mb),
+            }
+        )
+        for task_id, problem in problems.items()
+    }
 
 
 # -- the app
@@ -429,7 +477,8 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
         ):
             if value > cap:
                 raise HTTPException(422, f"{name} {value} is over the server's maximum {cap}")
-        problems = request_problems(request.problems)
+        problems = cap_tests(request_problems(request.problems), request.max_tests)
+        problems = within_caps(problems, config)
         verifier = Verifier(
             pool,
             limits=Limits(

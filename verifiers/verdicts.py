@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -9,8 +10,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from ..sandbox import CaseOutcome, ExecStatus, ExecutionResult, Job
-from .judges import outputs_match
-from .problems import Problem
 
 EXCERPT_CHARS = 2000
 
@@ -78,40 +77,18 @@ class Assessment:
         return f"failed: {self.reason}"
 
 
-def assess(problem: Problem, job: Job, result: ExecutionResult) -> Assessment:
-    """Status rules: a non-completed sandbox status stands as reported (load failures, limits,
-    sandbox errors); otherwise passed when every test passed, runtime_error when the first
-    failing test failed because the candidate raised (or crashed, for io), else failed."""
-    if job.judge is not None:
-        expected = len(job.judge.tests)
-        tests = [TestResult(name=t.name, passed=t.passed, error=t.error) for t in result.tests]
-        first_failure = next((t for t in result.tests if not t.passed), None)
-        failure_status = (
-            VerdictStatus.RUNTIME_ERROR
-            if first_failure is not None and first_failure.candidate_error
-            else VerdictStatus.FAILED
-        )
-        failure_reason = first_failure.error if first_failure is not None else None
-        stdout, stderr = result.stdout, result.stderr
-    else:
-        expected = len(problem.io or ())
-        tests, first_case = [], None
-        for index, (case, outcome) in enumerate(zip(problem.io or (), result.cases, strict=False)):
-            ok = outcome.status is ExecStatus.COMPLETED and outputs_match(
-                outcome.stdout, case.output
-            )
-            error = None if ok else _case_error(case.output, outcome)
-            tests.append(TestResult(name=f"case {index}", passed=ok, error=error))
-            if not ok and first_case is None:
-                first_case = outcome
-        shown = first_case or (result.cases[0] if result.cases else None)
-        stdout, stderr = (shown.stdout, shown.stderr) if shown else ("", "")
-        failure_status = (
-            VerdictStatus(first_case.status.value)
-            if first_case is not None and first_case.status is not ExecStatus.COMPLETED
-            else VerdictStatus.FAILED
-        )
-        failure_reason = next((t.error for t in tests if not t.passed), None)
+def conclude(
+    result: ExecutionResult,
+    tests: list[TestResult],
+    expected: int,
+    failure_status: VerdictStatus,
+    failure_reason: str | None,
+    stdout: str,
+    stderr: str,
+) -> Assessment:
+    """Status rules, the same for every form: a non-completed sandbox status stands as
+    reported (load failures, limits, sandbox errors); otherwise passed when all ``expected``
+    tests passed, else ``failure_status`` (the first failing test's)."""
     passed_count = sum(test.passed for test in tests)
     if result.status is not ExecStatus.COMPLETED:
         status = VerdictStatus(result.status.value)
@@ -131,14 +108,53 @@ def assess(problem: Problem, job: Job, result: ExecutionResult) -> Assessment:
     )
 
 
-def _case_error(expected: str, outcome: CaseOutcome) -> str:
-    if outcome.status is not ExecStatus.COMPLETED:
-        detail = _last_line(outcome.stderr)
-        return f"{outcome.status.value}: {detail}" if detail else outcome.status.value
-    return f"wrong output: expected {_clip(expected)!r}, got {_clip(outcome.stdout)!r}"
+def assess_judged(job: Job, result: ExecutionResult) -> Assessment:
+    """A job whose judge ran the tests: runtime_error when the first failing test failed
+    because the candidate raised (or crashed), else failed."""
+    assert job.judge is not None
+    tests = [TestResult(name=t.name, passed=t.passed, error=t.error) for t in result.tests]
+    first_failure = next((t for t in result.tests if not t.passed), None)
+    failure_status = (
+        VerdictStatus.RUNTIME_ERROR
+        if first_failure is not None and first_failure.candidate_error
+        else VerdictStatus.FAILED
+    )
+    reason = first_failure.error if first_failure is not None else None
+    expected = len(job.judge.tests)
+    return conclude(result, tests, expected, failure_status, reason, result.stdout, result.stderr)
 
 
-def _clip(text: str, limit: int = 200) -> str:
+def assess_cases(
+    result: ExecutionResult,
+    expected: int,
+    verdicts: Iterable[tuple[str, CaseOutcome, str | None]],
+) -> Assessment:
+    """A job that ran the program once per case, each case judged on the host:
+    ``(name, outcome, error)`` per case that ran, ``error`` None when it passed. A case that
+    crashed or hit a limit gives its status to the verdict."""
+    tests, first_case = [], None
+    shown = result.cases[0] if result.cases else None
+    for name, outcome, error in verdicts:
+        tests.append(TestResult(name=name, passed=error is None, error=error))
+        if error is not None and first_case is None:
+            first_case = shown = outcome
+    stdout, stderr = (shown.stdout, shown.stderr) if shown else ("", "")
+    failure_status = (
+        VerdictStatus(first_case.status.value)
+        if first_case is not None and first_case.status is not ExecStatus.COMPLETED
+        else VerdictStatus.FAILED
+    )
+    reason = next((t.error for t in tests if not t.passed), None)
+    return conclude(result, tests, expected, failure_status, reason, stdout, stderr)
+
+
+def case_error(outcome: CaseOutcome) -> str:
+    """Why a case that did not complete failed: its status and its last line of stderr."""
+    detail = _last_line(outcome.stderr)
+    return f"{outcome.status.value}: {detail}" if detail else outcome.status.value
+
+
+def clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 

@@ -31,10 +31,10 @@ from .extraction import (
     completion_text,
     resolve_style,
 )
-from .judges import build_job
+from .forms import form_of
 from .problems import Problem
 from .rewards import RewardConfig, combine, rule_components, verdict_test_reward
-from .verdicts import Assessment, Verdict, VerdictStatus, assess
+from .verdicts import Assessment, Verdict, VerdictStatus
 
 Progress = Callable[[Verdict], None]
 
@@ -59,7 +59,7 @@ class PreparedSample:
     problem: Problem
     completion: str
     program: Program | None  # None when ``refused``
-    job: Job | None
+    job: Job | None  # the first job; the problem's form may call for more (``finish``)
     length: int  # for the length penalty, in RewardConfig.length_unit
     refused: str = ""  # why it fails without running (a completion over the size limit)
 
@@ -151,7 +151,9 @@ class Verifier:
             return PreparedSample(index, sample, problem, completion, None, None, length, reason)
         program = build_program(problem, completion, self.completion_style)
         all_cases = self.reward_config.test_reward == "pass_fraction"
-        job = build_job(problem, program.source, self.limits, all_cases=all_cases)
+        form = form_of(problem)
+        limits = form.limits(problem, self.limits)
+        job = form.build_job(problem, program.source, limits, all_cases=all_cases)
         return PreparedSample(index, sample, problem, completion, program, job, length)
 
     def _checked(
@@ -167,6 +169,13 @@ class Verifier:
         problem = problems.get(task_id)
         if problem is None:
             raise SampleError(index, f"unknown task_id {task_id!r}")
+        languages = form_of(problem).languages
+        if problem.language not in languages:
+            raise SampleError(
+                index,
+                f"problem {task_id!r} is in {problem.language!r}; its tests "
+                f"({problem.test_form}) run {', '.join(languages)} here",
+            )
         try:
             completion = completion_text(sample["completion"])
         except TypeError as exc:
@@ -181,12 +190,41 @@ class Verifier:
             raise SampleError(index, "length_unit='tokens' needs the sample's completion_ids")
         return len(ids)
 
-    def finish(self, prepared: PreparedSample, result: ExecutionResult) -> Verdict:
-        """The verdict for one executed sample, rewards included."""
+    def finish(self, prepared: PreparedSample, *results: ExecutionResult) -> Verdict:
+        """The verdict for one executed sample, rewards included, from the results of its jobs
+        (the first, then any its form called for: ``run``)."""
         if prepared.job is None:
             return self.refuse(prepared)
-        assessment = assess(prepared.problem, prepared.job, result)
-        return self._verdict(prepared, assessment, result.duration_s)
+        form, jobs = form_of(prepared.problem), [prepared.job]
+        for done in range(1, len(results)):
+            follow_up = form.next_job(prepared.problem, jobs, results[:done])
+            assert follow_up is not None, "more results than the problem's form asked for"
+            jobs.append(follow_up)
+        assessment = form.assess(prepared.problem, jobs, results)
+        return self._verdict(prepared, assessment, sum(r.duration_s for r in results))
+
+    def run(self, executor: Executor, prepared: PreparedSample) -> Future[list[ExecutionResult]]:
+        """The results of a sample's jobs: its first, then each its form calls for on seeing
+        the results so far (an output checker's), submitted as the one before completes."""
+        assert prepared.job is not None
+        form, problem = form_of(prepared.problem), prepared.problem
+        done: Future[list[ExecutionResult]] = Future()
+        jobs, results = [prepared.job], []
+
+        def step(future: Future[ExecutionResult]) -> None:
+            try:
+                results.append(future.result())
+                follow_up = form.next_job(problem, jobs, results)
+                if follow_up is None:
+                    done.set_result(results)
+                    return
+                jobs.append(follow_up)
+                executor.submit(follow_up).add_done_callback(step)
+            except BaseException as exc:
+                done.set_exception(exc)
+
+        executor.submit(prepared.job).add_done_callback(step)
+        return done
 
     def refuse(self, prepared: PreparedSample) -> Verdict:
         """The verdict for a sample refused without running: failed, and the floor of every
@@ -235,13 +273,13 @@ class Verifier:
 
     def _run(self, prepared: list[PreparedSample]) -> Iterator[tuple[int, Verdict]]:
         executor = self.executor
-        futures = {executor.submit(item.job): item for item in prepared if item.job is not None}
+        futures = {self.run(executor, item): item for item in prepared if item.job is not None}
         for item in prepared:
             if item.job is None:
                 yield item.index, self.refuse(item)
         for future in concurrent.futures.as_completed(futures):
             item = futures.pop(future)  # keep no whole outputs: the verdict holds excerpts
-            yield item.index, self.finish(item, future.result())
+            yield item.index, self.finish(item, *future.result())
 
     def verify(
         self,
@@ -270,7 +308,7 @@ class Verifier:
             if item.job is None:
                 verdict = self.refuse(item)
             else:
-                verdict = self.finish(item, await asyncio.wrap_future(executor.submit(item.job)))
+                verdict = self.finish(item, *await asyncio.wrap_future(self.run(executor, item)))
             if progress is not None:
                 progress(verdict)
             return verdict

@@ -48,19 +48,23 @@ def checkpoints(args: argparse.Namespace) -> int:
         if args.action == "list":
             table = Table(title=f"checkpoints under {args.root}")
             table.add_column("version", no_wrap=True)  # what `tag` and `verify` take
-            for column in ("tags", "parent", "created", "key metrics"):
+            for column in ("state", "tags", "parent", "created", "key metrics"):
                 table.add_column(column)
-            for entry in registry.list_checkpoints(args.root):
+            for entry in registry.list_checkpoints(args.root, unpublished=True):
+                manifest = entry.manifest
                 table.add_row(
                     entry.name,
+                    entry.state if entry.healthy else f"[red]{entry.state}[/red]",
                     ", ".join(entry.tags),
-                    Path(entry.manifest.parent or "").name,
-                    entry.manifest.created_at,
-                    _key_metrics(entry.manifest.metrics),
+                    Path(manifest.parent or "").name if manifest else "",
+                    manifest.created_at if manifest else "",
+                    _key_metrics(manifest.metrics) if manifest else "",
                 )
             console.print(table)
         elif args.action == "show":
             entry = registry.resolve(args.root, args.ref)
+            if entry.manifest is None:
+                raise ValueError(f"{entry.name} is {entry.state}")
             console.print_json(entry.manifest.model_dump_json())
         elif args.action == "verify":
             entries = (
@@ -70,11 +74,11 @@ def checkpoints(args: argparse.Namespace) -> int:
             )
             failed = 0
             for entry in entries:
-                problems = verify(entry.path)
+                problems = list(entry.problems) if entry.manifest is None else verify(entry.path)
                 for problem in problems:
                     err.print(f"[red]{entry.name}[/red]: {problem}")
                 failed += bool(problems)
-                if not problems:
+                if not problems and entry.manifest is not None:
                     console.print(f"{entry.name}: {len(entry.manifest.files)} files match")
             if failed:
                 return 1
@@ -84,7 +88,8 @@ def checkpoints(args: argparse.Namespace) -> int:
         elif args.action == "prune":
             doomed = registry.prune(args.root, args.keep_last, dry_run=args.dry_run)
             verb = "would delete" if args.dry_run else "deleted"
-            console.print(f"{verb} {len(doomed)}: {', '.join(e.name for e in doomed) or '-'}")
+            names = [e.name if e.healthy else f"{e.name} ({e.state})" for e in doomed]
+            console.print(f"{verb} {len(doomed)}: {', '.join(names) or '-'}")
     except (LookupError, ValueError, FileNotFoundError) as exc:
         err.print(f"[red]codepost checkpoints[/red]: {exc}")
         return EXIT_BAD_INPUT

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...verifiers import Problem, load_problems
-from ...verifiers.problems import HUMANEVAL, packaged_path
+from ...verifiers.problems import HUMANEVAL, cap_tests, packaged_path
 
 Split = Literal["train", "validation", "test", "prompt", "all"]
 MBPP_SPLITS: dict[str, range] = {
@@ -34,13 +34,23 @@ class ProblemSet(BaseModel):
 
     source: str = Field(
         HUMANEVAL,
-        description="'humaneval', 'mbpp', 'mbpp-sanitized' (shipped), a local .jsonl/.json "
-        "file, or a hub id[:config]",
+        description="'humaneval', 'mbpp', 'mbpp-sanitized', the '*-sample' fixtures (shipped), "
+        "a local .jsonl/.json/.parquet file, or a hub id[:config]",
     )
     split: Split = Field("test", description="MBPP: task-id ranges; hub: the hub's split")
     limit: int | None = Field(None, ge=1, description="keep the first N (after shuffling)")
     shuffle_seed: int | None = Field(
         None, description="shuffle before the limit; None = keep order"
+    )
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="rename a data set's own columns to a known schema's ({statement: question})",
+    )
+    max_tests: int | None = Field(
+        None,
+        ge=1,
+        description="at most this many tests per problem, the longest inputs (rllm keeps 15 "
+        "for training rewards); None = all",
     )
 
 
@@ -48,7 +58,9 @@ def load_problem_set(problem_set: ProblemSet) -> dict[str, Problem]:
     """The problems of ``problem_set``, by task id."""
     source, split = problem_set.source, problem_set.split
     is_local = packaged_path(source).exists()
-    problems = load_problems(source, split="train" if split == "all" else split)
+    problems = load_problems(
+        source, split="train" if split == "all" else split, columns=problem_set.columns
+    )
     if is_local and split != "all" and _is_mbpp(problems):
         ids = MBPP_SPLITS[split]
         problems = {k: p for k, p in problems.items() if int(k) in ids}
@@ -63,11 +75,11 @@ def load_problem_set(problem_set: ProblemSet) -> dict[str, Problem]:
         keys = keys[: problem_set.limit]
     if not keys:
         raise ValueError(f"{source} split {split!r}: no problems")
-    return {k: problems[k] for k in keys}
+    return cap_tests({k: problems[k] for k in keys}, problem_set.max_tests)
 
 
 def _is_mbpp(problems: dict[str, Problem]) -> bool:
-    return all(p.test_list is not None and k.isdigit() for k, p in problems.items())
+    return all(p.test_form == "asserts" and k.isdigit() for k, p in problems.items())
 
 
 def fingerprint(problems: dict[str, Problem]) -> str:

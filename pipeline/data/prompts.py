@@ -6,9 +6,9 @@ format the verifier will read. Two styles:
 * ``continuation``: the problem's own code prompt, raw (HumanEval with a base model); the
   completion continues it.
 * ``chat``: a user turn through the tokenizer's chat template asking for one fenced Python
-  block; the verifier extracts the code. MBPP and io problems are always chat: their prompt
-  is prose. The MBPP turn shows one of the problem's asserts (the signature to write); an io
-  turn shows its first case as an example.
+  block; the verifier extracts the code. Problems whose prompt is prose are always chat; the
+  problem's test form says what the turn adds to the statement (an MBPP assert, an io
+  example, a starter code, the module a pytest file imports).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...verifiers import Problem
+from ...verifiers.forms import form_of
 
 PromptStyle = Literal["chat", "continuation"]
 
@@ -39,17 +40,7 @@ def user_message(problem: Problem) -> str:
             "Complete the following Python function.\n\n"
             f"```python\n{problem.prompt.rstrip()}\n```\n\n{ANSWER_FORMAT}"
         )
-    parts = [problem.prompt.strip()]
-    if problem.test_list:
-        parts.append(f"Your code should pass this test:\n{problem.test_list[0]}")
-    elif problem.io:
-        example = problem.io[0]
-        parts.append(
-            "Read from standard input and write to standard output.\n"
-            f"Example input:\n{example.input.rstrip()}\n"
-            f"Example output:\n{example.output.rstrip()}"
-        )
-    parts.append(ANSWER_FORMAT)
+    parts = [problem.prompt.strip(), *form_of(problem).instructions(problem), ANSWER_FORMAT]
     return "\n\n".join(parts)
 
 

@@ -25,6 +25,7 @@ from safetensors.torch import load_file
 from ..data.prompts import Prompt
 from ..data.rows import Completion, rollout_rows
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer, safetensors_only
+from ..progress import tqdm_class
 from .generate import HF_GENERATE_SAMPLER, generate_rollouts
 
 # A fixed, tokenizer-independent probe: token ids spread over the vocabulary.
@@ -195,7 +196,9 @@ class VLLMSampler:
         )
         encoded = [self.tokenizer.encode(p.text, add_special_tokens=False) for p in prompts]
         outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=True
+            [TokensPrompt(prompt_token_ids=ids) for ids in encoded],
+            params,
+            use_tqdm=tqdm_class("sampling"),  # as a task: lines in a log, a bar on a terminal
         )
         return [
             row

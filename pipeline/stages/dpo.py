@@ -22,6 +22,7 @@ from trl import DPOConfig, DPOTrainer
 from ..checkpoints.manifest import read_manifest
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
 from ..training import (
+    StepProgress,
     TrainingSettings,
     already_published,
     console,
@@ -106,6 +107,7 @@ def dpo_trainer(
         eval_dataset=held_out,
         processing_class=load_tokenizer(config.model),
         peft_config=config.model.peft_config(),
+        callbacks=[StepProgress("dpo: training steps")],
     )
 
 

@@ -8,11 +8,10 @@ failures unless ``exclude_sandbox_errors``, and are reported either way. Writes
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -29,8 +28,8 @@ from ..reporting.evaluations import (
     RunResult,
     pass_at_k_of_rows,
 )
-from .registry import Artifacts, Stage, register
-from .scoring import ScoreConfig, progress_bar, score_rollouts
+from .registry import Artifacts, Stage, filtered_problem_set, register
+from .scoring import ScoreConfig, score_rollouts
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +55,11 @@ class EvalConfig(BaseModel):
     }
 
     problems: ProblemSet = Field(default_factory=ProblemSet, description="default: HumanEval")
+    problems_from: Literal["train", "held_out"] | None = Field(
+        None,
+        description="in a run: the problems a filter stage kept instead (train: those the "
+        "stages after it train on; held_out: those it set aside), in `problems`' order and limit",
+    )
     prompt_style: PromptStyle = "chat"
     greedy: bool = Field(
         True,
@@ -124,11 +128,7 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> Evaluati
     all_rows = []
     for name, sampling in config.runs().items():
         rows = sampler.sample(prompts, sampling)
-        with progress_bar(f"scoring {name}") as bar:
-            task = bar.add_task("score", total=len(rows))
-            scored = score_rollouts(
-                rows, problems, config.scoring, progress=functools.partial(bar.advance, task)
-            )
+        scored = score_rollouts(rows, problems, config.scoring, description=f"scoring {name}")
         ks = [1] if name == "greedy" else config.ks
         errors = sum(row["status"] == "sandbox_error" for row in scored)
         scores[name] = RunResult.model_validate(
@@ -171,6 +171,13 @@ def _headline(results: EvaluationResults) -> str:
 def _stage(config: EvalConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
     if inputs.checkpoint is None:
         raise ValueError("evaluate: no checkpoint to evaluate")
+    if config.problems_from is not None:
+        if inputs.problems is None:
+            raise ValueError(f"evaluate: problems_from={config.problems_from!r} needs a filter")
+        problems = filtered_problem_set(
+            Path(inputs.problems).parent, config.problems, config.problems_from
+        )
+        config = config.model_copy(update={"problems": problems})
     run_evaluate(config, inputs.checkpoint, out_dir)
     return Artifacts(evaluation=str(out_dir))
 
@@ -181,6 +188,7 @@ register(
         config=EvalConfig,
         run=_stage,
         needs=("checkpoint",),
+        uses=("problems",),
         makes=("evaluation",),
         description="pass@k of a checkpoint, with intervals",
     )

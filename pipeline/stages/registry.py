@@ -33,12 +33,16 @@ from pydantic import BaseModel, ConfigDict
 from .. import atomic
 from ..checkpoints.manifest import MANIFEST, sha256_file, verify
 from ..code_version import code_digest, code_files
+from ..data.problem_sets import ProblemSet
 
 log = logging.getLogger("codepost.stages")
 
 Kind = Literal["checkpoint", "problems", "scored", "pairs", "evaluation"]
-# A problems artifact is a published folder with its problems in this file.
+# A problems artifact is a published folder with its problems in this file (those to train
+# on), and the problems a filter set aside in the other.
 PROBLEMS_FILE = "problems.jsonl"
+HELD_OUT_FILE = "held_out.jsonl"
+Part = Literal["train", "held_out"]
 
 
 class Artifacts(BaseModel):
@@ -299,12 +303,19 @@ def with_weights(config: Any, checkpoint: str | None) -> Any:
     )
 
 
+def filtered_problem_set(out_dir: Path, like: ProblemSet, part: Part = "train") -> ProblemSet:
+    """The problems a finished filter (its ``out_dir``) kept (``part``: those to train on, or
+    those held out), as a problem set with ``like``'s order and limit."""
+    name = PROBLEMS_FILE if part == "train" else HELD_OUT_FILE
+    return like.model_copy(
+        update={"source": str(Path(out_dir) / "problems" / name), "split": "all"}
+    )
+
+
 def kept_problems(config: Any, problems: str | None) -> Any:
-    """``config`` with the problems a filter kept (``problems``, its published folder), in the
-    order and limit of ``config.problems``; unchanged without a filter."""
+    """``config`` with the problems a filter kept to train on (``problems``, its published
+    folder), in the order and limit of ``config.problems``; unchanged without a filter."""
     if problems is None:
         return config
-    kept = config.problems.model_copy(
-        update={"source": str(Path(problems) / PROBLEMS_FILE), "split": "all"}
-    )
+    kept = filtered_problem_set(Path(problems).parent, config.problems)
     return config.model_copy(update={"problems": kept})

@@ -4,11 +4,14 @@ GRPO, RLOO, REINFORCE++ and PPO (CleanRL's ``ppo.py`` shape: read it top to bott
 :func:`train` (the update), :func:`publish` (checkpoint, engines refreshed) and :func:`record`
 (the metrics).
 
-Dynamic sampling (DAPO; verl's ``filter_groups``): a group whose rewards are all equal has zero
-advantage under a group baseline, so it is dropped before the update, and more prompts are
+Dynamic sampling (DAPO; verl's ``filter_groups``): a group whose samples all pass, or all fail,
+teaches nothing about passing, so it is dropped before the update, and more prompts are
 sampled, for a bounded number of extra rounds, until the batch holds ``prompts_per_iteration``
-informative groups. On a weak model most groups are uniform; without this most of the update's
-time goes to rows with no gradient.
+informative groups. What "all the same" looks at is ``dynamic_sampling_metric``: the test
+outcome by default (verl's ``filter_groups.metric=acc``), not the total reward, whose small
+format and syntax terms make almost every group differ, so that all-fail groups would train on
+the shaping terms alone. On a weak model most groups are uniform; without this most of the
+update's time goes to rows with no signal about the tests.
 
 The sampler is the process-wide engine (vLLM, or transformers ``generate``), refreshed in
 place with the new weights after every update and checked with a probe. Each iteration
@@ -68,6 +71,7 @@ from ..inference.sampling import (
 )
 from ..inference.sampling import Sampler as Engine
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
+from ..progress import track
 from ..reporting.plots import plot_curves
 from ..rl.metric_names import ITERATION, Data, Reward, Sampler, Time, Update
 from ..rl.models import ValueModel
@@ -79,6 +83,7 @@ from ..rl.trainer_state import (
     has_trainer_state,
     load_trainer_state,
 )
+from ..tracking import log_stage_metrics
 from ..training import already_published
 from .registry import Artifacts, Stage, kept_problems, register, with_weights
 from .scoring import ScoreConfig, score_rollouts, summarize
@@ -90,6 +95,14 @@ log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "reward_curve.png"
+
+GroupMetric = Literal["pass", "tests", "reward"]
+# The scored column each dynamic-sampling metric reads.
+GROUP_METRIC_COLUMNS: dict[GroupMetric, str] = {
+    "pass": "passed",
+    "tests": "pass_fraction",
+    "reward": "reward",
+}
 
 
 class RLConfig(BaseModel):
@@ -116,8 +129,15 @@ class RLConfig(BaseModel):
     prompts_per_iteration: int = Field(8, ge=1, le=4096, description="groups (prompts) per update")
     dynamic_sampling: bool = Field(
         True,
-        description="drop groups whose rewards are all equal (zero advantage) before the update "
-        "and sample more prompts to fill the batch with informative groups (DAPO)",
+        description="drop groups whose `dynamic_sampling_metric` is the same for every sample "
+        "before the update and sample more prompts to fill the batch with informative groups "
+        "(DAPO)",
+    )
+    dynamic_sampling_metric: GroupMetric = Field(
+        "pass",
+        description="what must vary within a group for it to train: pass (whether all tests "
+        "passed), tests (the fraction of tests passed) or reward (the total reward, whose "
+        "format and syntax terms make all-fail groups differ too)",
     )
     max_sampling_rounds: int = Field(
         3,
@@ -250,23 +270,36 @@ def group_rows(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return list(groups.values())
 
 
-def is_informative(group: Sequence[dict[str, Any]]) -> bool:
-    """Whether a group's rewards differ: only then does a group baseline give any advantage."""
-    return len({row["reward"] for row in group}) > 1
+def is_informative(group: Sequence[dict[str, Any]], metric: GroupMetric = "pass") -> bool:
+    """Whether ``metric`` differs within a group: under ``pass`` a group trains only when some
+    samples pass and some fail (the update then learns what passing takes)."""
+    column = GROUP_METRIC_COLUMNS[metric]
+    return len({float(row[column]) for row in group}) > 1
+
+
+def uniform_groups(groups: Sequence[Sequence[dict[str, Any]]]) -> dict[str, float]:
+    """How many of ``groups`` each metric would drop (``data/groups_uniform/<metric>``): the
+    metrics compared on the same groups."""
+    return {
+        Data.GROUPS_UNIFORM[metric]: float(sum(not is_informative(g, metric) for g in groups))
+        for metric in GROUP_METRIC_COLUMNS
+    }
 
 
 def run_rl(config: RLConfig, out_dir: Path) -> Path:
     """Train ``config.num_iterations`` iterations into ``out_dir``; returns the last
     checkpoint. A run stopped earlier resumes after its last published iteration."""
     run = _start(config, Path(out_dir))
-    for iteration in range(run.resumed_after + 1, run.iterations + 1):
-        phases = Phases()
-        batch = fill_batch(run, iteration, phases)
-        update_metrics = train(run, iteration, batch, phases)
-        metrics = {ITERATION: iteration, **batch.metrics(run), **update_metrics}
-        probe_diff = publish(run, iteration, metrics, phases)
-        if run.main:
-            record(run, {**metrics, Sampler.REFRESH_PROBE_DIFF: probe_diff, **phases.seconds})
+    with track("rl: iterations", run.iterations, run.resumed_after) as shown:
+        for iteration in range(run.resumed_after + 1, run.iterations + 1):
+            phases = Phases()
+            batch = fill_batch(run, iteration, phases)
+            update_metrics = train(run, iteration, batch, phases)
+            metrics = {ITERATION: iteration, **batch.metrics(run), **update_metrics}
+            probe_diff = publish(run, iteration, metrics, phases)
+            shown.advance()
+            if run.main:
+                record(run, {**metrics, Sampler.REFRESH_PROBE_DIFF: probe_diff, **phases.seconds})
     return iteration_dir(run.out_dir, run.iterations)
 
 
@@ -346,7 +379,8 @@ class Batch:
 
     scored: list[dict[str, Any]] = field(default_factory=list)  # every row of every round
     groups: list[list[dict[str, Any]]] = field(default_factory=list)
-    dropped: int = 0  # groups whose rewards were all equal
+    seen: list[list[dict[str, Any]]] = field(default_factory=list)  # every new group, kept or not
+    dropped: int = 0  # groups uniform under the run's dynamic_sampling_metric
     rounds: int = 0
     engines: int = 0  # engines that sampled the last round
 
@@ -354,14 +388,16 @@ class Batch:
     def trained(self) -> list[dict[str, Any]]:
         return [row for group in self.groups for row in group]
 
-    def add(self, rows: list[dict[str, Any]], dynamic_sampling: bool) -> None:
-        """One round's scored rows; with dynamic sampling, only its informative groups train."""
+    def add(self, rows: list[dict[str, Any]], metric: GroupMetric | None) -> None:
+        """One round's scored rows; with dynamic sampling (a ``metric``), only the groups that
+        ``metric`` finds informative train."""
         self.scored += rows
         self.rounds += 1
         # A prompt drawn again in a later round (the schedule wraps) stays one group.
         taken = {group[0]["prompt_id"] for group in self.groups}
         sampled = [group for group in group_rows(rows) if group[0]["prompt_id"] not in taken]
-        kept = [g for g in sampled if is_informative(g)] if dynamic_sampling else sampled
+        self.seen += sampled
+        kept = sampled if metric is None else [g for g in sampled if is_informative(g, metric)]
         self.groups += kept
         self.dropped += len(sampled) - len(kept)
 
@@ -374,6 +410,7 @@ class Batch:
             Data.GROUPS_SAMPLED: float(len({row["prompt_id"] for row in self.scored})),
             Data.GROUPS_TRAINED: float(len(self.groups)),
             Data.GROUPS_DROPPED: float(self.dropped),
+            **uniform_groups(self.seen),
             Data.SCHEDULE_BATCHES: float(run.batches_drawn),
             Data.EPOCH: run.batches_drawn * per_iteration / len(run.problems),
             Sampler.ENGINES: float(self.engines),
@@ -409,7 +446,7 @@ def fill_batch(run: _Run, iteration: int, phases: Phases) -> Batch:
             scored = _score_on_every_rank(
                 rows, run.problems, config.scoring, run.updater.accelerator
             )
-        batch.add(scored, config.dynamic_sampling)
+        batch.add(scored, config.dynamic_sampling_metric if config.dynamic_sampling else None)
         if not config.dynamic_sampling:
             break
     batch.groups = batch.groups[: config.prompts_per_iteration]
@@ -471,6 +508,7 @@ def record(run: _Run, metrics: dict[str, Any]) -> None:
     file, and a line in the log."""
     path = run.out_dir / METRICS_FILE
     atomic.append_line(path, json.dumps(metrics))
+    log_stage_metrics(metrics, step=metrics[ITERATION])  # to the trackers of `report_to`
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     plot_curves(
         rows,
@@ -478,22 +516,29 @@ def record(run: _Run, metrics: dict[str, Any]) -> None:
         x=ITERATION,
         panels={
             "reward and pass rate": [Reward.MEAN, Reward.PASS_RATE],
-            "groups per update": [Data.GROUPS_SAMPLED, Data.GROUPS_TRAINED, Data.GROUPS_DROPPED],
+            "groups per update": [
+                Data.GROUPS_SAMPLED,
+                Data.GROUPS_TRAINED,
+                Data.GROUPS_DROPPED,
+                Data.GROUPS_UNIFORM_REWARD,
+            ],
             "sampler vs trainer": [Sampler.LOGPROB_DIFF_MEAN, Update.KL_REF, Update.APPROX_KL],
             "seconds per phase": list(Time.PHASES),
         },
         title="RL iterations",
     )
     log.info(
-        "iteration %d/%d: reward %.3f, pass rate %.3f, groups trained %d (dropped %d, "
-        "%d rounds), sampler/trainer |dlogp| %.2g, %s",
+        "iteration %d/%d: reward %.3f, pass rate %.3f, groups trained %d (dropped %d under "
+        "%s, %d rounds; uniform in reward %d), sampler/trainer |dlogp| %.2g, %s",
         metrics[ITERATION],
         run.iterations,
         metrics[Reward.MEAN],
         metrics[Reward.PASS_RATE],
         metrics[Data.GROUPS_TRAINED],
         metrics[Data.GROUPS_DROPPED],
+        run.config.dynamic_sampling_metric,
         metrics[Data.SAMPLING_ROUNDS],
+        metrics[Data.GROUPS_UNIFORM_REWARD],
         metrics.get(Sampler.LOGPROB_DIFF_MEAN, float("nan")),
         ", ".join(f"{k} {metrics[k]:.1f}" for k in Time.PHASES if k in metrics),
     )
@@ -603,7 +648,11 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     # The rows the loop trained on (dynamic sampling drops uniform groups); all, in older files.
     kept = [row for row in rows if not row["excluded"] and row.get("trained", True)]
     if not kept:
-        raise ValueError(f"{scored}: every row is excluded (sandbox errors): nothing to learn")
+        excluded = sum(bool(row["excluded"]) for row in rows)
+        raise ValueError(
+            f"{scored}: no row to learn from: {excluded} excluded (sandbox errors), "
+            f"{len(rows) - excluded} in groups dynamic sampling did not train"
+        )
     torch.manual_seed(config.seed)
     parent = config.model.resolve()
     tokenizer = load_tokenizer(config.model)

@@ -15,14 +15,13 @@ import atexit
 import math
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ...sandbox import DEFAULT_IMAGE, Limits, PoolConfig, SandboxPool, connect_hosts
 from ...verifiers import CompletionStyle, Problem, RewardConfig, Verdict, VerdictStatus, Verifier
@@ -35,6 +34,7 @@ from ..data.rows import (
     write_rows,
     write_table,
 )
+from ..progress import track
 from ..resources import on_close
 from ..rl.metric_names import Data, Reward, reward_component, status_count
 
@@ -148,43 +148,44 @@ def score_rollouts(
     config: ScoreConfig,
     *,
     executor: Any | None = None,
-    progress: Callable[[int], None] | None = None,
+    description: str = "scoring",
 ) -> list[dict[str, Any]]:
-    """``rows`` with their scores added, in order; ``progress(n)`` after each verdict."""
+    """``rows`` with their scores added, in order, shown as a task (``description``)."""
     executor = executor or get_pool(config.sandbox.pool_config(config.workers))
     scored: list[dict[str, Any] | None] = [None] * len(rows)
     pending = list(range(len(rows)))
-    for attempt in range(config.sandbox_retries + 1):
-        by_style: dict[CompletionStyle, list[int]] = {}
-        for index in pending:
-            by_style.setdefault(rows[index].get("completion_style", "auto"), []).append(index)
-        retry = []
-        for style, indices in by_style.items():
-            verifier = Verifier(
-                executor,
-                limits=config.limits(),
-                reward_config=config.reward,
-                completion_style=style,
-            )
-            samples = [
-                {
-                    "task_id": rows[i]["prompt_id"],
-                    "completion": rows[i]["completion"],
-                    "completion_ids": rows[i].get("completion_ids"),
-                }
-                for i in indices
-            ]
-            for position, verdict in verifier.iter_verify(problems, samples):
-                index = indices[position]
-                scored[index] = {**rows[index], **_scores(verdict)}
-                last_try = attempt == config.sandbox_retries
-                if verdict.status is VerdictStatus.SANDBOX_ERROR and not last_try:
-                    retry.append(index)
-                elif progress is not None:
-                    progress(1)
-        pending = retry
-        if not pending:
-            break
+    with track(description, len(rows)) as task:
+        for attempt in range(config.sandbox_retries + 1):
+            by_style: dict[CompletionStyle, list[int]] = {}
+            for index in pending:
+                by_style.setdefault(rows[index].get("completion_style", "auto"), []).append(index)
+            retry = []
+            for style, indices in by_style.items():
+                verifier = Verifier(
+                    executor,
+                    limits=config.limits(),
+                    reward_config=config.reward,
+                    completion_style=style,
+                )
+                samples = [
+                    {
+                        "task_id": rows[i]["prompt_id"],
+                        "completion": rows[i]["completion"],
+                        "completion_ids": rows[i].get("completion_ids"),
+                    }
+                    for i in indices
+                ]
+                for position, verdict in verifier.iter_verify(problems, samples):
+                    index = indices[position]
+                    scored[index] = {**rows[index], **_scores(verdict)}
+                    last_try = attempt == config.sandbox_retries
+                    if verdict.status is VerdictStatus.SANDBOX_ERROR and not last_try:
+                        retry.append(index)
+                    else:
+                        task.advance()
+            pending = retry
+            if not pending:
+                break
     return [row for row in scored if row is not None]
 
 
@@ -211,16 +212,6 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 def _mean(values: Sequence[float]) -> float:
     values = [v for v in values if not math.isnan(v)]
     return sum(values) / len(values) if values else math.nan
-
-
-def progress_bar(description: str) -> Progress:
-    return Progress(
-        TextColumn(f"[bold]{description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        transient=False,
-    )
 
 
 def scored_path(out_dir: Path) -> Path:
@@ -255,9 +246,7 @@ def score_shard(
     rows = table.slice(start, stop - start).to_pylist()
     problems = load_problem_set(problem_set)
     label = "scoring" if num_shards == 1 else f"scoring shard {shard + 1}/{num_shards}"
-    with progress_bar(label) as bar:
-        task = bar.add_task(label, total=len(rows))
-        scored = score_rollouts(rows, problems, config, progress=lambda n: bar.advance(task, n))
+    scored = score_rollouts(rows, problems, config, description=label)
     return write_rows(scored, target, SCORE_OUTPUT)
 
 

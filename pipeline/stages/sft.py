@@ -22,6 +22,7 @@ from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle, build_prompt, reference_answer
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
 from ..training import (
+    StepProgress,
     TrainingSettings,
     already_published,
     console,
@@ -82,6 +83,7 @@ def sft_trainer(
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=config.model.peft_config(),
+        callbacks=[StepProgress("sft: training steps")],
     )
 
 

@@ -11,6 +11,7 @@ import atexit
 import base64
 import contextlib
 import os
+import resource
 import stat
 import sys
 import time
@@ -18,6 +19,7 @@ import types
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from . import languages
 from .codec import (
     MAX_FRAME_BYTES,
     PeerClosed,
@@ -228,15 +230,58 @@ def _write_files(files: dict[str, str]) -> None:
             stream.write(base64.b64decode(data))
 
 
-def run_main(rpc_in: int, rpc_out: int) -> None:
-    """io mode: run the program as ``__main__`` with the process's stdin, like ``python prog.py``."""
-    job = read_frame(rpc_in)
-    os.close(rpc_in)
+def _exec(command: list[str], rpc_out: int) -> NoReturn:
+    """Say the set-up worked, then become ``command`` (a compiler, a compiled program, an
+    interpreter): from here on the process is that program's, under the same limits."""
+    write_frame(rpc_out, {"ok": None})
+    os.close(rpc_out)
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        os.write(2, f"[sandbox] cannot start {command[0]}: {exc}\n".encode())
+    os._exit(127)
+
+
+def _prepare(job: dict[str, Any], rpc_out: int, *, source: bool, output: bool = False) -> None:
+    """The job's input files; with ``source``, the program where its language reads it; with
+    ``output``, the folder its compiler writes into. A failure is reported on ``rpc_out`` and
+    ends the process."""
     try:
         _write_files(job.get("files", {}))
+        if source:
+            path = languages.get(job["language"]).source_path()
+            with open(path, "x", encoding="utf-8") as stream:
+                stream.write(job["program"])
+        if output:
+            os.mkdir(languages.OUTPUT_DIR)
     except (OSError, ValueError) as exc:
         write_frame(rpc_out, {"error": "runtime_error", "message": f"input files: {exc!r}\n"})
         os._exit(1)
+
+
+def compile_program(rpc_in: int, rpc_out: int) -> None:
+    """The compile phase: the job's files in the working directory (a program may include
+    them), its source where the compiler reads it, then the compiler in place of this process."""
+    job = read_frame(rpc_in)
+    os.close(rpc_in)
+    _prepare(job, rpc_out, source=True, output=True)
+    _exec(languages.get(job["language"]).compile_command(), rpc_out)
+
+
+def run_main(rpc_in: int, rpc_out: int) -> None:
+    """io mode: run the program with the process's stdin. A Python program runs here as
+    ``__main__``, like ``python prog.py``; any other starts as its language says (the compiled
+    binary in ``job["output"]``)."""
+    job = read_frame(rpc_in)
+    os.close(rpc_in)
+    language = languages.get(job["language"])
+    _prepare(job, rpc_out, source=not (language.in_runner or language.compiled))
+    if not language.in_runner:
+        # The main thread's stack may grow until the address-space limit stops it (deep
+        # recursion is common in contest solutions); threads keep glibc's default stacks.
+        _, hard = resource.getrlimit(resource.RLIMIT_STACK)
+        resource.setrlimit(resource.RLIMIT_STACK, (hard, hard))
+        _exec(language.run_command(job["output"]), rpc_out)
     try:
         code = _compile(job["program"])
     except (SyntaxError, ValueError) as exc:

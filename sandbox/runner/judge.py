@@ -244,7 +244,8 @@ class Connection:
             raise NameError(f"the program does not define {name!r}") from None
 
     def names(self) -> list[str]:
-        names = self.request("names")
+        """The program's public top-level names: a JSON list of names, not an encoded value."""
+        names = self.exchange({"op": "names"}).get("ok")
         if type(names) is not list or not all(type(n) is str and n.isidentifier() for n in names):
             raise CandidateCrashed("the candidate sent invalid names")
         return names
@@ -307,7 +308,7 @@ def _describe(exc: BaseException) -> str:
     return (f"{type(exc).__name__}: {message}" if message else type(exc).__name__)[:2000]
 
 
-def _is_candidate_failure(exc: BaseException) -> bool:
+def is_candidate_failure(exc: BaseException) -> bool:
     return isinstance(exc, (CandidateError, CandidateCrashed)) or getattr(
         exc, "from_candidate", False
     )
@@ -358,8 +359,8 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: in
                 "name": name,
                 "passed": failure is None,
                 "error": None if failure is None else _describe(failure),
-                "candidate_error": failure is not None and _is_candidate_failure(failure),
-                "memory_error": isinstance(failure, MemoryError) and _is_candidate_failure(failure),
+                "candidate_error": failure is not None and is_candidate_failure(failure),
+                "memory_error": isinstance(failure, MemoryError) and is_candidate_failure(failure),
                 "duration_s": time.perf_counter() - started,
             },
         )

@@ -7,6 +7,7 @@ Processes inside the container:
     |       forks every sandbox-user process, so none can find a test in its memory
     +-- judge (judge user, non-dumpable; one per container)  runs the trusted tests
     +-- candidate (sandbox user; one per job or io case)     reparented here by a double fork
+    +-- compiler (sandbox user; once per job of a compiled language), forked the same way
 
 After a job the supervisor kills the candidate; if any process of the sandbox user is still
 alive or a writable directory is not empty, the zygote forks a sweeper as that user which
@@ -15,24 +16,35 @@ directories, so nothing a program leaves behind reaches the next one. The direct
 belong to root (the program cannot change their mode, ACLs or extended attributes), and
 each job starts with their times as the container started; a judge whose memory grew past
 ``JUDGE_RESTART_MB`` is replaced after the job.
+
+A compiled language's program is compiled once per job (``Supervisor.build``, cached by a hash
+of the language, the source and the job's files) by the sandbox user, under the job's compile
+limits and the same isolation as a run; the supervisor copies what the compiler wrote into
+``languages.BUILDS_DIR``, root's, where no program can change it, and empties that directory
+after the job.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
+import errno
+import hashlib
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from . import judge as judge_side
-from . import source_version
+from . import languages, source_version
 from .codec import PeerClosed, read_frame, write_frame
 from .isolation import drop_to, set_limits
 from .zygote import WRITABLE_DIRS
@@ -174,22 +186,26 @@ class Deadline:
         self,
         limit_s: float,
         limits: dict[str, Any] | None = None,
-        pids: tuple[int, ...] = (),
+        pids: tuple[int, ...] | None = (),
         started: float | None = None,
     ) -> None:
+        """``pids`` () counts no waiting; None counts the container's shortfall alone, for work
+        that never sleeps (a compiler, whose processes come and go)."""
         self.started = time.monotonic() if started is None else started
         self.limit_s, self.pids = limit_s, pids
         self.cap_s = max(limit_s, (limits or {}).get("wall_cap_s", limit_s))
         self.cpus = (limits or {}).get("cpus", 1.0)
-        self.base_wait, self.base_cpu = cpu_wait_s(pids), container_cpu_s()
+        self.base_wait, self.base_cpu = cpu_wait_s(pids or ()), container_cpu_s()
         self.waited = 0.0
         self.end = self.started + limit_s
 
     def remaining(self) -> float:
         now = time.monotonic()
-        if now >= self.end and self.pids:
+        if now >= self.end and self.pids != ():
             shortfall = (now - self.started) * self.cpus - (container_cpu_s() - self.base_cpu)
-            waited = min(cpu_wait_s(self.pids) - self.base_wait, shortfall)
+            waited = shortfall
+            if self.pids is not None:
+                waited = min(cpu_wait_s(self.pids) - self.base_wait, shortfall)
             self.waited = max(self.waited, waited)
             self.end = self.started + min(self.limit_s + self.waited, self.cap_s)
         return self.end - now
@@ -197,6 +213,96 @@ class Deadline:
     def describe(self) -> str:
         waited = f" (and {self.waited:.1f} s waiting for a CPU)" if self.waited >= 0.05 else ""
         return f"wall time over {self.limit_s} s{waited}"
+
+
+T = TypeVar("T")
+
+
+class BuildTooLarge(Exception):
+    """What a compiler wrote is over the job's file size limit or does not fit in BUILDS_DIR."""
+
+
+def keep_build(source: str, target: str, budget: int) -> None:
+    """Copy what a compiler wrote (``source``, the sandbox user's) into ``target``, root's and
+    read-only to every program: regular files and directories only, at most ``budget`` bytes.
+    Nothing but the (trusted) compiler ran as the sandbox user since the last sweep, so the
+    tree holds what it wrote."""
+    os.mkdir(target, 0o711)
+    pending = [(source, target)]
+    while pending:
+        here, there = pending.pop()
+        with os.scandir(here) as entries:
+            for entry in entries:
+                destination = os.path.join(there, entry.name)
+                if entry.is_dir(follow_symlinks=False):
+                    os.mkdir(destination, 0o711)
+                    pending.append((entry.path, destination))
+                elif entry.is_file(follow_symlinks=False):
+                    executable = entry.stat(follow_symlinks=False).st_mode & 0o111
+                    budget -= _copy_file(
+                        entry.path, destination, 0o555 if executable else 0o444, budget
+                    )
+
+
+def _copy_file(source: str, target: str, mode: int, budget: int) -> int:
+    """Copy one file of at most ``budget`` bytes; returns its size."""
+    size = 0
+    with (
+        open(os.open(source, os.O_RDONLY | os.O_NOFOLLOW), "rb") as reader,
+        open(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as writer,
+    ):
+        while chunk := reader.read(1 << 20):
+            size += len(chunk)
+            if size > budget:
+                raise BuildTooLarge(f"the compiled program is over {budget} bytes")
+            try:
+                writer.write(chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                raise BuildTooLarge("the compiled program does not fit in the sandbox") from None
+    return size
+
+
+def _first_error(message: str) -> str:
+    """The compiler's first line that names an error (or its first line)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
+
+
+def _compile_status(
+    language: languages.Language, ran: Ran, limits: dict[str, Any]
+) -> tuple[str, int | None, str]:
+    """How a compile ended (completed, compile_error or the limit it hit), its exit code and
+    why it failed."""
+    if ran.outcome == "timeout":
+        return "timeout", None, f"compile time over {limits['compile_time_s']} s"
+    if ran.outcome == "output_limit":
+        return "output_limit", None, f"compiler output over {limits['output_bytes']} bytes"
+    if ran.prepared and "error" in ran.prepared[0]:  # the job's files could not be written
+        return "compile_error", None, ran.prepared[0]["message"].strip()
+    if ran.exit_info is None:
+        raise RuntimeError("the compiler's exit was not seen")
+    exit_code = os.waitstatus_to_exitcode(ran.exit_info[0])
+    if language.ran_out_of_memory(ran.stderr) or (os.WIFSIGNALED(ran.exit_info[0]) and ran.oom):
+        return "memory_limit", exit_code, f"compiler out of memory ({limits['memory_mb']} MB)"
+    if exit_code != 0:
+        reason = _first_error(_excerpt(ran.stderr)) or f"exit status {exit_code}"
+        return "compile_error", exit_code, reason
+    return "completed", 0, ""
+
+
+@dataclasses.dataclass
+class Ran:
+    """One process of the sandbox user (an io case, a compiler), run to its end or stopped."""
+
+    outcome: str | None  # the limit that ended it: "timeout", "output_limit"
+    held: bool  # its children still held its output after it exited
+    exit_info: tuple[int, float] | None  # wait status and CPU seconds, when it exited
+    oom: bool  # the container killed something for memory meanwhile
+    stdout: bytearray
+    stderr: bytearray
+    prepared: list[dict[str, Any]]  # its set-up's report: ok, or the error that ended it
 
 
 class SetupFailed(RuntimeError):
@@ -239,6 +345,7 @@ class Supervisor:
         self.judge = self.start_judge()
         self.dir_times = {path: os.stat(path) for path in WRITABLE_DIRS}
         self.last_beat = 0.0
+        self.builds: dict[str, dict[str, Any]] = {}  # this job's compiles, by source hash
 
     def beat(self) -> None:
         """A heartbeat frame to the host, at most every ``HEARTBEAT_S``."""
@@ -544,20 +651,121 @@ class Supervisor:
             result["status"] = "completed"
         return result
 
+    # -- the compile phase of a compiled language
+
+    def build(self, language: languages.Language, job: dict[str, Any]) -> dict[str, Any]:
+        """The job's program compiled, once per job whatever asks for it: the compile's outcome
+        (``status``, ``stdout``, ``stderr``, ``exit_code``, ``duration_s``) and ``output``, the
+        directory of root's holding what the compiler wrote (None when it did not compile)."""
+        files = job.get("files", {})
+        key = hashlib.sha256(
+            json.dumps([language.name, job["program"], files], sort_keys=True).encode()
+        ).hexdigest()[:32]
+        if key not in self.builds:
+            self.builds[key] = self.compile(language, job, f"{languages.BUILDS_DIR}/{key}")
+        return self.builds[key]
+
+    def compile(
+        self, language: languages.Language, job: dict[str, Any], target: str
+    ) -> dict[str, Any]:
+        """Run the compiler as the sandbox user under the job's compile limits (its time, its
+        memory; the job's processes, file size and output bounds), then keep what it wrote."""
+        job_limits = job["limits"]
+        limits = {
+            **job_limits,
+            "wall_time_s": job_limits["compile_time_s"],
+            # A backstop: the wall limit always ends a compile first (a compiler never sleeps,
+            # and its wall limit stops counting only while it waits for a CPU), so that the
+            # time-out is seen as one rather than as the driver's report of a killed child.
+            "cpu_time_s": job_limits["compile_cap_s"] + 1,
+            "memory_mb": job_limits["compile_memory_mb"],
+            "wall_cap_s": job_limits["compile_cap_s"],
+        }
+        started = time.monotonic()
+        frame = {
+            "language": language.name,
+            "program": job["program"],
+            "files": job.get("files", {}),
+        }
+
+        def judge_and_keep(ran: Ran) -> tuple[str, int | None, str]:
+            status, exit_code, reason = _compile_status(language, ran, limits)
+            if status == "completed":
+                try:
+                    keep_build(languages.OUTPUT_DIR, target, limits["disk_mb"] << 20)
+                except BuildTooLarge as exc:
+                    status, reason = "compile_error", str(exc)
+            return status, exit_code, reason
+
+        ran, (status, exit_code, reason), leftover = self.run_process(
+            "compile",
+            limits,
+            _frame_bytes(frame),
+            b"",
+            limits["output_bytes"],
+            judge_and_keep,
+            never_sleeps=True,
+        )
+        prepared = ran.prepared[0] if ran.prepared and "error" in ran.prepared[0] else None
+        return {
+            "status": status,
+            "stdout": _excerpt(ran.stdout),
+            "stderr": (prepared["message"] if prepared else "") + _excerpt(ran.stderr),
+            "exit_code": exit_code,
+            "duration_s": time.monotonic() - started,
+            "output": target if status == "completed" else None,
+            "reason": reason,
+            "leftover_processes": leftover,
+        }
+
+    def clear_builds(self) -> None:
+        """What this job compiled goes with it: the next job starts from the same state."""
+        self.builds.clear()
+        with contextlib.suppress(FileNotFoundError):
+            for name in os.listdir(languages.BUILDS_DIR):
+                shutil.rmtree(os.path.join(languages.BUILDS_DIR, name))
+
     def run_io(self, job: dict[str, Any]) -> dict[str, Any]:
         """One process per stdin case; ``output_bytes`` bounds the output of all cases together.
 
         Each case starts with the job's ``files`` in /work and ends with the ``fetch_files``
-        read back (the working directory is emptied between cases)."""
+        read back (the working directory is emptied between cases). A compiled language's
+        program is compiled first; one that does not compile runs no case."""
         limits = job["limits"]
         started = time.monotonic()
+        language = languages.get(job["language"])
+        build: dict[str, Any] = {"output": None, "leftover_processes": 0}
+        reply: dict[str, Any] = {}
+        if language.compiled:
+            build = self.build(language, job)
+            reply["compile"] = {
+                k: build[k] for k in ("status", "stdout", "stderr", "exit_code", "duration_s")
+            }
+            if build["output"] is None:
+                return {
+                    **reply,
+                    "status": "compile_error",
+                    "error": f"did not compile: {build['reason']}",
+                    "cases": [],
+                    "duration_s": time.monotonic() - started,
+                    "leftover_processes": build["leftover_processes"],
+                }
         cases: list[dict[str, Any]] = []
-        leftover = 0
+        leftover = build["leftover_processes"]
         budget = limits["output_bytes"]
-        program = _frame_bytes({"program": job["program"], "files": job.get("files", {})})
+        program = _frame_bytes(
+            {
+                "program": job["program"],
+                "files": job.get("files", {}),
+                "language": language.name,
+                "output": build["output"],
+            }
+        )
         fetch = job.get("fetch_files", [])
         for stdin_text in job["stdin_cases"]:
-            case, used, left = self.run_io_case(program, stdin_text.encode(), limits, budget, fetch)
+            case, used, left = self.run_io_case(
+                language, program, stdin_text.encode(), limits, budget, fetch
+            )
             leftover = max(leftover, left)
             budget -= used
             cases.append(case)
@@ -567,6 +775,7 @@ class Supervisor:
                 break
         syntax = bool(cases) and cases[-1]["status"] == "syntax_error"
         return {
+            **reply,
             "status": "syntax_error" if syntax else "completed",
             "cases": cases,
             "duration_s": time.monotonic() - started,
@@ -575,6 +784,7 @@ class Supervisor:
 
     def run_io_case(
         self,
+        language: languages.Language,
         program: bytes,
         stdin: bytes,
         limits: dict[str, Any],
@@ -583,20 +793,72 @@ class Supervisor:
     ) -> tuple[dict[str, Any], int, int]:
         """One io case, the output bytes it used and the processes its clean-up found left."""
         case_started = time.monotonic()
+        ran, (files, files_note), leftover = self.run_process(
+            "io",
+            limits,
+            program,
+            stdin,
+            budget,
+            lambda _: self.fetch_files(fetch, limits) if fetch else ({}, ""),
+        )
+        status, exit_code, load_error = "completed", None, ""
+        if ran.outcome:
+            status = ran.outcome
+        elif ran.prepared and "error" in ran.prepared[0]:  # it did not compile, or no files
+            status, load_error = ran.prepared[0]["error"], ran.prepared[0]["message"]
+        elif ran.exit_info is not None:
+            exit_code = os.waitstatus_to_exitcode(ran.exit_info[0])
+            verdict = _signal_verdict(ran.exit_info, limits, ran.oom)
+            if verdict:
+                status = verdict[0]
+            elif exit_code != 0:
+                status = "runtime_error"
+            if status == "runtime_error" and language.ran_out_of_memory(ran.stderr):
+                status = "memory_limit"
+        case = {
+            "status": status,
+            "stdout": ran.stdout[: max(budget, 0)].decode("utf-8", "replace"),
+            "stderr": load_error
+            + _excerpt(ran.stderr)
+            + (HELD_NOTE if ran.held else "")
+            + files_note,
+            "exit_code": exit_code,
+            "duration_s": time.monotonic() - case_started,
+            "files": files,
+        }
+        return case, len(ran.stdout) + len(ran.stderr), leftover
+
+    def run_process(
+        self,
+        mode: str,
+        limits: dict[str, Any],
+        frame: bytes,
+        stdin: bytes,
+        budget: int,
+        before_sweep: Callable[[Ran], T],
+        *,
+        never_sleeps: bool = False,
+    ) -> tuple[Ran, T, int]:
+        """Fork a process of the sandbox user for ``mode``, hand it ``frame`` and ``stdin``, and
+        collect its output (at most ``budget`` bytes) until it exits or a limit stops it; then
+        ``before_sweep(ran)``, while what it left is still there (the files it wrote); then the
+        sweep. Returns what ran, what ``before_sweep`` returned and the processes the sweep found
+        left. The wall limit does not count the time it waited for a CPU its neighbours held
+        (``never_sleeps``: all the time the container got less than its share)."""
+        started = time.monotonic()
         oom_before = oom_kills()
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        prog_r, prog_w = os.pipe()
+        frame_r, frame_w = os.pipe()
         stat_r, stat_w = os.pipe()
-        candidate, ready_r = self.spawn_candidate(
-            "io", limits, [in_r, out_w, err_w, prog_r, stat_w]
-        )
-        for fd in (in_r, out_w, err_w, prog_r, stat_w):
+        pid, ready_r = self.spawn_candidate(mode, limits, [in_r, out_w, err_w, frame_r, stat_w])
+        for fd in (in_r, out_w, err_w, frame_r, stat_w):
             os.close(fd)
-        _write_all(prog_w, program)  # the candidate reads it first thing
-        os.close(prog_w)
-        deadline = Deadline(limits["wall_time_s"], limits, (candidate,), case_started)
+        _write_all(frame_w, frame)  # the process reads it first thing
+        os.close(frame_w)
+        pids = None if never_sleeps else (pid,)
+        deadline = Deadline(limits["wall_time_s"], limits, pids, started)
         streams = {
             out_r: bytearray(),
             err_r: bytearray(),
@@ -605,52 +867,30 @@ class Supervisor:
         }
         output = (out_r, err_r)
         outcome = self.collect(
-            streams,
-            deadline,
-            counted=output,
-            limit=budget,
-            until_exit=candidate,
-            feed=(in_w, stdin),
+            streams, deadline, counted=output, limit=budget, until_exit=pid, feed=(in_w, stdin)
         )
         stopped, held = outcome is not None, False
         if not stopped:
             outcome, held = self.collect_after_exit(streams, deadline, output, budget)
-        files, files_note = self.fetch_files(fetch, limits) if fetch else ({}, "")
-        if stopped:  # at a limit: the files as they were then, and the program stopped now
-            self.stop_program(candidate)
-        candidate_exit = self.exited.get(candidate)
+        ran = Ran(
+            outcome=outcome,
+            held=held,
+            exit_info=None if stopped else self.exited.get(pid),
+            oom=oom_kills() > oom_before,
+            stdout=streams[out_r],
+            stderr=streams[err_r],
+            prepared=_parse_frames(bytes(streams[stat_r])),
+        )
+        kept = before_sweep(ran)  # at a limit: what it left as it was then
+        if stopped:
+            self.stop_program(pid)
         setup_failed = not outcome and not streams[ready_r]
-        leftover = self.finish(candidate)
+        leftover = self.finish(pid)
         for fd in streams:
             os.close(fd)
         if setup_failed:
-            raise SetupFailed(_excerpt(streams[err_r]) or "the program died in set-up")
-        compiled = _parse_frames(bytes(streams[stat_r]))
-        status, exit_code, load_error = "completed", None, ""
-        if outcome:
-            status = outcome
-        elif compiled and "error" in compiled[0]:  # the program did not compile, or no files
-            status, load_error = compiled[0]["error"], compiled[0]["message"]
-        elif candidate_exit is not None:
-            exit_code = os.waitstatus_to_exitcode(candidate_exit[0])
-            verdict = _signal_verdict(candidate_exit, limits, oom_kills() > oom_before)
-            if verdict:
-                status = verdict[0]
-            elif exit_code != 0:
-                memory = b"MemoryError" in streams[err_r][-300:]
-                status = "memory_limit" if memory else "runtime_error"
-        case = {
-            "status": status,
-            "stdout": streams[out_r][: max(budget, 0)].decode("utf-8", "replace"),
-            "stderr": load_error
-            + _excerpt(streams[err_r])
-            + (HELD_NOTE if held else "")
-            + files_note,
-            "exit_code": exit_code,
-            "duration_s": time.monotonic() - case_started,
-            "files": files,
-        }
-        return case, len(streams[out_r]) + len(streams[err_r]), leftover
+            raise SetupFailed(_excerpt(streams[err_r]) or f"the {mode} process died in set-up")
+        return ran, kept, leftover
 
     def fetch_files(self, paths: list[str], limits: dict[str, Any]) -> tuple[dict[str, str], str]:
         """The files ``paths`` the program left in /work, base64, at most ``output_bytes`` in
@@ -691,7 +931,10 @@ class Supervisor:
             return {"pong": True, "runner": source_version()}
         job = request["job"]
         self.restore_dirs()
-        return self.run_call(job) if job.get("judge") else self.run_io(job)
+        try:
+            return self.run_call(job) if job.get("judge") else self.run_io(job)
+        finally:
+            self.clear_builds()
 
 
 def main() -> None:

@@ -73,13 +73,21 @@ def _become_candidate(fds: list[int], mode: str, limits: dict[str, Any], uid: in
         os._exit(111)
     os.write(5, b"1")
     os.close(5)
-    if mode == "call":
-        candidate.serve(3, 4)
-    elif mode == "fetch":
-        candidate.fetch_files(3, 4)
-    else:
-        candidate.run_main(3, 4)
+    try:
+        _MODES[mode](3, 4)
+    except BaseException as exc:  # never back into the zygote's loop, whatever happened
+        os.write(2, f"[sandbox] the runner failed: {exc!r}\n".encode())
+        os._exit(1)
     os._exit(0)
+
+
+# What a process of the sandbox user is for: each reads its job on fd 3, replies on fd 4.
+_MODES = {
+    "call": candidate.serve,  # a program the judge calls into
+    "io": candidate.run_main,  # a program run on one stdin case
+    "compile": candidate.compile_program,  # a compiled language's compiler, once per job
+    "fetch": candidate.fetch_files,  # reads back the files an io case left
+}
 
 
 def _spawn(request: dict[str, Any], fds: list[int], uid: int) -> dict[str, Any]:

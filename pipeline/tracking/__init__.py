@@ -1,0 +1,212 @@
+"""Experiment trackers (``report_to``): one pipeline run is one tracker run, and each stage that
+reports metrics is a run nested in it (an MLflow child run, a W&B run of the same group, a
+TensorBoard sub-folder, a trackio run of the same group).
+
+Two sides, each in the process where its metrics are:
+
+* the **run side** (:class:`RunTracking`, in the run loop's process): the resolved config as
+  parameters; each evaluation's pass@k with its 95% interval (:func:`evaluation_metrics`), the
+  step being the evaluated model's place in the run (0: the base model, then each stage that
+  trains); at the end the report and the plots as artifacts;
+* the **stage side** (:func:`log_stage_metrics`, :func:`trainer_arguments`, in the process that
+  runs the stage: this one, the stage worker, or rank 0 of a launch): RL's iteration metrics
+  under their ``metrics.jsonl`` names (step: the iteration), and SFT's and DPO's through TRL's
+  own ``report_to``.
+
+The run side tells the stage side what to attach to in two environment variables (the
+trackers: :data:`ENV`; the stage running: :data:`STAGE_ENV`), which a process started for a
+stage inherits and the stage worker receives with every call. A tracker is one module of this
+package that registers itself (:func:`.base.register`); its library is imported only when a
+run asks for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import logging
+import os
+import pkgutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..resources import on_close
+from .base import TRACKERS, Tracker, numbers, register
+
+log = logging.getLogger(__name__)
+
+ENV = "CODEPOST_TRACKING"  # {tracker: what its stage runs attach to}, JSON
+STAGE_ENV = "CODEPOST_TRACKING_STAGE"  # the stage running (its folder in the run)
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name != "base":
+        importlib.import_module(f"{__name__}.{_module.name}")
+
+if TYPE_CHECKING:  # a Literal built from the registry at import time: opaque to type checkers
+    TrackerName = str
+else:
+    TrackerName = Literal[tuple(sorted(TRACKERS))]
+
+
+def evaluation_metrics(benchmark: str, results: Mapping[str, Any]) -> dict[str, float]:
+    """An evaluation's scores (an ``evaluation.json`` record) under the names every tracker
+    gets: ``eval/<benchmark>/<greedy|sampled>/pass_at_<k>`` with ``..._ci95_low`` and
+    ``..._ci95_high`` (``@`` is not allowed in MLflow's names)."""
+    metrics: dict[str, float] = {}
+    for run in ("greedy", "sampled"):
+        scores = results.get(run) or {}
+        for key, value in scores.items():
+            if not key.startswith("pass@") or key.endswith("_ci95"):
+                continue
+            name = f"eval/{benchmark}/{run}/pass_at_{key.removeprefix('pass@')}"
+            metrics[name] = value
+            interval = scores.get(f"{key}_ci95")
+            if interval is not None:
+                metrics[f"{name}_ci95_low"], metrics[f"{name}_ci95_high"] = interval
+    return numbers(metrics)
+
+
+def flat_params(config: Mapping[str, Any] | list[Any], prefix: str = "") -> dict[str, str]:
+    """A config as ``{"stages.1.config.update.learning_rate": "2e-06", ...}``: what trackers take as
+    parameters."""
+    flat: dict[str, str] = {}
+    items = config.items() if isinstance(config, Mapping) else enumerate(config)
+    for name, value in items:
+        if isinstance(value, Mapping | list) and value:
+            flat.update(flat_params(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = json.dumps(value) if not isinstance(value, str) else value
+    return flat
+
+
+class RunTracking:
+    """The run side: each tracker's run for one pipeline run (none when ``report_to`` is
+    empty), started as the block ``with RunTracking(...)`` starts and finished, failed if the
+    block raised, as it ends; the environment it set is restored then."""
+
+    def __init__(self, report_to: list[str], run_dir: Path, config: Mapping[str, Any]) -> None:
+        folder, name = Path(run_dir) / "tracking", Path(run_dir).resolve().name
+        params = flat_params(config)
+        self.runs: dict[str, Tracker] = {}
+        attach: dict[str, Any] = {}
+        for tracker in report_to:
+            self.runs[tracker], attach[tracker] = TRACKERS[tracker].start_run(folder, name, params)
+        self._models: list[str] = []  # evaluated models in order: their step
+        self._saved_env = os.environ.get(ENV)
+        if attach:
+            os.environ[ENV] = json.dumps(attach)
+            log.info("tracking: %s (%s)", ", ".join(report_to), folder)
+
+    def log_evaluation(self, model: str, benchmark: str, evaluation: Path) -> None:
+        """Log an evaluation (its folder) of ``model`` (``base``, or the stage that trained
+        it); the step is the model's place in the run."""
+        if not self.runs:
+            return
+        if model not in self._models:
+            self._models.append(model)
+        results = json.loads((Path(evaluation) / "evaluation.json").read_text())
+        metrics = evaluation_metrics(benchmark, results)
+        for run in self.runs.values():
+            run.log(metrics, step=self._models.index(model))
+
+    def log_artifacts(self, paths: list[Path]) -> None:
+        """The run's files (the report, plots)."""
+        for run in self.runs.values():
+            run.log_artifacts(sorted(path for path in paths if path.is_file()))
+
+    def __enter__(self) -> RunTracking:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *details: object) -> None:
+        """Finish every run (failed when the block raised), the stages' this process opened
+        first."""
+        close_stage_runs(failed=kind is not None)
+        for run in self.runs.values():
+            run.finish(failed=kind is not None)
+        self.runs = {}
+        if self._saved_env is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = self._saved_env
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[None]:
+    """The stage running inside this block is ``name`` (its folder in the run): the stage
+    side nests its runs under that name."""
+    saved = os.environ.get(STAGE_ENV)
+    os.environ[STAGE_ENV] = name
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(STAGE_ENV, None)
+        else:
+            os.environ[STAGE_ENV] = saved
+
+
+_stage_runs: dict[str, Tracker] = {}
+_stage_open: tuple[str, str] | None = None  # (trackers, stage) of _stage_runs
+
+
+def _stage_trackers() -> dict[str, Tracker]:
+    """This process's runs of the stage running (opened on first use; those of the stage
+    before closed); none when no tracker was asked for, or on a rank other than the first."""
+    global _stage_open
+    attach, name = os.environ.get(ENV), os.environ.get(STAGE_ENV)
+    if not attach or not name or os.environ.get("RANK", "0") != "0":
+        return {}
+    if _stage_open != (attach, name):
+        close_stage_runs()
+        for tracker, info in json.loads(attach).items():
+            _stage_runs[tracker] = TRACKERS[tracker].start_stage(info, name)
+        _stage_open = (attach, name)
+        on_close(close_stage_runs)
+    return _stage_runs
+
+
+def close_stage_runs(failed: bool = False) -> None:
+    """Finish the stage runs this process opened (the stage worker does when it ends)."""
+    global _stage_open
+    runs = list(_stage_runs.values())
+    _stage_runs.clear()
+    _stage_open = None
+    for run in runs:
+        run.finish(failed)
+
+
+def log_stage_metrics(metrics: Mapping[str, Any], step: int) -> None:
+    """Log a stage's metrics (RL: an iteration's ``metrics.jsonl`` row) to its runs."""
+    values = numbers(metrics)
+    for run in _stage_trackers().values():
+        run.log(values, step)
+
+
+def trainer_arguments() -> dict[str, Any]:
+    """TRL's ``report_to`` and what its callbacks need to log into the stage's runs."""
+    runs = _stage_trackers()
+    if not runs:
+        return {"report_to": "none"}
+    arguments: dict[str, Any] = {"report_to": sorted(runs), "run_name": os.environ[STAGE_ENV]}
+    for run in runs.values():
+        arguments.update(run.trainer_arguments())
+    return arguments
+
+
+__all__ = [
+    "ENV",
+    "STAGE_ENV",
+    "TRACKERS",
+    "RunTracking",
+    "Tracker",
+    "TrackerName",
+    "close_stage_runs",
+    "evaluation_metrics",
+    "flat_params",
+    "log_stage_metrics",
+    "register",
+    "stage",
+    "trainer_arguments",
+]

@@ -1,0 +1,93 @@
+"""MLflow: the run in the store that ``MLFLOW_TRACKING_URI`` names (default: a SQLite store,
+``<run>/tracking/mlflow.db``), in the experiment ``MLFLOW_EXPERIMENT_NAME`` (default
+``codepost``); each stage a child run (``mlflow.parentRunId``). Works with ``mlflow-skinny``."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .base import Tracker, register
+
+BATCH = 100  # MLflow takes at most 100 parameters or 1000 metrics per call
+
+
+@register
+class MLflow(Tracker):
+    name = "mlflow"
+
+    def __init__(self, uri: str, run_id: str, fluent: bool) -> None:
+        from mlflow import MlflowClient
+
+        self.client, self.run_id, self.fluent = MlflowClient(uri), run_id, fluent
+
+    @classmethod
+    def start_run(
+        cls, folder: Path, name: str, params: Mapping[str, str]
+    ) -> tuple[Tracker, dict[str, Any]]:
+        from mlflow import MlflowClient
+        from mlflow.entities import Param
+
+        folder.mkdir(parents=True, exist_ok=True)
+        uri = (
+            os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(folder / 'mlflow.db').resolve()}"
+        )
+        client = MlflowClient(uri)
+        experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME", "codepost")
+        experiment = client.get_experiment_by_name(experiment_name)
+        experiment_id = (
+            experiment.experiment_id
+            if experiment is not None
+            else client.create_experiment(
+                experiment_name,
+                # beside the store when it is ours, else the store's default
+                artifact_location=None
+                if "MLFLOW_TRACKING_URI" in os.environ
+                else (folder / "mlflow-artifacts").resolve().as_uri(),
+            )
+        )
+        run_id = client.create_run(experiment_id, run_name=name).info.run_id
+        items = [Param(key, value[:6000]) for key, value in params.items()]
+        for start in range(0, len(items), BATCH):
+            client.log_batch(run_id, params=items[start : start + BATCH])
+        return cls(uri, run_id, fluent=False), {
+            "uri": uri,
+            "experiment_id": experiment_id,
+            "run_id": run_id,
+        }
+
+    @classmethod
+    def start_stage(cls, attach: Mapping[str, Any], stage: str) -> Tracker:
+        import mlflow
+
+        mlflow.set_tracking_uri(attach["uri"])
+        # The active run: TRL's callback logs into it rather than starting one of its own.
+        run = mlflow.start_run(
+            experiment_id=attach["experiment_id"], run_name=stage, parent_run_id=attach["run_id"]
+        )
+        return cls(attach["uri"], run.info.run_id, fluent=True)
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(name, value, now, step) for name, value in metrics.items()]
+        for start in range(0, len(items), 10 * BATCH):
+            self.client.log_batch(self.run_id, metrics=items[start : start + 10 * BATCH])
+
+    def log_artifacts(self, paths: list[Path]) -> None:
+        for path in paths:
+            self.client.log_artifact(self.run_id, str(path))
+
+    def finish(self, failed: bool = False) -> None:
+        status = "FAILED" if failed else "FINISHED"
+        if self.fluent:
+            import mlflow
+
+            mlflow.flush_async_logging()  # TRL's callback logs asynchronously
+            mlflow.end_run(status)
+        else:
+            self.client.set_terminated(self.run_id, status)

@@ -1,0 +1,105 @@
+"""The languages the sandbox runs programs in: one module each in this package.
+
+A language declares how a program becomes something to run and how that starts: Python runs
+in the runner's own interpreter (a process forked from the zygote, nothing to prepare); C++ is
+compiled once per job, in the sandbox, and its binary executed for each case. The supervisor
+and the candidate process read only these declarations, so Java, Go or Rust is one more module
+here (a ``Language`` passed to ``register``) plus its toolchain in ``Dockerfile.sandbox``.
+
+Standard library only: the package is imported inside the container and by the host, which
+validates a job's language against it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+
+# Where the compile phase puts the program's source and its compiler's output (both in the
+# sandbox user's /tmp, emptied after the compile), and where the supervisor keeps the output
+# for the job's runs: a directory of root's that no program can write.
+SOURCE_DIR = "/tmp"
+OUTPUT_DIR = "/tmp/build"
+BUILDS_DIR = "/build"
+
+
+@dataclass(frozen=True)
+class Language:
+    """How the sandbox prepares and starts a program in one language.
+
+    Commands are argument lists whose ``{source}`` (the program's file) and ``{output}`` (the
+    directory the compiler writes into, and at run time the directory holding what it wrote)
+    are filled in by the runner. A compile runs in ``/work``, where the job's files are.
+    """
+
+    name: str
+    source_file: str  # the program's file name, for its compiler or interpreter
+    compile: tuple[str, ...] = ()  # () when nothing is prepared
+    run: tuple[str, ...] = ()  # () runs the program in the runner's own Python interpreter
+    # Text at the end of a program's (or its compiler's) stderr when it ran out of memory.
+    memory_errors: tuple[str, ...] = ()
+    # Commands run once as root when the image is built (a precompiled header, ...).
+    image_setup: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def compiled(self) -> bool:
+        return bool(self.compile)
+
+    @property
+    def in_runner(self) -> bool:
+        """Whether the program runs inside the runner's interpreter: the only kind a judge can
+        call into (call mode) and the only kind loaded without a new process image."""
+        return not self.run
+
+    def source_path(self) -> str:
+        return f"{SOURCE_DIR}/{self.source_file}"
+
+    def compile_command(self) -> list[str]:
+        return self._fill(self.compile, OUTPUT_DIR)
+
+    def run_command(self, output: str) -> list[str]:
+        return self._fill(self.run, output)
+
+    def _fill(self, command: tuple[str, ...], output: str) -> list[str]:
+        return [arg.format(source=self.source_path(), output=output) for arg in command]
+
+    def ran_out_of_memory(self, stderr: bytes | bytearray) -> bool:
+        tail = bytes(stderr[-400:])
+        return any(marker.encode() in tail for marker in self.memory_errors)
+
+
+_REGISTRY: dict[str, Language] = {}
+
+
+def register(language: Language) -> Language:
+    if language.name in _REGISTRY:
+        raise ValueError(f"language {language.name!r} is registered twice")
+    _REGISTRY[language.name] = language
+    return language
+
+
+def get(name: str) -> Language:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown language {name!r}: the sandbox runs {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+def names() -> tuple[str, ...]:
+    return tuple(sorted(_REGISTRY))
+
+
+def prepare_image() -> None:
+    """Run every language's image set-up commands (``Dockerfile.sandbox`` calls this)."""
+    import subprocess  # not at the top: the zygote imports this package, and forks stay small
+
+    for language in _REGISTRY.values():
+        for command in language.image_setup:
+            subprocess.run(command, check=True)
+
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -1,0 +1,103 @@
+"""Progress as a person reads it: lines at a bounded rate with what is left, the run's numbered
+steps with an estimate, and what a terminal of each verbosity shows."""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+
+import pytest
+
+from codepost.flows.terminal import ConsoleFilter
+from codepost.pipeline import progress
+from codepost.pipeline.progress import Lines, RunSteps, duration, track
+
+
+def test_a_task_shows_as_lines_at_a_bounded_rate_and_once_when_it_ends(caplog):
+    lines = Lines(every_s=0.2)
+    with (
+        caplog.at_level(logging.INFO, "codepost.progress"),
+        progress.displayed_by(lines),
+        track("sampling", 40) as task,
+    ):
+        for _ in range(40):
+            time.sleep(0.02)  # 0.8 s: a line at most every 0.2 s
+            task.advance()
+    shown = [r.getMessage() for r in caplog.records]
+    assert 2 <= len(shown) <= 5, shown
+    assert all(getattr(r, "progress", False) for r in caplog.records)
+    assert shown[0].startswith("sampling: ") and shown[0].endswith(" left")  # 12/40 (30%), ...
+    assert shown[-1].startswith("sampling: 40/40 in ")
+
+
+def test_the_run_steps_say_where_the_run_is_and_what_is_left(caplog, monkeypatch):
+    clock = iter(float(t) for t in range(0, 1000, 10))  # every reading 10 s later
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    steps = RunSteps(["base/he", "sft", "sft/he", "rl", "rl/he"], lambda s: "/" in s)
+    with caplog.at_level(logging.INFO, "codepost.progress"):
+        for label in ("base/he", "sft"):
+            with steps.step(label):
+                pass
+        steps.skip("rl/he")
+        with steps.step("sft/he"):
+            pass
+    shown = [r.getMessage() for r in caplog.records if not getattr(r, "progress", False)]
+    assert shown[0] == "[1/5] base/he: started (run 10s)"
+    assert shown[1].startswith("[1/5] base/he: done in ")
+    # after an evaluation and a stage: one evaluation and one stage to come
+    assert shown[-2].startswith("[3/4] sft/he: started (run ")
+    assert shown[-2].endswith(" left)")
+
+
+def test_duration_reads_as_a_person_writes_it():
+    assert [duration(s) for s in (9, 252, 3720)] == ["9s", "4m 12s", "1h 02m"]
+
+
+@pytest.mark.parametrize(
+    ("verbosity", "bars", "shown"),
+    [
+        ("normal", True, {"own", "forwarded own", "library warning"}),
+        ("normal", False, {"own", "forwarded own", "library warning", "progress"}),
+        ("quiet", False, {"library warning"}),
+        ("verbose", True, {"own", "forwarded own", "library warning", "library info"}),
+    ],
+)
+def test_what_a_terminal_shows(verbosity, bars, shown):
+    records = {
+        "own": logging.makeLogRecord({"name": "codepost.run", "levelno": logging.INFO}),
+        "forwarded own": logging.makeLogRecord(
+            {"name": "prefect.task_runs", "levelno": logging.INFO, "codepost": True}
+        ),
+        "library info": logging.makeLogRecord({"name": "vllm", "levelno": logging.INFO}),
+        "library warning": logging.makeLogRecord({"name": "vllm", "levelno": logging.WARNING}),
+        "progress": logging.makeLogRecord(
+            {"name": "codepost.progress", "levelno": logging.INFO, "progress": True}
+        ),
+    }
+    console = ConsoleFilter(verbosity, bars)
+    assert {name for name, record in records.items() if console.filter(record)} == shown
+
+
+def test_a_terminal_draws_live_bars_even_on_a_console_without_richs_styles():
+    from rich.console import Console
+    from rich.theme import Theme
+
+    screen = io.StringIO()  # a terminal whose theme has none of rich's own styles (Prefect's)
+    console = Console(file=screen, force_terminal=True, width=100, theme=Theme(inherit=False))
+    with progress.shown_on(console), track("scoring greedy", 48) as task:
+        task.advance(32)
+        time.sleep(0.3)  # the bars redraw on their own
+    assert "scoring greedy" in screen.getvalue() and "32/48" in screen.getvalue()
+
+
+def test_a_console_that_is_not_a_terminal_gets_lines(caplog):
+    from rich.console import Console
+
+    with (
+        caplog.at_level(logging.INFO, "codepost.progress"),
+        progress.shown_on(Console(file=io.StringIO())),
+        track("sampling", 2) as task,
+    ):
+        task.advance(2)
+    assert [r.getMessage() for r in caplog.records][-1].startswith("sampling: 2/2 in ")

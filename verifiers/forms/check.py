@@ -1,0 +1,103 @@
+"""``check``: HumanEval's test module, whose ``check(candidate)`` asserts against the entry point.
+
+All test code stays trusted: helpers the tests call (``poly``, ``encode_cyclic``) come from the
+problem's own prompt, run in the judge, never from the candidate program.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING, Literal
+
+from ...sandbox import Job, JudgeSpec, Limits
+from ..extraction import prompt_code
+from ..judges import short_name
+from ..python_ast import is_docstring, parse_python
+from . import FormTests, JudgedForm, register
+
+if TYPE_CHECKING:
+    from ..problems import Problem
+
+
+class CheckTests(FormTests):
+    form: Literal["check"] = "check"
+    test: str  # a module defining check(candidate)
+
+    def count(self) -> int:
+        return len(split_check(self.test))
+
+
+class CheckForm(JudgedForm):
+    tests_model = CheckTests
+    marker = "test"
+
+    def validate(self, problem: Problem) -> None:
+        if not problem.entry_point:
+            raise ValueError("a HumanEval-style test needs an entry_point")
+        check_body(problem.test)  # raises ValueError naming what is wrong
+
+    def build_job(self, problem: Problem, program: str, limits: Limits, *, all_cases: bool) -> Job:
+        return Job(program=program, judge=check_judge(problem), limits=limits)
+
+
+register(CheckForm())
+
+
+def check_body(test: str) -> list[ast.stmt]:
+    """The statements of ``check(candidate)`` in a HumanEval test module."""
+    try:
+        module = parse_python(test)
+    except SyntaxError as exc:
+        raise ValueError(f"test is not valid Python: {exc.msg} (line {exc.lineno})") from None
+    for node in module.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "check":
+            if [arg.arg for arg in node.args.args] != ["candidate"]:
+                raise ValueError("test: check must take exactly one argument, candidate")
+            body = node.body
+            if body and is_docstring(body[0]):
+                body = body[1:]
+            if not body:
+                raise ValueError("test: check(candidate) has no statements")
+            return body
+    raise ValueError("test does not define check(candidate)")
+
+
+def check_judge(problem: Problem) -> JudgeSpec:
+    """HumanEval: the trusted prompt's code and test module, then ``check``'s body, one test
+    per assert.
+
+    Tests that name the entry point directly (HumanEval/33 calls ``sort_third``) get the
+    candidate's too, as in the original harness.
+    """
+    setup = (
+        f"{prompt_code(problem)}\n\n{problem.test}\n\n"
+        f"candidate = {problem.entry_point} = __remote__({problem.entry_point!r})\n"
+    )
+    tests = split_check(problem.test)
+    return JudgeSpec(
+        setup=setup,
+        tests=tuple(source for _, source in tests),
+        test_names=tuple(name for name, _ in tests),
+    )
+
+
+def split_check(test: str) -> list[tuple[str, str]]:
+    """``(name, source)`` per test of ``check(candidate)``'s body, run at the judge's top level.
+
+    Each top-level statement holding an ``assert`` ends a test; statements without one (setup
+    like ``import math`` or ``lst = ...``) run first as part of the next test, and trailing
+    ones join the last test, so the whole body runs in order.
+    """
+    tests: list[tuple[str, str]] = []
+    pending: list[str] = []
+    for statement in check_body(test):
+        pending.append(ast.unparse(statement))
+        if any(isinstance(node, ast.Assert) for node in ast.walk(statement)):
+            tests.append((short_name(pending[-1]), "\n".join(pending) + "\n"))
+            pending = []
+    if pending and tests:
+        name, source = tests.pop()
+        tests.append((name, source + "\n".join(pending) + "\n"))
+    elif pending:
+        tests.append((short_name(pending[0]), "\n".join(pending) + "\n"))
+    return tests

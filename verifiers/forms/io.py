@@ -1,0 +1,270 @@
+"""``io``: stdin/stdout cases (APPS, CodeContests, LiveCodeBench, SYNTHETIC-1), each output
+judged by the problem's checker.
+
+* ``exact`` (the default): the lines as they are, trailing whitespace and trailing blank lines
+  aside.
+* ``tokens``: the output's whitespace-separated tokens against the expected ones, numbers
+  equal as decimals (``2.50`` is ``2.5``) or within ``abs_tol`` / ``rel_tol`` of the expected
+  value (testlib's ``doubleCompare``: either bound suffices). ``by_line`` also asks for the
+  same lines, each compared so: LiveCodeBench's ``grade_stdio`` (stripped lines, as many as
+  expected, each equal as text or as a list of ``Decimal``), which rllm applies to TACO, APPS,
+  CodeContests and SYNTHETIC-1 as well.
+* ``program``: a Python checker, run as ``python3 checker.py input.txt expected.txt
+  output.txt`` (the order of open-r1's Codeforces and IOI graders: input, correct output,
+  contestant output) in a job of its own, after the program's, in the sandbox and under the
+  problem's limits. It accepts with exit status 0 (testlib's ``_ok``); when its first line
+  of output is a number, as CMS and open-r1's checkers print a score, that number must be 1.
+
+Expected outputs never enter the program's job; a checker sees them in its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import decimal
+import json
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ...sandbox import CaseOutcome, ExecStatus, ExecutionResult, Job, Limits
+from ..judges import longest_first
+from ..verdicts import Assessment, VerdictStatus, assess_cases, case_error, clip, conclude
+from . import Form, FormTests, register
+
+if TYPE_CHECKING:
+    from ..problems import Problem
+
+# An io job's output budget grows by this many bytes per byte its cases expect (trailing
+# spaces and CRLF line ends cost bytes), so a problem with several large expected outputs
+# does not fail its later cases on a budget the earlier ones used up.
+OUTPUT_PER_EXPECTED_BYTE = 2
+CHECKER_FILES = ("input.txt", "expected.txt", "output.txt")
+# Decimal arithmetic for tolerances: no rounding that matters, no trap on a huge exponent.
+_CONTEXT = decimal.Context(
+    prec=100, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN, traps=[], flags=[]
+)
+
+
+class IOCase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: str
+    output: str
+
+
+class ExactOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["exact"] = "exact"
+
+
+class TokenOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["tokens"] = "tokens"
+    abs_tol: float = Field(0.0, ge=0)
+    rel_tol: float = Field(0.0, ge=0)
+    by_line: bool = False  # the lines must match too (LiveCodeBench)
+
+
+class CheckerProgram(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["program"] = "program"
+    source: str  # Python: argv input, expected and actual output files; exit 0 accepts
+
+    @field_validator("source")
+    @classmethod
+    def _compiles(cls, source: str) -> str:
+        try:
+            compile(source, "checker.py", "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            raise ValueError(f"the checker is not valid Python: {exc}") from None
+        return source
+
+
+Checker = Annotated[ExactOutput | TokenOutput | CheckerProgram, Field(discriminator="kind")]
+
+
+class IOTests(FormTests):
+    form: Literal["io"] = "io"
+    io: tuple[IOCase, ...]
+    checker: Checker = Field(default_factory=ExactOutput)
+
+    @model_validator(mode="after")
+    def _has_cases(self) -> IOTests:
+        if not self.io:
+            raise ValueError("io has no cases")
+        return self
+
+    def count(self) -> int:
+        return len(self.io)
+
+    def capped(self, max_tests: int) -> IOTests:
+        return self.model_copy(
+            update={"io": longest_first(self.io, max_tests, lambda case: len(case.input))}
+        )
+
+
+class IOForm(Form):
+    tests_model = IOTests
+    marker = "io"
+    per_case_limits = True
+
+    def instructions(self, problem: Problem) -> list[str]:
+        example = problem.io[0]
+        return [
+            "Read from standard input and write to standard output.\n"
+            f"Example input:\n{example.input.rstrip()}\n"
+            f"Example output:\n{example.output.rstrip()}"
+        ]
+
+    def build_job(self, problem: Problem, program: str, limits: Limits, *, all_cases: bool) -> Job:
+        cases = problem.io
+        expected = sum(len(case.output.encode()) for case in cases)
+        budget = limits.output_bytes + OUTPUT_PER_EXPECTED_BYTE * expected
+        return Job(
+            program=program,
+            stdin_cases=tuple(case.input for case in cases),
+            limits=dataclasses.replace(limits, output_bytes=budget),
+            stop_at_failure=not all_cases,
+        )
+
+    def next_job(
+        self, problem: Problem, jobs: Sequence[Job], results: Sequence[ExecutionResult]
+    ) -> Job | None:
+        """The checker program's job: one case per case the program completed."""
+        checker = problem.checker
+        if not isinstance(checker, CheckerProgram) or len(results) != 1:
+            return None
+        checked = _completed(problem, results[0])
+        if not checked:
+            return None
+        return Job(
+            program=checker_program(checker.source),
+            stdin_cases=tuple(
+                json.dumps(dict(zip(CHECKER_FILES, (case.input, case.output, actual), strict=True)))
+                for case, actual in checked
+            ),
+            limits=jobs[0].limits,
+        )
+
+    def assess(
+        self, problem: Problem, jobs: Sequence[Job], results: Sequence[ExecutionResult]
+    ) -> Assessment:
+        run, expected = results[0], len(problem.io)
+        checker = problem.checker
+        if len(results) > 1 and results[1].status is ExecStatus.SANDBOX_ERROR:
+            return conclude(results[1], [], expected, VerdictStatus.FAILED, None, "", "")
+        verdicts = iter(results[1].cases if len(results) > 1 else ())
+        judged = []
+        for index, (case, outcome) in enumerate(zip(problem.io, run.cases, strict=False)):
+            if outcome.status is not ExecStatus.COMPLETED:
+                error: str | None = case_error(outcome)
+            elif isinstance(checker, CheckerProgram):
+                error = checker_error(next(verdicts, None))
+            elif outputs_match(outcome.stdout, case.output, checker):
+                error = None
+            else:
+                error = (
+                    f"wrong output: expected {clip(case.output)!r}, got {clip(outcome.stdout)!r}"
+                )
+            judged.append((f"case {index}", outcome, error))
+        return assess_cases(run, expected, judged)
+
+
+register(IOForm())
+
+
+def _completed(problem: Problem, run: ExecutionResult) -> list[tuple[IOCase, str]]:
+    return [
+        (case, outcome.stdout)
+        for case, outcome in zip(problem.io, run.cases, strict=False)
+        if outcome.status is ExecStatus.COMPLETED
+    ]
+
+
+# -- comparisons
+
+
+def normalize_output(text: str) -> list[str]:
+    """Lines without trailing whitespace, trailing blank lines dropped (CRLF-safe)."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def outputs_match(
+    actual: str, expected: str, checker: ExactOutput | TokenOutput | None = None
+) -> bool:
+    """Whether an io case's output is right by ``checker`` (None: exact)."""
+    if checker is None or isinstance(checker, ExactOutput):
+        return normalize_output(actual) == normalize_output(expected)
+    if not checker.by_line:
+        return tokens_match(actual.split(), expected.split(), checker)
+    # LiveCodeBench's get_stripped_lines: the whole text stripped, then each line
+    actual_lines = [line.strip() for line in actual.strip().split("\n")]
+    expected_lines = [line.strip() for line in expected.strip().split("\n")]
+    return len(actual_lines) == len(expected_lines) and all(
+        a == e or tokens_match(a.split(), e.split(), checker)
+        for a, e in zip(actual_lines, expected_lines, strict=True)
+    )
+
+
+def tokens_match(actual: list[str], expected: list[str], checker: TokenOutput) -> bool:
+    return len(actual) == len(expected) and all(
+        a == e or _numbers_match(a, e, checker) for a, e in zip(actual, expected, strict=True)
+    )
+
+
+def _numbers_match(actual: str, expected: str, checker: TokenOutput) -> bool:
+    try:
+        a, e = Decimal(actual), Decimal(expected)
+    except decimal.InvalidOperation:
+        return False
+    if not (a.is_finite() and e.is_finite()):
+        return False
+    if a == e:
+        return True
+    error = _CONTEXT.abs(_CONTEXT.subtract(a, e))
+    return error <= Decimal(repr(checker.abs_tol)) or error <= _CONTEXT.multiply(
+        Decimal(repr(checker.rel_tol)), _CONTEXT.abs(e)
+    )
+
+
+# -- checker programs
+
+
+def checker_program(source: str) -> str:
+    """The program a checker job runs for each case: the case's files written from its stdin,
+    then the checker as ``checker.py`` with its own ``__future__`` flags and namespace."""
+    return (
+        "import json, sys\n"
+        "case = json.loads(sys.stdin.read())\n"
+        f"for name in {CHECKER_FILES!r}:\n"
+        "    with open(name, 'w', encoding='utf-8') as stream:\n"
+        "        stream.write(case[name])\n"
+        f"sys.argv = ['checker.py', *{CHECKER_FILES!r}]\n"
+        "sys.stdin = open('input.txt', encoding='utf-8')\n"
+        "del case, name, stream\n"
+        f"exec(compile({source!r}, 'checker.py', 'exec', dont_inherit=True),"
+        " {'__name__': '__main__', '__builtins__': __builtins__})\n"
+    )
+
+
+def checker_error(outcome: CaseOutcome | None) -> str | None:
+    """None when the checker accepted the output, else why not."""
+    if outcome is None:
+        return "the checker did not run"
+    if outcome.status is not ExecStatus.COMPLETED:
+        return f"the checker rejected the output ({case_error(outcome)})"
+    first = outcome.stdout.strip().split("\n", 1)[0].strip()
+    try:
+        score = float(first)
+    except ValueError:
+        return None
+    return None if score == 1 else f"the checker scored the output {first}"

@@ -1,0 +1,114 @@
+"""LiveCodeBench (``code_generation_lite``): ``question_id``, ``question_content``,
+``starter_code``, ``public_test_cases`` and ``private_test_cases`` (``{"input", "output",
+"testtype"}`` lists), ``metadata`` (``func_name`` for functional problems).
+
+The private tests come as LiveCodeBench's loader reads them (``benchmarks/code_generation.py``):
+a JSON string, or base64 of zlib of a pickled JSON string. The pickle is read by an unpickler
+that builds no object but plain data (no class, no function, nothing it could call) and must
+hold a string. Functional inputs are one JSON value per line (the arguments), the output one
+JSON value, compared as ``grade_call_based`` compares; stdin outputs as ``grade_stdio``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import pickle
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+from . import (
+    ProblemFormatError,
+    Schema,
+    call_tests,
+    first,
+    json_field,
+    register,
+    stdin_tests,
+)
+
+MAX_PRIVATE_BYTES = 1 << 30  # decompressed: a data set's largest tests are tens of MB
+
+
+class PlainUnpickler(pickle.Unpickler):
+    """Unpickles plain data only: every class or function a pickle names is refused, so no
+    code runs and only builtin values (here, one string) can come out."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"the private tests name {module}.{name}: not plain data")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("the private tests hold a persistent reference")
+
+
+def private_tests(text: str) -> Any:
+    """LiveCodeBench's private tests: JSON, or base64(zlib(pickle(JSON string)))."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        packed = base64.b64decode(text.encode(), validate=True)
+        inflater = zlib.decompressobj()
+        data = inflater.decompress(packed, MAX_PRIVATE_BYTES)
+        if inflater.unconsumed_tail:
+            raise ProblemFormatError(
+                f"field 'private_test_cases': over {MAX_PRIVATE_BYTES} bytes decompressed"
+            )
+        value = PlainUnpickler(io.BytesIO(data)).load()
+    except (binascii.Error, zlib.error, pickle.UnpicklingError, EOFError, ValueError) as exc:
+        raise ProblemFormatError(
+            f"field 'private_test_cases': neither JSON nor LiveCodeBench's packed form ({exc})"
+        ) from None
+    if not isinstance(value, str):
+        raise ProblemFormatError(
+            f"field 'private_test_cases': the packed tests hold a {type(value).__name__}, "
+            "not a JSON string"
+        )
+    return json_field({"private_test_cases": value}, "private_test_cases")
+
+
+def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
+    tests = list(json_field(record, "public_test_cases"))
+    private = record.get("private_test_cases")
+    if private:
+        tests += private_tests(private) if isinstance(private, str) else private
+    if not tests or not all(
+        isinstance(t, Mapping) and {"input", "output"} <= t.keys() for t in tests
+    ):
+        raise ProblemFormatError("the test cases need 'input' and 'output'")
+    metadata = json_field(record, "metadata") if record.get("metadata") else {}
+    starter = str(record.get("starter_code") or "")
+    out: dict[str, Any] = {
+        "task_id": first(record, ("question_id", "task_id")),
+        "prompt": first(record, ("question_content", "prompt")),
+    }
+    if any(t.get("testtype") == "functional" for t in tests):
+        fn_name = metadata.get("func_name") if isinstance(metadata, Mapping) else None
+        if not fn_name:
+            raise ProblemFormatError("field 'metadata': functional tests need a func_name")
+        return {**out, **call_tests(fn_name, [_call_case(t) for t in tests], "value", starter)}
+    return {**out, **stdin_tests([(t["input"], t["output"]) for t in tests])}
+
+
+def _call_case(test: Mapping[str, Any]) -> tuple[list[Any], Any]:
+    try:
+        arguments = [json.loads(line) for line in str(test["input"]).split("\n")]
+        return arguments, json.loads(test["output"])
+    except json.JSONDecodeError as exc:
+        raise ProblemFormatError(
+            f"a functional test is not JSON, one value a line: {exc}"
+        ) from None
+
+
+register(
+    Schema(
+        name="livecodebench",
+        matches=lambda record: "public_test_cases" in record,
+        fields=fields,
+        follows="livecodebench/code_generation_lite (and code_generation)",
+    )
+)
