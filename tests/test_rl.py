@@ -127,6 +127,7 @@ def test_grpo_on_smollm2_with_vllm_refreshes_the_engine_after_each_update(tmp_pa
         sampling=SamplingConfig(num_generations=4, max_tokens=40),
         engine=TEST_ENGINE,
         scoring=SIGNAL,
+        dynamic_sampling_metric="reward",  # SIGNAL's length term: every iteration updates
         update=UpdateConfig(learning_rate=1e-5, micro_batch_size=4),
     )
     run_rl(config, tmp_path)
