@@ -15,6 +15,7 @@ from rich.table import Table
 
 from ..pipeline.command_line import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE, stdout_console
 from ..pipeline.config_walk import settings_of
+from ..pipeline.data.problem_sets import check_problem_files
 from ..pipeline.inference.remote import check_server
 from ..pipeline.inference.sampling import EngineConfig
 from ..pipeline.post_train import PostTrainConfig, embedded_default
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(PostTrainConfig, args.config, args.settings, embedded_default())
         config.model.resolve()  # a missing model is found before Prefect starts
+        check_problem_files(config)  # and a malformed problems file
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost run: invalid settings[/red]: {exc}")
         return EXIT_BAD_INPUT

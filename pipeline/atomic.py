@@ -1,13 +1,20 @@
 """All-or-nothing writes: every file and folder the pipeline publishes goes through here, so a
 reader never sees half of one, a killed run leaves none behind, and a full disk or another I/O
-error names the path it was writing instead of the library's own message."""
+error names the path it was writing instead of the library's own message.
+
+A staging path is named ``.<name>.tmp-<pid>@<host>-<random>``: a process killed mid-write (a
+SIGTERM runs no ``finally``) leaves it behind, and the next writer of the same target, or
+:func:`remove_stale_staging` when a run takes its folder, removes it once its process is gone."""
 
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,9 +75,45 @@ def append_line(target: Path, line: str) -> None:
         raise _named(exc, Path(target)) from exc
 
 
+def remove_stale_staging(root: Path) -> list[Path]:
+    """Remove the staging files and folders under ``root`` whose writer is gone: those of a
+    dead process on this host, and those without an owner (written by an older version).
+    Call it holding the lock of the folder: nothing else may be writing there."""
+    stale = [
+        path
+        for path in Path(root).rglob(".*.tmp-*")
+        if _STAGING.fullmatch(path.name) and not _writer_alive(path.name)
+    ]
+    for path in sorted(stale, key=lambda p: len(p.parts)):  # a stale folder's own leftovers
+        _remove(path)
+    return stale
+
+
+_STAGING = re.compile(r"\..+\.tmp-(?:(?P<pid>\d+)@(?P<host>[^/]+)-)?[a-z0-9_]+")
+
+
+def _writer_alive(name: str) -> bool:
+    match = _STAGING.fullmatch(name)
+    if match is None or match["pid"] is None:
+        return False
+    if match["host"] != socket.gethostname():
+        return True  # another machine's writer (a shared run folder): not ours to judge
+    try:
+        os.kill(int(match["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _staging(target: Path, folder: bool) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     prefix = f".{target.name}.tmp-"
+    for leftover in target.parent.glob(glob.escape(prefix) + "*"):
+        if _STAGING.fullmatch(leftover.name) and not _writer_alive(leftover.name):
+            _remove(leftover)
+    prefix += f"{os.getpid()}@{socket.gethostname()}-"
     if folder:
         return Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
     handle, name = tempfile.mkstemp(prefix=prefix, dir=target.parent)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
+from safetensors import SafetensorError
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -189,3 +190,5 @@ def load_causal_lm(config: ModelConfig) -> PreTrainedModel:
         )
     except OSError as exc:
         raise ModelNotFoundError(f"model {config.name_or_path!r}: {exc}") from exc
+    except SafetensorError as exc:  # a truncated or overwritten weights file: say which folder
+        raise ModelNotFoundError(f"model {source}: unreadable weights ({exc})") from exc

@@ -1,28 +1,39 @@
 """One run per run folder: a second run on a folder in use is refused at once, naming the
 process that holds it. The lock is an ``flock`` on ``<run_dir>/.lock``: the kernel releases it
-when its process dies, however it dies, so a lock left by a dead run is simply taken over."""
+when its process dies, however it dies, so a lock left by a dead run is simply taken over. The
+run that takes it removes what a killed run was still writing (:func:`remove_stale_staging`)."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from .atomic import remove_stale_staging
+
+log = logging.getLogger(__name__)
 LOCK_FILE = ".lock"
 
 
 class RunFolderLocked(RuntimeError):
-    """Another live process is running on this run folder."""
+    """Another live process is running on this run folder, or its lock cannot be taken."""
 
 
 @contextlib.contextmanager
 def run_folder_lock(run_dir: Path) -> Iterator[None]:
     path = Path(run_dir) / LOCK_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by child processes
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by child processes
+    except OSError as exc:  # a directory, an immutable file, a read-only folder
+        raise RunFolderLocked(
+            f"cannot take the run folder's lock {path}: {exc.strerror}; it must be a file this "
+            "user can write (remove it, or choose another run_dir)"
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -34,6 +45,8 @@ def run_folder_lock(run_dir: Path) -> Iterator[None]:
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+        for stale in remove_stale_staging(Path(run_dir)):
+            log.info("removed %s: a killed run was writing it", stale)
         yield
     finally:
         os.close(fd)  # releases the lock

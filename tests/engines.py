@@ -6,6 +6,7 @@ test session, refreshed to whichever weights a test asks for.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
@@ -42,6 +43,19 @@ def perturbed_copy(model: ModelConfig, target: Path, scale: float, seed: int = 0
             param.add_(torch.randn(param.shape, generator=generator) * scale)
     policy.save_pretrained(target)
     load_tokenizer(model).save_pretrained(target)
+    return target
+
+
+def one_tensor_copy(source: Path, target: Path) -> Path:
+    """A model folder with ``source``'s config and only the first tensor of its weights: the
+    right model by its config, weights that do not fit it."""
+    from safetensors.torch import load_file, save_file
+
+    target.mkdir(parents=True)
+    shutil.copy(source / "config.json", target / "config.json")
+    [weights, *_] = sorted(source.glob("*.safetensors"))
+    name, tensor = next(iter(load_file(weights).items()))
+    save_file({name: tensor}, target / "model.safetensors")
     return target
 
 

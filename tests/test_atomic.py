@@ -5,11 +5,40 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
-from codepost.pipeline.atomic import WriteError, append_line, staged, write_json, write_text
+from codepost.pipeline.atomic import (
+    WriteError,
+    append_line,
+    remove_stale_staging,
+    staged,
+    write_json,
+    write_text,
+)
+from codepost.pipeline.run_lock import RunFolderLocked, run_folder_lock
+
+KILLED_MID_PUBLISH = """
+import os, signal, sys
+from pathlib import Path
+from codepost.pipeline.atomic import staged
+with staged(Path(sys.argv[1]), folder=True) as staging:
+    (staging / "model.safetensors").write_bytes(b"x" * 1000)
+    print(staging, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)  # as a stopped run: no finally runs
+"""
+
+
+def _killed_mid_publish(target):
+    done = subprocess.run([sys.executable, "-c", KILLED_MID_PUBLISH, str(target)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    return Path(done.stdout.strip())
 
 
 def test_an_exception_inside_staged_leaves_no_file_and_the_old_one_as_it_was(tmp_path):
@@ -80,3 +109,28 @@ def test_a_full_disk_is_named_with_the_path(full_disk):
     assert caught.value.errno == errno.ENOSPC and isinstance(caught.value, OSError)
     assert f"No space left on device (writing {target})" in str(caught.value)
     assert not list(full_disk.iterdir())
+
+
+def test_what_a_killed_writer_was_staging_goes_with_the_next_write_or_run(tmp_path):
+    checkpoints = tmp_path / "run" / "rl" / "checkpoints"
+    leftover = _killed_mid_publish(checkpoints / "iteration-0003")
+    older = checkpoints / ".iteration-0002.tmp-k2j4h5l6"  # an older version's name: no owner
+    older.mkdir()
+    assert leftover.is_dir() and leftover.name.startswith(".iteration-0003.tmp-")
+    with staged(checkpoints / "iteration-0003", folder=True) as staging:  # the resumed publish
+        assert not leftover.exists()
+        (staging / "model.safetensors").write_bytes(b"y")
+        other = _killed_mid_publish(checkpoints / "iteration-0004")
+        with run_folder_lock(tmp_path / "run"):  # the next run: a live writer's stays
+            assert staging.is_dir() and not other.exists() and not older.exists()
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["iteration-0003"]
+    assert remove_stale_staging(tmp_path) == []
+
+
+def test_a_lock_that_cannot_be_taken_is_named(tmp_path):
+    (tmp_path / ".lock").mkdir()
+    with (
+        pytest.raises(RunFolderLocked, match=r"lock .*\.lock: Is a directory"),
+        run_folder_lock(tmp_path),
+    ):
+        pass

@@ -103,21 +103,39 @@ def test_a_config_that_is_not_yaml_is_refused_naming_the_file_and_line(tmp_path,
 def test_a_failing_stage_ends_the_run_with_its_error_and_how_to_resume(
     prefect_api, tmp_path, capsys
 ):
-    problems = tmp_path / "problems.jsonl"
-    problems.write_text('{"task_id": "broken", "prompt": \n')
+    model = saved_tiny_model(tmp_path / "tiny").name_or_path
+    (Path(model) / "model.safetensors").write_bytes(b"overwritten")  # found when it is loaded
     settings = {
-        "model": {"name_or_path": saved_tiny_model(tmp_path / "tiny").name_or_path},
+        "model": {"name_or_path": model},
         "stages": [],
         "evaluations": {
-            "tiny": {"problems": {"source": str(problems)}, "engine": {"backend": "hf"}}
+            "tiny": {
+                "problems": {"limit": 1},
+                "prompt_style": "continuation",
+                "engine": {"backend": "hf"},
+            }
         },
     }
     run_dir = tmp_path / "run"
     argv = ["run", "--config", _config(tmp_path, settings), "--run-dir", str(run_dir)]
     assert cli.main(argv) == 1
     err = " ".join(capsys.readouterr().err.split())
-    assert str(problems) in err, err
+    assert f"model {model}: unreadable weights" in err, err
     assert err.endswith(f"kept in {run_dir}: the same command resumes after the last one.")
+
+
+def test_a_malformed_problems_file_is_refused_before_anything_starts(tmp_path, capsys):
+    problems = tmp_path / "problems.jsonl"
+    good = (
+        '{"task_id": "t%d", "prompt": "def f():\\n", "entry_point": "f", '
+        '"test": "def check(candidate): pass"}\n'
+    )
+    problems.write_text(good % 1 + good % 2 + good % 3 + '{"task_id": "broken", "prompt": \n')
+    settings = {"stages": [_stage("rl", problems={"source": str(problems), "split": "all"})]}
+    argv = ["run", "--config", _config(tmp_path, settings), "--run-dir", str(tmp_path / "run")]
+    assert cli.main(argv) == EXIT_BAD_INPUT
+    assert f"{problems}:4" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_dead_docker_engine_is_named_before_anything_starts(tmp_path, capsys, monkeypatch):

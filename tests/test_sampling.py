@@ -4,9 +4,17 @@ weights refreshed in place and checked (vLLM on the CPU with the real SmolLM2; t
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
-from engines import ROLLOUT_KEYS, TEST_ENGINE, perturbed_copy, recomputed_logprobs
+from engines import (
+    ROLLOUT_KEYS,
+    TEST_ENGINE,
+    one_tensor_copy,
+    perturbed_copy,
+    recomputed_logprobs,
+)
 from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
@@ -68,6 +76,26 @@ def test_hf_sampler_rows_and_refresh(tiny_checkpoints):
         check_probe(sampler.probe_logprobs(), other_probe, 1e-4)
     assert sampler.refresh(second, other_probe) < 1e-5
     assert sampler.weights == str(second)
+
+
+def test_a_refused_refresh_leaves_the_served_weights_as_they_were(tiny_checkpoints, tmp_path):
+    first, second = tiny_checkpoints
+    sampler = HFSampler(
+        str(first), ModelConfig(name_or_path=str(first)), EngineConfig(backend="hf")
+    )
+    before = sampler.probe_logprobs()
+    other_size = tmp_path / "wider"
+    tiny_causal_lm(sampler.model.config.vocab_size, hidden_size=32).save_pretrained(other_size)
+    for misfit in (one_tensor_copy(second, tmp_path / "one-tensor"), other_size):
+        with pytest.raises(WeightSyncError, match="do not fit the model"):
+            sampler.refresh(misfit)
+        assert sampler.probe_logprobs() == before  # not one tensor copied
+        assert sampler.weights == str(first)
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "model.safetensors")  # opened, it would wait for a writer for good
+    with pytest.raises(WeightSyncError, match="not a regular file"):
+        sampler.refresh(fifo)
 
 
 @torch.no_grad()
@@ -192,4 +220,7 @@ def test_vllm_serves_new_weights_in_place_and_a_refresh_that_did_not_take_fails(
 
     with pytest.raises(WeightSyncError, match="did not take"):
         sampler.refresh(new, old_probe)  # the trainer says one thing, the engine serves another
+    with pytest.raises(WeightSyncError, match="do not fit the model"):  # and no probe to catch it
+        sampler.refresh(one_tensor_copy(new, tmp_path / "one-tensor"))
+    assert sampler.probe_logprobs() == pytest.approx(new_probe, abs=TEST_ENGINE.probe_tolerance)
     sampler.refresh(base, old_probe)  # and back

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...verifiers import Problem, load_problems
 from ...verifiers.problems import HUMANEVAL, cap_tests, packaged_path
+from ..config_walk import settings_of
 
 Split = Literal["train", "validation", "test", "prompt", "all"]
 MBPP_SPLITS: dict[str, range] = {
@@ -76,6 +77,16 @@ def load_problem_set(problem_set: ProblemSet) -> dict[str, Problem]:
     if not keys:
         raise ValueError(f"{source} split {split!r}: no problems")
     return cap_tests({k: problems[k] for k in keys}, problem_set.max_tests)
+
+
+def check_problem_files(config: BaseModel) -> int:
+    """Load every local problems file ``config`` names (its stages', its evaluations'): a
+    malformed line is refused before the first stage starts, not when a stage reaches it an
+    hour in. A hub data set is checked when it is loaded. Returns how many sets it loaded."""
+    local = [s for s in settings_of(config, ProblemSet) if packaged_path(s.source).exists()]
+    for problem_set in local:
+        load_problem_set(problem_set)
+    return len(local)
 
 
 def _is_mbpp(problems: dict[str, Problem]) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from ..data.prompts import Prompt
@@ -141,6 +142,38 @@ def check_probe(engine: list[float], trainer: list[float], tolerance: float) -> 
     return diff
 
 
+def checkpoint_shapes(folder: str | Path) -> dict[str, tuple[int, ...]]:
+    """Name and shape of every tensor in a folder's safetensors files, read from the files'
+    headers: a refresh checks a checkpoint against the served model before it loads anything."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in sorted(Path(folder).glob("*.safetensors")):
+        if not file.is_file():  # a FIFO would block the reader, a device never end
+            raise WeightSyncError(f"{file}: not a regular file")
+        with safe_open(file, "pt") as tensors:
+            for name in tensors.keys():  # noqa: SIM118 (a safe_open handle is not iterable)
+                shapes[name] = tuple(tensors.get_slice(name).get_shape())
+    return shapes
+
+
+def check_weights_fit(
+    checkpoint: str | Path,
+    found: dict[str, tuple[int, ...]],
+    served: dict[str, tuple[int, ...]],
+    optional: frozenset[str] = frozenset({"lm_head.weight"}),  # tied to the embeddings
+) -> None:
+    """Refuse, before any tensor is copied, a checkpoint whose tensors are not the served
+    model's (missing, extra or of another shape): a refresh is all or nothing."""
+    missing = sorted(set(served) - set(found) - optional)
+    unexpected = sorted(set(found) - set(served))
+    reshaped = sorted(name for name in set(found) & set(served) if found[name] != served[name])
+    if missing or unexpected or reshaped:
+        raise WeightSyncError(
+            f"{checkpoint}: weights do not fit the model (missing {missing[:3]}, unexpected "
+            f"{unexpected[:3]}, other shapes {[(n, found[n], served[n]) for n in reshaped[:3]]}"
+            f"; {len(missing)}/{len(unexpected)}/{len(reshaped)} in all): nothing was loaded"
+        )
+
+
 class VLLMSampler:
     """A vLLM engine started once and refreshed in place."""
 
@@ -176,6 +209,7 @@ class VLLMSampler:
         self.tokenizer = self.llm.get_tokenizer()
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         self.weights = checkpoint
+        self.served_shapes = checkpoint_shapes(checkpoint) if Path(checkpoint).is_dir() else {}
 
     def sample(
         self, prompts: Sequence[Prompt], config: SamplingConfig, *, policy_version: int = 0
@@ -250,6 +284,8 @@ class VLLMSampler:
     def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float:
         """Serve the weights of ``checkpoint`` in place; with ``expected_probe`` (the trainer's
         :func:`trainer_probe_logprobs`), check they took. Returns the probe's mean |diff|."""
+        if self.served_shapes:  # an engine started from a hub name has no folder to compare
+            check_weights_fit(checkpoint, checkpoint_shapes(checkpoint), self.served_shapes)
         self.llm.collective_rpc("refresh_weights", args=(str(checkpoint),))
         self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
         self.weights = str(checkpoint)
@@ -300,15 +336,12 @@ class HFSampler:
         return trainer_probe_logprobs(self.model, self.model.config.vocab_size)
 
     def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float:
+        served = {name: tuple(t.shape) for name, t in self.model.state_dict().items()}
+        check_weights_fit(checkpoint, checkpoint_shapes(checkpoint), served)
         state = {}
         for file in sorted(Path(checkpoint).glob("*.safetensors")):
             state.update(load_file(file))
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
-        if unexpected or set(missing) - {"lm_head.weight"}:
-            raise WeightSyncError(
-                f"{checkpoint}: weights do not fit the model (missing {missing[:3]}, "
-                f"unexpected {unexpected[:3]})"
-            )
+        self.model.load_state_dict(state, strict=False)  # all of it fits: checked above
         self.weights = str(checkpoint)
         if expected_probe is None:
             return math.nan
