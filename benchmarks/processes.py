@@ -1,4 +1,4 @@
-"""The same run on 1 and on N processes: ``codepost run --num-processes`` wall time, and what
+"""The same run on 1 and on N processes: ``codepost run --launch.num-processes`` wall time, and what
 each run gave (greedy pass@1 per stage, every stage's record), in one run on this machine.
 
 The rank-aware stages (sft, rl, dpo) run under ``accelerate launch`` on N ranks, the others in
@@ -19,14 +19,14 @@ from pathlib import Path
 
 from update_throughput import cpu_name
 
-from codepost.pipeline.stages.evaluation import RESULTS_FILE, EvaluationResults
+from codepost.pipeline.reporting.evaluations import RESULTS_FILE, EvaluationResults
 
 
 def timed_run(config: Path, run_dir: Path, processes: int, log: Path) -> float:
     """``codepost run`` of ``config`` into ``run_dir`` on ``processes`` processes: seconds."""
     command = [
         sys.executable, "-m", "codepost.flows.cli", "run", f"--config={config}",
-        f"--run-dir={run_dir}", f"--num-processes={processes}",
+        f"--run-dir={run_dir}", f"--launch.num-processes={processes}",
     ]  # fmt: skip
     started = time.perf_counter()
     with log.open("w") as out:

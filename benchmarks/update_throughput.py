@@ -64,9 +64,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from codepost.pipeline.rl.models import char_tokenizer
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
 from codepost.pipeline.rl.rollouts import RolloutBatch, collate_rollouts
 
@@ -331,10 +330,9 @@ def our_updater(model: nn.Module, args: argparse.Namespace, *, drop: bool) -> Po
         algorithm="grpo",
         loss_agg_mode="token-mean",
         micro_batch_size=args.micro_batch_size,
-        lr=1e-6,
+        learning_rate=1e-6,
         max_grad_norm=1.0,
-        clip_low=0.2,
-        clip_high=0.2,
+        policy_loss={"name": "vanilla", "clip_low": 0.2, "clip_high": 0.2},
         drop_uniform_groups=drop,
     )
     return PolicyUpdater(config, copy.deepcopy(model))
@@ -359,9 +357,13 @@ def main() -> None:
     load_at_start = os.getloadavg()[0]
 
     from datasets import Dataset
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
     from trl import GRPOConfig, GRPOTrainer
 
-    tokenizer = char_tokenizer("abc")  # TRL wants one; the ids below never pass through it
+    # TRL wants a tokenizer; the ids below never pass through it
+    vocabulary = Tokenizer(WordLevel({"<pad>": 0}, unk_token="<pad>"))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=vocabulary, pad_token="<pad>")
     model = build_model(args)
     batch = collate_rollouts(build_rows(args))
     tokens = int(batch.completion_lengths.sum())

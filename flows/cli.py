@@ -13,6 +13,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from ..pipeline.command_line import SettingsParser
+
 # name -> ("module:register function", one-line help shown by `codepost --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
     "verify": (
@@ -28,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "serve a sampling engine over HTTP, for stages whose engine.server_url names it",
     ),
     "evaluate": (
-        "codepost.pipeline.cli:register_evaluate",
+        "codepost.pipeline.cli:register",
         "pass@k of a checkpoint (greedy pass@1, sampled pass@k) in the sandbox",
     ),
     "run": (
@@ -40,7 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "serve the deployments (nightly post-train, every stage on demand) to a Prefect server",
     ),
     "checkpoints": (
-        "codepost.pipeline.cli:register_checkpoints",
+        "codepost.pipeline.checkpoints.cli:register",
         "list, show, verify, tag and prune the checkpoints of a run folder",
     ),
 }
@@ -51,7 +53,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="codepost", description="Code post-training with a sandboxed verifier."
     )
-    subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subcommands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=SettingsParser
+    )
     for name, (target, help_text) in COMMANDS.items():
         if name == command:
             module, _, function = target.partition(":")

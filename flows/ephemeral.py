@@ -43,6 +43,7 @@ def start_ephemeral_server() -> None:
     """Start the ephemeral server Prefect's client would start on first use (the same instance)
     and a guard that stops it when this process dies, however it dies. Nothing to do when
     ``PREFECT_API_URL`` names a server."""
+    # Prefect reads the environment when it loads (set by `codepost run` before this call)
     from prefect.server.api.server import SubprocessASGIServer
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
 

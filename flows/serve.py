@@ -8,6 +8,7 @@ when a run is created (``enforce_parameter_schema``), and validated again when i
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from prefect import serve
@@ -53,8 +54,6 @@ async def ensure_accelerator_limit(slots: int = 1) -> None:
 
 
 def serve_forever(cron: str = NIGHTLY, timezone: str = "UTC", accelerator_slots: int = 1) -> None:
-    import asyncio
-
     asyncio.run(ensure_accelerator_limit(accelerator_slots))
     # Schedules stay active when this process stops: a restart serves them again.
     serve(*deployments(cron, timezone), pause_on_shutdown=False)

@@ -27,7 +27,7 @@ class FanOut(BaseModel):
     def build(self) -> TaskRunner[Any]:
         if self.task_runner == "threads":
             return ThreadPoolTaskRunner(max_workers=self.workers)
-        from prefect_dask import DaskTaskRunner
+        from prefect_dask import DaskTaskRunner  # loads dask: only for this runner
 
         if self.dask_address:
             return DaskTaskRunner(address=self.dask_address)

@@ -1,9 +1,9 @@
-"""Pipeline commands: ``codepost evaluate`` (pass@k of a checkpoint, through the sampler and
-the sandboxed verifier, with its 95% interval; ``--compare A B`` tests whether two evaluations
-differ by more than chance) and ``codepost checkpoints`` (the registry of a run folder).
+"""``codepost evaluate``: pass@k of a checkpoint, through the sampler and the sandboxed
+verifier, with its 95% interval; ``--compare A B`` tests whether two evaluations differ by more
+than chance.
 
-Settings come from the stage's pydantic config: a YAML file (``--config``) and the flags,
-flags winning; unknown YAML keys are refused with their name.
+Settings are the evaluation stage's config (:class:`EvalConfig`): a YAML file (``--config``)
+and a flag for each field, flags winning (:mod:`.settings`).
 """
 
 from __future__ import annotations
@@ -11,22 +11,45 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .reporting.report import Evaluation
-    from .stages.evaluation import EvaluationResults
+from pydantic import ValidationError
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.markup import escape
+from rich.table import Table
 
-EXIT_BAD_INPUT = 2
-EXIT_SANDBOX_UNAVAILABLE = 3
-EXIT_SANDBOX_ERRORS = 4
+from ..sandbox import SandboxUnavailable
+from ..verifiers import ProblemFormatError
+from .command_line import (
+    EXIT_BAD_INPUT,
+    EXIT_SANDBOX_ERRORS,
+    EXIT_SANDBOX_UNAVAILABLE,
+    settings_command,
+    stdout_console,
+)
+from .model_config import DEFAULT_MODEL, ModelNotFoundError
+from .progress import shown_on
+from .reporting.evaluations import EvaluationResults
+from .reporting.report import Evaluation, check_same_problems, format_p_value, load_evaluation
+from .reporting.stats import (
+    bootstrap_interval,
+    compare_greedy,
+    compare_sampled,
+    pass_at_k_per_problem,
+    wilson_interval,
+)
+from .settings import load_config
+from .stages.evaluation import EvalConfig, run_evaluate
 
 
-def register_evaluate(subparsers: Any) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    parser = settings_command(
+        subparsers,
         "evaluate",
+        EvalConfig,
+        example="--problems.source mbpp --problems.split test --sampling.max-tokens 256",
         help="pass@k of a checkpoint (greedy pass@1, sampled pass@k) in the sandbox",
         description="Sample completions of a checkpoint for every problem, run them in the "
         "Docker sandbox, and report greedy pass@1 and sampled pass@k (unbiased estimator).",
@@ -34,22 +57,9 @@ def register_evaluate(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "checkpoint",
         nargs="?",
-        default="embedded:smollm2-135m-instruct",
+        default=DEFAULT_MODEL,
         help="model folder, hub id or embedded:<name> (default: the embedded SmolLM2)",
     )
-    parser.add_argument("--config", type=Path, help="YAML file of EvalConfig settings")
-    parser.add_argument("--problems", help="'humaneval' (default), a .jsonl/.json file, a hub id")
-    parser.add_argument("--split", help="train | validation | test | prompt | all")
-    parser.add_argument("--limit", type=int, help="evaluate on the first N problems")
-    parser.add_argument("--prompt-style", choices=["chat", "continuation"])
-    parser.add_argument("--no-greedy", action="store_true", help="skip greedy pass@1")
-    parser.add_argument("--samples", type=int, help="sampled completions per problem (n)")
-    parser.add_argument("--temperature", type=float, help="of the sampled completions")
-    parser.add_argument("--k", type=int, action="append", help="k of pass@k (repeatable)")
-    parser.add_argument("--max-tokens", type=int)
-    parser.add_argument("--backend", choices=["vllm", "hf"], help="sampling engine")
-    parser.add_argument("--workers", type=int, help="sandbox containers")
-    parser.add_argument("--exclude-sandbox-errors", action="store_true")
     parser.add_argument("--output", type=Path, default=Path("runs/evaluate"), help="folder")
     parser.add_argument(
         "--compare",
@@ -63,75 +73,18 @@ def register_evaluate(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def read_settings(path: Path, config_name: str) -> dict[str, Any]:
-    """The mapping of settings in YAML file ``path``; ValueError names the file, and the line
-    where it stops being YAML, so a command refuses it as bad input."""
-    import yaml
-
-    with path.open() as stream:  # read from the stream, yaml's messages name the file
-        try:
-            data = yaml.safe_load(stream) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path} is not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of {config_name} settings")
-    return data
-
-
-def build_config(args: argparse.Namespace) -> Any:
-    """The EvalConfig of a YAML file (if any) with the flags given on top."""
-    from .stages.evaluation import EvalConfig
-
-    data = {} if args.config is None else read_settings(args.config, "EvalConfig")
-    problems = dict(data.get("problems") or {})
-    for flag, key in (("problems", "source"), ("split", "split"), ("limit", "limit")):
-        if getattr(args, flag) is not None:
-            problems[key] = getattr(args, flag)
-    flags = {
-        "prompt_style": args.prompt_style,
-        "num_samples": args.samples,
-        "temperature": args.temperature,
-        "ks": args.k,
-        "max_tokens": args.max_tokens,
-    }
-    data.update({key: value for key, value in flags.items() if value is not None})
-    data["problems"] = problems
-    if args.no_greedy:
-        data["greedy"] = False
-    if args.exclude_sandbox_errors:
-        data["exclude_sandbox_errors"] = True
-    if args.backend:
-        data["engine"] = {**(data.get("engine") or {}), "backend": args.backend}
-    if args.workers:
-        data["scoring"] = {**(data.get("scoring") or {}), "workers": args.workers}
-    if "ks" not in data and data.get("num_samples"):
-        data["ks"] = [k for k in (1, 8) if k <= data["num_samples"]]
-    return EvalConfig.model_validate(data)
-
-
 def evaluate(args: argparse.Namespace) -> int:
     if args.compare:
         return compare(*args.compare)
-    from pydantic import ValidationError
-    from rich.console import Console
-    from rich.logging import RichHandler
-
     err = Console(stderr=True)
     logging.basicConfig(
         level=logging.INFO, format="%(message)s", handlers=[RichHandler(console=err)]
     )
     try:
-        config = build_config(args)
+        config = load_config(EvalConfig, args.config, args.settings)
     except (ValidationError, ValueError, OSError) as exc:
         err.print(f"[red]codepost evaluate: invalid settings[/red]: {exc}")
         return EXIT_BAD_INPUT
-
-    from ..sandbox import SandboxUnavailable
-    from ..verifiers import ProblemFormatError
-    from .model_config import ModelNotFoundError
-    from .progress import shown_on
-    from .stages.evaluation import run_evaluate
-
     try:
         with shown_on(err):  # live bars on a terminal, else a line every 10 s
             results = run_evaluate(config, args.checkpoint, args.output)
@@ -149,8 +102,6 @@ def evaluate(args: argparse.Namespace) -> int:
 
 def print_table(results: EvaluationResults, console: Any) -> None:
     """The scores of an evaluation, each with its 95% interval."""
-    from rich.table import Table
-
     table = Table(title=f"{results.checkpoint} on {results.num_problems} problems")
     for column in ("run", "metric", "value", "95% CI", "samples", "passed", "sandbox errors"):
         table.add_column(column)
@@ -171,11 +122,6 @@ def print_table(results: EvaluationResults, console: Any) -> None:
 def compare(a: Path, b: Path) -> int:
     """``codepost evaluate --compare A B``: is B better than A, or within chance? Both are
     read back from their folders' per-problem results; nothing is sampled or run."""
-    from rich.console import Console
-    from rich.markup import escape
-
-    from .reporting.report import check_same_problems, load_evaluation
-
     err = Console(stderr=True)
     try:
         before, after = load_evaluation(a), load_evaluation(b)
@@ -210,10 +156,6 @@ def compare(a: Path, b: Path) -> int:
 
 
 def _print_greedy_comparison(before: Evaluation, after: Evaluation, console: Any) -> None:
-    from rich.table import Table
-
-    from .reporting.report import format_p_value
-    from .reporting.stats import compare_greedy, wilson_interval
 
     greedy_before, greedy_after = before.greedy(), after.greedy()
     assert greedy_before is not None and greedy_after is not None  # "greedy" in both runs
@@ -240,10 +182,6 @@ def _print_greedy_comparison(before: Evaluation, after: Evaluation, console: Any
 
 
 def _print_sampled_comparison(before: Evaluation, after: Evaluation, console: Any) -> None:
-    from rich.table import Table
-
-    from .reporting.report import format_p_value
-    from .reporting.stats import bootstrap_interval, compare_sampled, pass_at_k_per_problem
 
     a, b = before.counts["sampled"], after.counts["sampled"]
     fewest = min(n for counts in (a, b) for n, _ in counts.values())
@@ -293,111 +231,3 @@ def _interval(interval: Any, *, signed: bool = False) -> str:
         return "n/a"
     low, high = interval
     return f"[{low:+.4f}, {high:+.4f}]" if signed else f"[{low:.4f}, {high:.4f}]"
-
-
-def register_checkpoints(subparsers: Any) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "checkpoints",
-        help="list, show, verify, tag and prune the checkpoints of a run folder",
-        description="The checkpoint registry of a run folder: every published checkpoint "
-        "(model folder + manifest.json) under it is a version.",
-    )
-    parser.add_argument("--root", type=Path, default=Path("runs"), help="the run folder")
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    actions.add_parser("list", help="every version, oldest first, with stage, tags, metrics")
-    actions.add_parser("show", help="a version's manifest").add_argument(
-        "ref", help="tag, folder or stage/version"
-    )
-    actions.add_parser("verify", help="check file hashes against the manifest").add_argument(
-        "ref", nargs="?", help="tag, folder or stage/version (default: every version)"
-    )
-    tag = actions.add_parser("tag", help="point a tag (best, production, ...) at a version")
-    tag.add_argument("ref")
-    tag.add_argument("name")
-    prune = actions.add_parser("prune", help="delete all but the newest K and the tagged ones")
-    prune.add_argument("--keep-last", type=int, required=True)
-    prune.add_argument("--dry-run", action="store_true")
-    parser.set_defaults(func=checkpoints)
-    return parser
-
-
-def stdout_console() -> Any:
-    """Rich's console for tables on stdout: the terminal's width, or room for whole rows when
-    the output is piped or logged (rich would fold them into 80 columns)."""
-    from rich.console import Console
-
-    return Console() if sys.stdout.isatty() else Console(width=200)
-
-
-def checkpoints(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from .atomic import WriteError
-    from .checkpoints import registry
-    from .checkpoints.manifest import verify
-
-    console, err = stdout_console(), Console(stderr=True)
-    try:
-        if args.action == "list":
-            table = Table(title=f"checkpoints under {args.root}")
-            table.add_column("version", no_wrap=True)  # what `tag` and `verify` take
-            for column in ("state", "tags", "parent", "created", "key metrics"):
-                table.add_column(column)
-            for entry in registry.list_checkpoints(args.root, unpublished=True):
-                manifest = entry.manifest
-                table.add_row(
-                    entry.name,
-                    entry.state if entry.healthy else f"[red]{entry.state}[/red]",
-                    ", ".join(entry.tags),
-                    Path(manifest.parent or "").name if manifest else "",
-                    manifest.created_at if manifest else "",
-                    _key_metrics(manifest.metrics) if manifest else "",
-                )
-            console.print(table)
-        elif args.action == "show":
-            entry = registry.resolve(args.root, args.ref)
-            if entry.manifest is None:
-                raise ValueError(f"{entry.name} is {entry.state}")
-            console.print_json(entry.manifest.model_dump_json())
-        elif args.action == "verify":
-            entries = (
-                [registry.resolve(args.root, args.ref)]
-                if args.ref
-                else registry.list_checkpoints(args.root)
-            )
-            failed = 0
-            for entry in entries:
-                problems = list(entry.problems) if entry.manifest is None else verify(entry.path)
-                for problem in problems:
-                    err.print(f"[red]{entry.name}[/red]: {problem}")
-                failed += bool(problems)
-                if not problems and entry.manifest is not None:
-                    console.print(f"{entry.name}: {len(entry.manifest.files)} files match")
-            if failed:
-                return 1
-        elif args.action == "tag":
-            entry = registry.tag(args.root, args.ref, args.name)
-            console.print(f"{args.name} -> {entry.name} ({entry.path})")
-        elif args.action == "prune":
-            doomed = registry.prune(args.root, args.keep_last, dry_run=args.dry_run)
-            verb = "would delete" if args.dry_run else "deleted"
-            names = [e.name if e.healthy else f"{e.name} ({e.state})" for e in doomed]
-            console.print(f"{verb} {len(doomed)}: {', '.join(names) or '-'}")
-    except (LookupError, ValueError, FileNotFoundError) as exc:
-        err.print(f"[red]codepost checkpoints[/red]: {exc}")
-        return EXIT_BAD_INPUT
-    except WriteError as exc:  # a full disk, a read-only folder: named, not a traceback
-        err.print(f"[red]codepost checkpoints[/red]: {exc}")
-        return 1
-    return 0
-
-
-def _key_metrics(metrics: dict[str, Any]) -> str:
-    from .rl.metric_names import Reward, lookup
-
-    shown = {name: lookup(metrics, name) for name in (Reward.MEAN, Reward.PASS_RATE)}
-    shown |= {name: metrics.get(name) for name in ("train_loss", "pass@1")}
-    return ", ".join(
-        f"{name} {value:.3f}" for name, value in shown.items() if isinstance(value, float)
-    )

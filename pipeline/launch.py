@@ -43,7 +43,7 @@ from accelerate import Accelerator, PartialState
 from accelerate.utils import parse_flag_from_env
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .inference.sampling import close_samplers
+from .inference.engines import close_samplers
 from .output_lines import OutputLines
 from .resources import close_all
 from .stages import Artifacts, Stage, get_stage, run_stage

@@ -32,15 +32,23 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from ..verifiers.problems import MBPP
 from . import atomic
 from .data.problem_sets import ProblemSet
+from .inference.sampling import SamplingConfig
 from .launch import LaunchConfig, LaunchingExecutor, execute_launched
 from .model_config import ModelConfig
 from .progress import RunSteps
 from .reporting.report import stage_rows, write_report
+from .rl.policy_update import UpdateConfig
 from .run_lock import run_folder_lock
 from .stages import STAGES, Artifacts, Stage, get_stage, run_stage
+from .stages.dpo import DPOStageConfig
 from .stages.evaluation import EvalConfig
+from .stages.pairs import PairMiningConfig
+from .stages.rl import RLConfig
+from .stages.rollouts import RolloutsConfig
+from .stages.sft import SFTStageConfig
 from .tracking import RunTracking, TrackerName
 from .tracking import stage as tracking_stage
+from .training import TrainingSettings
 
 log = logging.getLogger("codepost.run")
 RUN_RECORD = "run.json"
@@ -352,15 +360,6 @@ def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
     cores): SFT on 32 MBPP training references, 3 GRPO iterations with dynamic sampling on
     MBPP training problems, DPO on pairs mined from fresh rollouts, greedy pass@1 on all 164
     HumanEval problems (with intervals and paired tests) before and after each stage."""
-    from .inference.sampling import SamplingConfig
-    from .rl.policy_update import UpdateConfig
-    from .stages.dpo import DPOStageConfig
-    from .stages.pairs import PairMiningConfig
-    from .stages.rl import RLConfig
-    from .stages.rollouts import RolloutsConfig
-    from .stages.sft import SFTStageConfig
-    from .training import TrainingSettings
-
     mbpp_train = ProblemSet(source=MBPP, split="train", shuffle_seed=0)
     rl = RLConfig(
         problems=mbpp_train,
@@ -368,7 +367,9 @@ def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
         prompts_per_iteration=4,
         max_sampling_rounds=2,
         sampling=SamplingConfig(num_generations=4, max_tokens=256),
-        update=UpdateConfig(lr=2e-6, micro_batch_size=4, sampler_is_cap=2.0, mask_truncated=True),
+        update=UpdateConfig(
+            learning_rate=2e-6, micro_batch_size=4, sampler_is_cap=2.0, mask_truncated=True
+        ),
     )
     stages = [
         SFTStageConfig(
@@ -396,5 +397,7 @@ def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
             {"stage": name, "config": stage}
             for name, stage in zip(["sft", "rl", "rollouts", "pairs", "dpo"], stages, strict=True)
         ],
-        evaluations={"humaneval": EvalConfig(max_tokens=256)},
+        evaluations={
+            "humaneval": EvalConfig(sampling=SamplingConfig(temperature=0.8, max_tokens=256))
+        },
     )

@@ -29,6 +29,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rich.default_styles import DEFAULT_STYLES
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.theme import Theme
+from tqdm import tqdm
+
 log = logging.getLogger("codepost.progress")
 
 EVERY_S = 10.0  # a task's log line at most this often
@@ -113,15 +125,6 @@ class Bars:
     """Tasks as live rich bars on ``console`` (a terminal); :meth:`live` shows them."""
 
     def __init__(self, console: Any) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -136,9 +139,6 @@ class Bars:
 
     @contextlib.contextmanager
     def live(self) -> Iterator[None]:
-        from rich.default_styles import DEFAULT_STYLES
-        from rich.theme import Theme
-
         # The bars' styles, on a console whose theme has none of rich's own (Prefect's)
         console = self.progress.console
         console.push_theme(Theme({k: v for k, v in DEFAULT_STYLES.items()
@@ -268,7 +268,6 @@ def track(
 def tqdm_class(description: str) -> type:
     """A tqdm class for a library that takes one (vLLM's ``use_tqdm``): its bars draw nothing,
     and one advanced by hand (not iterating) reports as a task named ``description``."""
-    from tqdm import tqdm
 
     class Reporting(tqdm):  # type: ignore[misc]
         task: Task | None = None

@@ -10,10 +10,10 @@ import shutil
 from pathlib import Path
 
 import torch
+from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.pipeline.inference.sampling import EngineConfig
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
-from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
 
 TEST_ENGINE = EngineConfig(max_model_len=1024, cpu_kv_cache_gib=1.0)
 

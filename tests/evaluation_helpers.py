@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from codepost.pipeline.stages.evaluation import pass_at_k_of_rows
+from codepost.pipeline.reporting.evaluations import pass_at_k_of_rows
 
 
 def write_evaluation(

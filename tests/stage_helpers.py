@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
+from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
 from codepost.pipeline.rl.policy_update import UpdateConfig
 from codepost.pipeline.stages.pairs import PairMiningConfig, run_pair_mining
 from codepost.pipeline.stages.rl import RLConfig
@@ -25,7 +25,7 @@ from codepost.verifiers import RewardConfig
 SIGNAL = ScoreConfig(
     workers=2,
     timeout_s=3.0,
-    reward=RewardConfig(length_weight=1.0, length_budget=1, length_buffer=200),
+    reward=RewardConfig(weights={"test": 1.0, "length": 1.0}, length_budget=1, length_buffer=200),
 )
 
 # A chat template in the tokenizer's own characters, so chat-style prompts work on tiny models.
@@ -152,5 +152,5 @@ def small_rl_config(model: ModelConfig, engine: EngineConfig) -> RLConfig:
         sampling=SamplingConfig(num_generations=3, max_tokens=12),
         engine=engine,
         scoring=SIGNAL,
-        update=UpdateConfig(lr=1e-2, sampler_is_cap=2.0),
+        update=UpdateConfig(learning_rate=1e-2, sampler_is_cap=2.0),
     )

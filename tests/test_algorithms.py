@@ -2,6 +2,7 @@
 
 import itertools
 import math
+from typing import Literal
 
 import pytest
 import torch
@@ -15,11 +16,16 @@ from codepost.pipeline.rl.algorithms import (
     ALGORITHMS,
     POLICY_LOSSES,
     AdaptiveKLController,
+    AdvantageInputs,
     Algorithm,
     FixedKLController,
     GAEParams,
     GRPOParams,
+    GSPOParams,
+    Hyperparameters,
+    LossInputs,
     ReinforcePPParams,
+    VanillaParams,
     aggregate_loss,
     approx_kl,
     discounted_returns,
@@ -57,9 +63,13 @@ def policy_loss(
 ):
     """A registered policy loss with its hyperparameters as keywords."""
     entry = get_policy_loss(loss)
-    return entry(
-        logprobs, old_logprobs, advantages, mask, entry.params(**params), agg_mode=agg_mode
-    )
+    inputs = LossInputs(logprobs, old_logprobs, advantages, mask, agg_mode=agg_mode)
+    return entry(inputs, entry.params(**params))
+
+
+def estimate(name, token_rewards, mask, params=None, **batch):
+    """A registered estimator's advantages and returns for a batch given as tensors."""
+    return get_advantage_estimator(name)(AdvantageInputs(token_rewards, mask, **batch), params)
 
 
 # --------------------------------------------------------------------------------------------
@@ -120,8 +130,8 @@ def test_seed_grpo_group_example():
     expected = t([1.52, 1.09, 0.65, 0.22, -1.09, -1.52, -0.22, -0.65])
     mask = torch.ones(8, 3, dtype=F64)
     token_rewards = outcome_to_token_rewards(rewards, mask)
-    advantages, _ = get_advantage_estimator("grpo")(
-        token_rewards, mask, group_ids=torch.zeros(8, dtype=torch.long)
+    advantages, _ = estimate(
+        "grpo", token_rewards, mask, group_ids=torch.zeros(8, dtype=torch.long)
     )
     for column in range(3):  # every token of a response carries the response's advantage
         torch.testing.assert_close(advantages[:, column], expected, atol=0.01, rtol=0)
@@ -170,8 +180,8 @@ def test_seed_gae_lambda_zero_is_one_step_td():
     # seed 001_7ed2394ec5ed1b91.txt "Lambda Parameter" table and
     # seed 002_0ecc5351ed575acb.txt "Scenario A": lambda = 0 gives
     # A_t = delta_t = r_t + gamma V(s_{t+1}) - V(s_t), with V = 0 after the last token.
-    advantages, returns = get_advantage_estimator("gae")(
-        GAE_REWARDS, GAE_MASK, GAEParams(gamma=0.9, lam=0.0), values=GAE_VALUES
+    advantages, returns = estimate(
+        "gae", GAE_REWARDS, GAE_MASK, GAEParams(gamma=0.9, lam=0.0), values=GAE_VALUES
     )
     expected = t([[0.9 * 0.6 - 0.5, 0.9 * 0.7 - 0.6, 1.0 - 0.7], [0.9 * 1.5 - 1.0, 2.0 - 1.5, 0.0]])
     torch.testing.assert_close(advantages, expected)
@@ -180,8 +190,8 @@ def test_seed_gae_lambda_zero_is_one_step_td():
 
 def test_seed_gae_lambda_one_is_monte_carlo_return_minus_value():
     # Same seeds, "lambda = 1" / "Scenario B": A_t = sum_l gamma^l r_{t+l} - V(s_t).
-    advantages, _ = get_advantage_estimator("gae")(
-        GAE_REWARDS, GAE_MASK, GAEParams(gamma=0.9, lam=1.0), values=GAE_VALUES
+    advantages, _ = estimate(
+        "gae", GAE_REWARDS, GAE_MASK, GAEParams(gamma=0.9, lam=1.0), values=GAE_VALUES
     )
     expected = t([[0.81 - 0.5, 0.9 - 0.6, 1.0 - 0.7], [1.8 - 1.0, 2.0 - 1.5, 0.0]])
     torch.testing.assert_close(advantages, expected)
@@ -316,15 +326,13 @@ def test_registry_lists_every_estimator_and_rejects_unknown_or_duplicate_names()
     with pytest.raises(ValueError, match=r"unknown advantage estimator 'ppo'.*'grpo'"):
         get_advantage_estimator("ppo")
     with pytest.raises(ValueError, match="already registered"):
-        register_advantage("grpo")(ADVANTAGE_ESTIMATORS["rloo"].fn)
+        register_advantage(GRPOParams)(ADVANTAGE_ESTIMATORS["rloo"].fn)
     assert get_advantage_estimator("grpo") is ADVANTAGE_ESTIMATORS["grpo"]
 
 
 def test_estimators_take_only_their_own_hyperparameters():
     with pytest.raises(TypeError, match="expected GRPOParams, got GAEParams"):
-        get_advantage_estimator("grpo")(
-            t([[1.0]]), t([[1.0]]), GAEParams(), group_ids=torch.tensor([0])
-        )
+        estimate("grpo", t([[1.0]]), t([[1.0]]), GAEParams(), group_ids=torch.tensor([0]))
     with pytest.raises(ValidationError, match="lam"):
         GRPOParams(lam=0.9)
 
@@ -334,9 +342,9 @@ def test_policy_loss_registry_names_each_loss_and_its_ratio():
     assert get_policy_loss("vanilla").ratio_level == "token"
     assert get_policy_loss("gspo").ratio_level == "sequence"
     with pytest.raises(ValueError, match="unknown ratio level 'word'"):
-        register_policy_loss("word", ratio_level="word")
+        register_policy_loss(GSPOParams, ratio_level="word")
     with pytest.raises(ValueError, match="already registered"):
-        register_policy_loss("gspo")(POLICY_LOSSES["vanilla"].fn)
+        register_policy_loss(GSPOParams)(POLICY_LOSSES["vanilla"].fn)
 
 
 def test_algorithm_registry_names_registered_estimators_losses_and_models():
@@ -350,31 +358,39 @@ def test_algorithm_registry_names_registered_estimators_losses_and_models():
         "ppo",
     }
     for algorithm in ALGORITHMS.values():
-        assert algorithm.advantage in ADVANTAGE_ESTIMATORS
-        assert algorithm.policy_loss in POLICY_LOSSES
+        assert algorithm.advantage.name in ADVANTAGE_ESTIMATORS
+        assert algorithm.policy_loss.name in POLICY_LOSSES
         assert algorithm.description
-        assert not algorithm.needs_reference  # the KL to the reference is opt-in everywhere
-    assert {name for name, a in ALGORITHMS.items() if a.needs_critic} == {"ppo"}
-    assert ALGORITHMS["ppo"].advantage == "gae"
-    assert Algorithm("grpo", settings={"kl_in": "loss", "kl_coef": 0.04}).needs_reference
+    critics = {
+        n for n, a in ALGORITHMS.items() if ADVANTAGE_ESTIMATORS[a.advantage.name].needs_critic
+    }
+    assert critics == {"ppo"}
+    assert ALGORITHMS["ppo"].advantage.name == "gae"
     with pytest.raises(ValueError, match="unknown algorithm 'ppo2'"):
         get_algorithm("ppo2")
     with pytest.raises(ValueError, match="already registered"):
         register_algorithm("grpo", ALGORITHMS["rloo"])
 
 
+class ToyParams(Hyperparameters):
+    name: Literal["toy"] = "toy"
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"advantage": "ppo"}, "unknown advantage estimator 'ppo'"),
-        ({"advantage": "grpo", "policy_loss": "clip"}, "unknown policy loss 'clip'"),
-        ({"advantage": "grpo", "advantage_args": {"lam": 0.9}}, "lam"),
-        ({"advantage": "gae", "policy_loss_args": {"clip_high": -1}}, "clip_high"),
+        ({"advantage": ToyParams()}, "unknown advantage estimator 'toy'"),
+        ({"advantage": GRPOParams(), "policy_loss": ToyParams()}, "unknown policy loss 'toy'"),
+        ({"advantage": GRPOParams(), "loss_agg_mode": "seq"}, "loss_agg_mode"),
     ],
 )
 def test_algorithm_fails_at_registration_on_unknown_parts_or_hyperparameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Algorithm(**kwargs)
+    with pytest.raises(ValidationError, match="lam"):
+        GRPOParams(lam=0.9)
+    with pytest.raises(ValidationError, match="clip_high"):
+        VanillaParams(clip_high=-1)
 
 
 @pytest.mark.parametrize("name", sorted(ADVANTAGE_ESTIMATORS))
@@ -388,7 +404,8 @@ def test_every_estimator_is_zero_on_masked_positions(name, batch, gamma, lam):
     params = estimator.params(
         **{k: v for k, v in given_params.items() if k in estimator.params.model_fields}
     )
-    advantages, returns = estimator(rewards, mask, params, group_ids=group_ids, values=values)
+    inputs = AdvantageInputs(rewards, mask, group_ids=group_ids, values=values)
+    advantages, returns = estimator(inputs, params)
     assert advantages.shape == returns.shape == mask.shape
     assert (advantages[~mask.bool()] == 0).all() and (returns[~mask.bool()] == 0).all()
     assert torch.isfinite(advantages).all() and torch.isfinite(returns).all()
@@ -397,16 +414,14 @@ def test_every_estimator_is_zero_on_masked_positions(name, batch, gamma, lam):
 @pytest.mark.parametrize("name", GROUP_ESTIMATORS)
 def test_group_estimators_require_group_ids(name):
     with pytest.raises(ValueError, match="group_ids"):
-        get_advantage_estimator(name)(t([[1.0], [0.0]]), t([[1.0], [1.0]]))
+        estimate(name, t([[1.0], [0.0]]), t([[1.0], [1.0]]))
     with pytest.raises(ValueError, match="group_ids"):
-        get_advantage_estimator(name)(
-            t([[1.0], [0.0]]), t([[1.0], [1.0]]), group_ids=torch.tensor([0])
-        )
+        estimate(name, t([[1.0], [0.0]]), t([[1.0], [1.0]]), group_ids=torch.tensor([0]))
 
 
 def test_gae_requires_values():
     with pytest.raises(ValueError, match="needs values"):
-        get_advantage_estimator("gae")(t([[1.0]]), t([[1.0]]))
+        estimate("gae", t([[1.0]]), t([[1.0]]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -418,7 +433,7 @@ def test_gae_requires_values():
 @given(batches())
 def test_grpo_advantages_have_zero_group_mean_and_unit_std(batch):
     rewards, mask, group_ids = batch
-    advantages, _ = get_advantage_estimator("grpo")(rewards, mask, group_ids=group_ids)
+    advantages, _ = estimate("grpo", rewards, mask, group_ids=group_ids)
     per_seq = advantages[torch.arange(len(mask)), mask.sum(-1).long() - 1]
     # one advantage per sequence, repeated on each of its valid tokens
     torch.testing.assert_close(advantages, per_seq[:, None] * mask)
@@ -436,8 +451,8 @@ def test_grpo_advantages_have_zero_group_mean_and_unit_std(batch):
 @given(batches())
 def test_dr_grpo_is_score_minus_group_mean(batch):
     rewards, mask, group_ids = batch
-    advantages, _ = get_advantage_estimator("grpo")(
-        rewards, mask, GRPOParams(norm_by_std=False), group_ids=group_ids
+    advantages, _ = estimate(
+        "grpo", rewards, mask, GRPOParams(norm_by_std=False), group_ids=group_ids
     )
     scores = seq_scores(rewards, mask)
     for rows in groups_of(group_ids).values():
@@ -449,9 +464,7 @@ def test_dr_grpo_is_score_minus_group_mean(batch):
 def test_grpo_gives_zero_to_singleton_and_uniform_groups():
     mask = torch.ones(4, 2, dtype=F64)
     rewards = outcome_to_token_rewards(t([5.0, 1.0, 1.0, 0.0]), mask)
-    advantages, _ = get_advantage_estimator("grpo")(
-        rewards, mask, group_ids=torch.tensor([0, 1, 1, 2])
-    )
+    advantages, _ = estimate("grpo", rewards, mask, group_ids=torch.tensor([0, 1, 1, 2]))
     assert (advantages == 0).all()
 
 
@@ -464,7 +477,7 @@ def test_grpo_gives_zero_to_singleton_and_uniform_groups():
 @given(batches(min_group_size=2))
 def test_rloo_is_score_minus_mean_of_the_others(batch):
     rewards, mask, group_ids = batch
-    advantages, _ = get_advantage_estimator("rloo")(rewards, mask, group_ids=group_ids)
+    advantages, _ = estimate("rloo", rewards, mask, group_ids=group_ids)
     scores = seq_scores(rewards, mask)
     for rows in groups_of(group_ids).values():
         n = len(rows)
@@ -482,9 +495,7 @@ def test_rloo_is_score_minus_mean_of_the_others(batch):
 
 def test_rloo_rejects_singleton_groups():
     with pytest.raises(ValueError, match="at least 2 samples"):
-        get_advantage_estimator("rloo")(
-            t([[1.0], [0.0]]), t([[1.0], [1.0]]), group_ids=torch.tensor([0, 1])
-        )
+        estimate("rloo", t([[1.0], [0.0]]), t([[1.0], [1.0]]), group_ids=torch.tensor([0, 1]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -497,8 +508,8 @@ def test_rloo_rejects_singleton_groups():
 def test_reinforce_pp_whitens_return_to_go_over_the_whole_batch(batch, gamma):
     rewards, mask, group_ids = batch
     assume(mask.sum() >= 2)
-    advantages, returns = get_advantage_estimator("reinforce++")(
-        rewards, mask, ReinforcePPParams(gamma=gamma), group_ids=group_ids
+    advantages, returns = estimate(
+        "reinforce++", rewards, mask, ReinforcePPParams(gamma=gamma), group_ids=group_ids
     )
     torch.testing.assert_close(returns, discounted_returns(rewards, mask, gamma))
     valid = returns[mask.bool()]
@@ -513,11 +524,11 @@ def test_reinforce_pp_whitens_return_to_go_over_the_whole_batch(batch, gamma):
 def test_reinforce_pp_baseline_ignores_per_group_reward_shifts(batch, shifts):
     rewards, mask, group_ids = batch
     estimator = get_advantage_estimator("reinforce++_baseline")
-    advantages, _ = estimator(rewards, mask, group_ids=group_ids)
+    advantages, _ = estimator(AdvantageInputs(rewards, mask, group_ids=group_ids))
     # Adding a constant to every score of a group (prompt difficulty) changes nothing.
     shift = t([shifts[(gid - 3) // 7] for gid in group_ids.tolist()])
     shifted_rewards = rewards + outcome_to_token_rewards(shift, mask)
-    shifted, _ = estimator(shifted_rewards, mask, group_ids=group_ids)
+    shifted, _ = estimator(AdvantageInputs(shifted_rewards, mask, group_ids=group_ids))
     torch.testing.assert_close(shifted, advantages, atol=1e-6, rtol=1e-6)
     # Definition: score minus group mean on every valid token, whitened over all valid tokens.
     scores = t(seq_scores(rewards, mask))
@@ -546,8 +557,8 @@ def test_reinforce_pp_baseline_ignores_per_group_reward_shifts(batch, shifts):
 @given(batches(elements=small_float))
 def test_gae_with_lambda_one_gamma_one_and_zero_values_is_return_to_go(batch):
     rewards, mask, _ = batch
-    advantages, returns = get_advantage_estimator("gae")(
-        rewards, mask, GAEParams(gamma=1.0, lam=1.0), values=torch.zeros_like(rewards)
+    advantages, returns = estimate(
+        "gae", rewards, mask, GAEParams(gamma=1.0, lam=1.0), values=torch.zeros_like(rewards)
     )
     reverse_cumsum = (rewards * mask).flip(-1).cumsum(-1).flip(-1) * mask
     torch.testing.assert_close(advantages, reverse_cumsum)
@@ -559,8 +570,8 @@ def test_gae_with_lambda_one_gamma_one_and_zero_values_is_return_to_go(batch):
 def test_gae_lambda_zero_is_td_error_and_returns_are_advantage_plus_value(batch, gamma, data):
     rewards, mask, _ = batch
     values = data.draw(matrices(*mask.shape))
-    advantages, returns = get_advantage_estimator("gae")(
-        rewards, mask, GAEParams(gamma=gamma, lam=0.0), values=values
+    advantages, returns = estimate(
+        "gae", rewards, mask, GAEParams(gamma=gamma, lam=0.0), values=values
     )
     for row, length in enumerate(mask.sum(-1).long().tolist()):
         for step in range(length):

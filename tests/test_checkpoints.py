@@ -7,12 +7,12 @@ import json
 
 import pytest
 import torch
+from tiny_models import char_tokenizer, tiny_causal_lm
 from transformers import AutoModelForCausalLM
 
 from codepost.pipeline.atomic import WriteError
 from codepost.pipeline.checkpoints import manifest as checkpoints
 from codepost.pipeline.checkpoints.manifest import CheckpointManifest
-from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
 
 
 @pytest.fixture

@@ -175,13 +175,15 @@ def _running(api: str, run_id: str) -> bool:
 
 def test_a_cancelled_run_stops_its_processes_and_their_logs_reach_the_run(served, tmp_path):
     from codepost.pipeline.data.problem_sets import ProblemSet
+    from codepost.pipeline.inference.sampling import SamplingConfig
     from codepost.pipeline.stages.evaluation import EvalConfig
 
     api, env, _, serve_pid = served
     model = saved_tiny_model(tmp_path / "tiny", hidden_size=128)
     engine = TEST_ENGINE.model_copy(update={"max_model_len": 2048})
+    sampling = SamplingConfig(num_generations=16, temperature=0.8, max_tokens=512)
     config = EvalConfig(problems=ProblemSet(limit=32), prompt_style="continuation",
-                        num_samples=16, max_tokens=512, engine=engine)  # fmt: skip
+                        sampled=True, sampling=sampling, engine=engine)  # fmt: skip
     code = f"""
 from prefect.deployments import run_deployment
 run = run_deployment("evaluate/on-demand", timeout=0, parameters={{

@@ -14,11 +14,12 @@ from codepost.pipeline.data.rows import TO_COUNT, read_rows
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.stages.difficulty_filter import (
     DifficultyFilterConfig,
-    filtered_problem_set,
     held_out_split,
     run_difficulty_filter,
     select_problems,
 )
+from codepost.pipeline.stages.registry import filtered_problem_set, kept_problems
+from codepost.pipeline.stages.rl import RLConfig
 from codepost.pipeline.stages.scoring import ScoreConfig
 
 ADD = "```python\ndef add(a, b):\n    return a + b\n```"
@@ -85,7 +86,9 @@ def test_the_filter_scores_rollouts_and_publishes_the_problems_in_range(tmp_path
     assert checkpoints.verify(path.parent) == []
 
     # The RL stage loads the kept problems as a problem set, with their tests.
-    filtered = filtered_problem_set(out, ProblemSet(shuffle_seed=3))
+    filtered = kept_problems(
+        RLConfig(problems=ProblemSet(shuffle_seed=3)), str(path.parent)
+    ).problems
     assert list(load_problem_set(filtered)) == ["1"]
     assert load_problem_set(filtered)["1"] == load_problem_set(problems)["1"]
 

@@ -177,7 +177,7 @@ def test_an_update_on_two_ranks_gives_the_weights_of_one(
         update=UpdateConfig(
             algorithm=algorithm,
             loss_agg_mode="seq-mean-token-sum",
-            lr=lr,
+            learning_rate=lr,
             epochs=2,
             minibatch_size=5,
             micro_batch_size=2,
@@ -321,7 +321,7 @@ def rl_config(model: ModelConfig, **changes: Any) -> RLConfig:
         sampling=SamplingConfig(num_generations=3, max_tokens=12),
         engine=EngineConfig(backend="hf"),
         scoring=SIGNAL,
-        update=UpdateConfig(lr=1e-2, sampler_is_cap=2.0),
+        update=UpdateConfig(learning_rate=1e-2, sampler_is_cap=2.0),
         **settings,
     )
 
@@ -353,7 +353,7 @@ def test_an_rl_run_killed_on_two_ranks_resumes_on_one_and_on_two(
     resumed on 1 process and on 2 as before: the trainer state is whole either way."""
     model = save_tiny_model(tmp_path / "model")
     config = rl_config(model)
-    lr = config.update.lr
+    lr = config.update.learning_rate
     fsdp = FSDP2 if sharding == "fsdp" else None
     killed = tmp_path / "killed"
     run = launched(2, "rl", config, Artifacts(), killed, fsdp)

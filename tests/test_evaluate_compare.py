@@ -11,7 +11,7 @@ from rich.console import Console
 
 from codepost.flows.cli import main
 from codepost.pipeline.cli import print_table
-from codepost.pipeline.stages.evaluation import EvaluationResults, pass_at_k_of_rows
+from codepost.pipeline.reporting.evaluations import EvaluationResults, pass_at_k_of_rows
 
 
 @pytest.fixture
@@ -86,9 +86,10 @@ def test_the_evaluation_table_shows_each_interval():
 @pytest.mark.parametrize(
     ("text", "named"),
     [
-        ("max_tokens: [8\n", "line 2"),
+        ("sampling: {max_tokens: [8\n", "line 2"),
         ("engine: {cpu_kv_cache_gib: 0.5}\n", "engine.cpu_kv_cache_gib"),
-        ("max_tokens: 2048\n", "max_tokens=2048"),
+        ("sampling: {max_tokens: 2048}\n", "max_tokens=2048"),
+        ("max_tokens: 256\n", "max_tokens is renamed: use sampling.max_tokens"),
     ],
 )
 def test_evaluate_refuses_settings_it_cannot_use_naming_them(tmp_path, capsys, text, named):

@@ -39,18 +39,24 @@ def tiny_config(tmp_path):
                     prompt_style="continuation",
                     iterations=2,
                     prompts_per_iteration=2,
+                    # the tiny model never passes: its groups differ in the length term only
+                    dynamic_sampling_metric="reward",
                     sampling=SamplingConfig(num_generations=2, max_tokens=8),
                     engine=HF,
                     scoring=ScoreConfig(
-                        workers=2, reward=RewardConfig(length_weight=1.0, length_budget=1)
+                        workers=2,
+                        reward=RewardConfig(weights={"test": 1.0, "length": 1.0}, length_budget=1),
                     ),
-                    update=UpdateConfig(lr=1e-2),
+                    update=UpdateConfig(learning_rate=1e-2),
                 ),
             }
         ],
         evaluations={
             "tiny": EvalConfig(
-                problems=problems, prompt_style="continuation", max_tokens=8, engine=HF
+                problems=problems,
+                prompt_style="continuation",
+                sampling=SamplingConfig(max_tokens=8),
+                engine=HF,
             )
         },
     )
@@ -126,7 +132,7 @@ def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_c
     from codepost.flows.post_train import update_flow
     from codepost.pipeline.checkpoints.manifest import read_manifest
 
-    update = {"model": {"name_or_path": result["checkpoint"]}, "update": {"lr": 1e-2}}
+    update = {"model": {"name_or_path": result["checkpoint"]}, "update": {"learning_rate": 1e-2}}
     rollouts = rl_dir / "rollouts" / "iteration-0003.parquet"
     updated = update_flow(str(rollouts), update, f"{run_dir}/u")
     assert read_manifest(Path(updated)).version == "policy-0003"

@@ -12,11 +12,13 @@ import copy
 import pytest
 import torch
 from datasets import Dataset
+from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.pipeline.data.prompts import Prompt
-from codepost.pipeline.rl.models import ValueModel, char_tokenizer, tiny_causal_lm
+from codepost.pipeline.inference.generate import generate_rollouts
+from codepost.pipeline.rl.models import ValueModel
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rl.rollouts import collate_rollouts, generate_rollouts
+from codepost.pipeline.rl.rollouts import collate_rollouts
 from codepost.sandbox import Limits
 from codepost.verifiers import Problem, RewardConfig, Verifier
 
@@ -111,7 +113,7 @@ def test_update_raises_the_verifier_reward(name, code_reward_fn, one_thread):
     torch.manual_seed(0)
     tokenizer = char_tokenizer(ALPHABET)
     policy = tiny_causal_lm(len(tokenizer), seed=0)
-    config = UpdateConfig(**{"lr": 3e-3, "micro_batch_size": 32, **CONFIGS[name]})
+    config = UpdateConfig(**{"learning_rate": 3e-3, "micro_batch_size": 32, **CONFIGS[name]})
     updater = PolicyUpdater(
         config,
         policy,

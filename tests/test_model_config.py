@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.pipeline.atomic import WriteError
 from codepost.pipeline.model_config import (
@@ -20,7 +21,6 @@ from codepost.pipeline.model_config import (
     load_tokenizer,
     resolve_model,
 )
-from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
 
 
 def test_a_missing_local_model_is_named(tmp_path):

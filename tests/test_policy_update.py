@@ -10,21 +10,25 @@ import pytest
 import torch
 from accelerate.state import AcceleratorState
 from pydantic import ValidationError
+from tiny_models import char_tokenizer, tiny_causal_lm
 from update_cases import ALPHABET, minibatch_gradients, random_rows, tiny_case, weights
 
 from codepost.pipeline.data.prompts import Prompt
+from codepost.pipeline.inference.generate import generate_rollouts
+from codepost.pipeline.logprobs import completion_logits, completion_logprobs
 from codepost.pipeline.model_config import ModelConfig
 from codepost.pipeline.rl.algorithms import (
     ADVANTAGE_ESTIMATORS,
     AGG_MODES,
     ALGORITHMS,
     POLICY_LOSSES,
+    AdvantageInputs,
     Algorithm,
-    ClipParams,
     GAEParams,
     GRPOParams,
+    GSPOParams,
     Hyperparameters,
-    aggregate_loss,
+    VanillaParams,
     approx_kl,
     get_advantage_estimator,
     get_policy_loss,
@@ -33,15 +37,9 @@ from codepost.pipeline.rl.algorithms import (
     register_algorithm,
     register_policy_loss,
 )
-from codepost.pipeline.rl.models import (
-    ValueModel,
-    char_tokenizer,
-    completion_logits,
-    completion_logprobs,
-    tiny_causal_lm,
-)
+from codepost.pipeline.rl.models import ValueModel
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rl.rollouts import collate_rollouts, generate_rollouts
+from codepost.pipeline.rl.rollouts import collate_rollouts
 
 # --------------------------------------------------------------------------------------------
 # Rollouts -> batches
@@ -182,22 +180,23 @@ def test_generated_rows_follow_the_contract_and_their_logprobs_are_the_trainers(
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"learning_rate": 1e-5}, "Extra inputs are not permitted"),
+        ({"lr": 1e-5}, "Extra inputs are not permitted"),
         ({"algorithm": "ppo2"}, "algorithm"),
-        ({"lr": 0}, "greater than 0"),
-        ({"clip_low": 1.0}, "less than 1"),
-        ({"dual_clip": 1.0}, "greater than 1"),
+        ({"learning_rate": 0}, "greater than 0"),
+        ({"policy_loss": {"name": "vanilla", "clip_low": 1.0}}, "less than 1"),
+        ({"policy_loss": {"name": "vanilla", "dual_clip": 1.0}}, "greater than 1"),
         ({"loss_agg_mode": "sum"}, "loss_agg_mode"),
         ({"micro_batch_size": 8, "minibatch_size": 4}, "exceeds minibatch_size"),
         ({"kl_coef": 0.1}, "kl_in='none'"),
         ({"kl_in": "loss"}, "needs kl_coef > 0"),
         ({"kl_in": "loss", "kl_coef": 0.1, "kl_estimator": "k4"}, "kl_estimator"),
         ({"kl_in": "reward", "kl_coef": 0.1, "kl_ratio_weighted": True}, "kl_in='loss'"),
-        ({"advantage_args": {"lam": 0.9}}, "GRPOParams"),
-        ({"algorithm": "ppo", "advantage_args": {"lam": 2.0}}, "lam"),
-        ({"policy_loss": "ppo"}, "unknown policy loss 'ppo'"),
-        ({"policy_loss_args": {"clip": 0.1}}, "ClipParams"),
-        ({"policy_loss": "gspo", "ratio_level": "token"}, "not both"),
+        ({"advantage": {"name": "grpo", "lam": 0.9}}, "advantage.lam"),
+        ({"algorithm": "ppo", "advantage": {"name": "gae", "lam": 2.0}}, "lam"),
+        ({"policy_loss": {"name": "ppo"}}, "unknown policy loss 'ppo'"),
+        ({"policy_loss": {"name": "vanilla", "clip": 0.1}}, "policy_loss.clip"),
+        ({"policy_loss": "gspo"}, "as a mapping with its name"),
+        ({"advantage": {"lam": 0.9}}, "needs its `name`"),
         ({"algorithm": "dapo", "kl_coef": 0.1}, "kl_in='none'"),
     ],
 )
@@ -213,19 +212,16 @@ def test_config_agg_modes_are_the_algorithm_registry_modes():
 
 def test_default_configs_keep_the_settings_from_before_the_registry():
     config = UpdateConfig()
-    assert config.advantage_estimator() == (
-        get_advantage_estimator("grpo"),
-        GRPOParams(norm_by_std=True, eps=1e-6),
-    )
-    assert config.loss() == (get_policy_loss("vanilla"), ClipParams(clip_low=0.2, clip_high=0.2))
+    assert config.estimator is get_advantage_estimator("grpo")
+    assert config.advantage == GRPOParams(norm_by_std=True, eps=1e-6)
+    assert config.loss is get_policy_loss("vanilla")
+    assert config.policy_loss == VanillaParams(clip_low=0.2, clip_high=0.2)
     assert config.loss_agg_mode == "token-mean" and config.kl_in == "none"
     assert not config.needs_critic and not config.needs_reference
     ppo = UpdateConfig(algorithm="ppo")
     assert ppo.needs_critic
-    assert ppo.advantage_estimator() == (
-        get_advantage_estimator("gae"),
-        GAEParams(gamma=1.0, lam=0.95, whiten=True),
-    )
+    assert ppo.estimator is get_advantage_estimator("gae")
+    assert ppo.advantage == GAEParams(gamma=1.0, lam=0.95, whiten=True)
 
 
 def test_dr_grpo_preset_trains_on_mean_centred_scores_with_a_token_sum_loss():
@@ -244,10 +240,9 @@ def test_dr_grpo_preset_trains_on_mean_centred_scores_with_a_token_sum_loss():
 
 def test_dapo_preset_clips_higher_than_lower_without_kl_and_masks_overlong_completions():
     config = UpdateConfig(algorithm="dapo")
-    loss, params = config.loss()
-    assert loss is get_policy_loss("vanilla")
-    assert (params.clip_low, params.clip_high) == (0.2, 0.28)
-    assert config.advantage_estimator() == (get_advantage_estimator("grpo"), GRPOParams())
+    assert config.loss is get_policy_loss("vanilla")
+    assert (config.policy_loss.clip_low, config.policy_loss.clip_high) == (0.2, 0.28)
+    assert config.advantage == GRPOParams()
     assert config.loss_agg_mode == "token-mean"
     assert config.kl_in == "none" and not config.needs_reference
     assert config.mask_truncated and config.drop_uniform_groups
@@ -259,27 +254,34 @@ def test_dapo_preset_clips_higher_than_lower_without_kl_and_masks_overlong_compl
 
 def test_explicit_fields_override_the_preset():
     dapo = UpdateConfig(
-        algorithm="dapo", clip_high=0.3, loss_agg_mode="seq-mean-token-mean", mask_truncated=False
+        algorithm="dapo",
+        policy_loss={"name": "vanilla", "clip_low": 0.2, "clip_high": 0.3},
+        loss_agg_mode="seq-mean-token-mean",
+        mask_truncated=False,
     )
-    assert dapo.loss()[1] == ClipParams(clip_low=0.2, clip_high=0.3)
+    assert dapo.policy_loss == VanillaParams(clip_low=0.2, clip_high=0.3)
     assert dapo.loss_agg_mode == "seq-mean-token-mean" and not dapo.mask_truncated
-    assert UpdateConfig(algorithm="dr_grpo", norm_adv_by_std=True).advantage_estimator()[1] == (
-        GRPOParams(norm_by_std=True)
+    dr_grpo = UpdateConfig(algorithm="dr_grpo", advantage={"name": "grpo", "norm_by_std": True})
+    assert dr_grpo.advantage == GRPOParams(norm_by_std=True)
+    explicit = UpdateConfig(algorithm="dr_grpo", advantage=GRPOParams(norm_by_std=False, eps=1e-3))
+    assert explicit.advantage == GRPOParams(norm_by_std=False, eps=1e-3)
+    ppo = UpdateConfig(algorithm="ppo", advantage=GAEParams(gamma=0.9, lam=0.8, whiten=False))
+    assert ppo.advantage == GAEParams(gamma=0.9, lam=0.8, whiten=False)
+    # The sequence-level loss, with the preset's clip restated.
+    config = UpdateConfig(
+        algorithm="dapo", policy_loss=GSPOParams(clip_low=0.2, clip_high=0.28, dual_clip=3.0)
     )
-    explicit = UpdateConfig(algorithm="dr_grpo", advantage_args={"eps": 1e-3})
-    assert explicit.advantage_estimator()[1] == GRPOParams(norm_by_std=False, eps=1e-3)
-    ppo = UpdateConfig(algorithm="ppo", gamma=0.9, lam=0.8, whiten_advantages=False)
-    assert ppo.advantage_estimator()[1] == GAEParams(gamma=0.9, lam=0.8, whiten=False)
-    # The older ratio_level spelling picks the sequence-level loss; the preset's clip stays.
-    loss, params = UpdateConfig(algorithm="dapo", ratio_level="sequence", dual_clip=3.0).loss()
-    assert loss is get_policy_loss("gspo")
-    assert params == ClipParams(clip_low=0.2, clip_high=0.28, dual_clip=3.0)
-    loss, params = UpdateConfig(policy_loss="gspo", policy_loss_args={"clip_low": 0.1}).loss()
-    assert loss is get_policy_loss("gspo") and params.clip_low == 0.1
-    # What a preset filled in is saved with the config and read back the same.
+    assert config.loss is get_policy_loss("gspo")
+    assert config.policy_loss == GSPOParams(clip_low=0.2, clip_high=0.28, dual_clip=3.0)
+    config = UpdateConfig(policy_loss={"name": "gspo", "clip_low": 0.1})
+    assert config.loss is get_policy_loss("gspo") and config.policy_loss.clip_low == 0.1
+    # What a preset filled in is saved with the config and read back the same, and so is a
+    # dump of the fields set only (the command line's settings: the estimator keeps its name).
     for name in ALGORITHMS:
         config = UpdateConfig(algorithm=name)
         assert UpdateConfig.model_validate_json(config.model_dump_json()) == config
+    set_only = UpdateConfig(advantage=GAEParams(lam=0.9)).model_dump(exclude_unset=True)
+    assert set_only == {"advantage": {"name": "gae", "lam": 0.9}}
 
 
 @pytest.fixture
@@ -296,43 +298,34 @@ def registries():
 
 def test_a_new_algorithm_is_registrations_only_and_trains_through_the_updater(registries):
     class SignParams(Hyperparameters):
+        name: typing.Literal["toy_sign"] = "toy_sign"
         scale: float = 1.0
 
-    @register_advantage("toy_sign", SignParams)
-    def sign_advantages(token_rewards, response_mask, params, *, group_ids, values):
+    @register_advantage(SignParams)
+    def sign_advantages(inputs, params):
         """+-scale on every token, by whether the sequence beats the batch's mean score."""
-        scores = (token_rewards * response_mask).sum(-1)
+        scores = (inputs.token_rewards * inputs.response_mask).sum(-1)
         advantages = params.scale * (scores - scores.mean()).sign()
-        return advantages[:, None] * response_mask, scores[:, None] * response_mask
+        return advantages[:, None] * inputs.response_mask, scores[:, None] * inputs.response_mask
 
-    @register_policy_loss("toy_reinforce")
-    def reinforce_loss(
-        logprobs, old_logprobs, advantages, response_mask, params, *, agg_mode, num_tokens, num_seqs
-    ):
+    class ReinforceParams(Hyperparameters):
+        name: typing.Literal["toy_reinforce"] = "toy_reinforce"
+
+    @register_policy_loss(ReinforceParams)
+    def reinforce_loss(inputs, params):
         """Plain REINFORCE: no ratio, no clip."""
-        loss = aggregate_loss(
-            -advantages * logprobs,
-            response_mask,
-            agg_mode,
-            num_tokens=num_tokens,
-            num_seqs=num_seqs,
-        )
-        return loss, {"approx_kl": approx_kl(logprobs, old_logprobs, response_mask)}
+        loss = inputs.aggregate(-inputs.advantages * inputs.logprobs)
+        kl = approx_kl(inputs.logprobs, inputs.old_logprobs, inputs.response_mask)
+        return loss, {"approx_kl": kl}
 
     register_algorithm(
         "toy",
-        Algorithm(
-            "toy_sign",
-            "toy_reinforce",
-            advantage_args={"scale": 2.0},
-            settings={"loss_agg_mode": "seq-mean-token-mean"},
-        ),
+        Algorithm(SignParams(scale=2.0), ReinforceParams(), loss_agg_mode="seq-mean-token-mean"),
     )
-    config = UpdateConfig(algorithm="toy", lr=1e-2, drop_uniform_groups=False)
+    config = UpdateConfig(algorithm="toy", learning_rate=1e-2, drop_uniform_groups=False)
     assert config.loss_agg_mode == "seq-mean-token-mean"
-    assert UpdateConfig(algorithm="toy", advantage_args={"scale": 0.5}).advantage_estimator()[
-        1
-    ] == SignParams(scale=0.5)
+    explicit = UpdateConfig(algorithm="toy", advantage={"name": "toy_sign", "scale": 0.5})
+    assert explicit.advantage == SignParams(scale=0.5)
     updater, batch = tiny_case(config)
     prepared = updater.prepare(batch)
     expected = 2.0 * (batch.rewards - batch.rewards.mean()).sign()
@@ -362,7 +355,7 @@ def test_updater_checks_its_models_against_the_config():
 def test_first_step_is_on_policy_and_measures_the_sampler_mismatch():
     """One step per batch: the old logprobs come from the step's own forward (ratio 1), and the
     sampler's logprobs, here off by 0.25, are compared with the trainer's."""
-    updater, batch = tiny_case(UpdateConfig(lr=1e-3))
+    updater, batch = tiny_case(UpdateConfig(learning_rate=1e-3))
     with torch.no_grad():
         inputs = batch.model_inputs(torch.arange(len(batch)))
         true = completion_logprobs(completion_logits(updater.policy, inputs), inputs.completion_ids)
@@ -386,7 +379,7 @@ def test_first_step_is_on_policy_and_measures_the_sampler_mismatch():
 
 
 def test_uniform_groups_are_dropped_and_an_all_uniform_batch_does_not_step():
-    updater, batch = tiny_case(UpdateConfig(lr=1e-2))
+    updater, batch = tiny_case(UpdateConfig(learning_rate=1e-2))
     rewards = batch.rewards.clone()
     rewards[batch.group_ids == 0] = 1.0  # group 0 now carries no signal
     metrics = updater.update(replace(batch, rewards=rewards))
@@ -419,7 +412,7 @@ def test_mask_truncated_takes_truncated_completions_out_of_the_gradient(mask_tru
 
 
 def test_early_stop_when_the_policy_leaves_the_sampling_policy():
-    base = {"lr": 5e-2, "epochs": 4, "minibatch_size": 8}
+    base = {"learning_rate": 5e-2, "epochs": 4, "minibatch_size": 8}
     updater, batch = tiny_case(UpdateConfig(**base))
     full = updater.update(batch)
     updater, batch = tiny_case(UpdateConfig(**base, target_kl=1e-4))
@@ -434,7 +427,7 @@ def test_early_stop_when_the_policy_leaves_the_sampling_policy():
 @pytest.mark.parametrize(("target", "direction"), [(1e-6, 1), (1e3, -1)])
 def test_adaptive_kl_coefficient_moves_toward_its_target(target, direction):
     config = UpdateConfig(
-        lr=5e-2, epochs=2, kl_in="loss", kl_coef=0.1,
+        learning_rate=5e-2, epochs=2, kl_in="loss", kl_coef=0.1,
         adaptive_kl_target=target, adaptive_kl_horizon=100,
     )  # fmt: skip
     updater, batch = tiny_case(config)
@@ -446,8 +439,8 @@ def test_adaptive_kl_coefficient_moves_toward_its_target(target, direction):
 
 def test_ppo_builds_kl_shaped_rewards_gae_targets_and_trains_actor_and_critic():
     config = UpdateConfig(
-        algorithm="ppo", lr=1e-2, epochs=2, minibatch_size=8, kl_in="reward", kl_coef=0.2,
-        gamma=0.9, lam=0.8,
+        algorithm="ppo", learning_rate=1e-2, epochs=2, minibatch_size=8, kl_in="reward",
+        kl_coef=0.2, advantage=GAEParams(gamma=0.9, lam=0.8, whiten=True),
     )  # fmt: skip
     updater, batch = tiny_case(config)
     updater.update(batch)  # move policy and critic away from the reference and zero values
@@ -459,7 +452,7 @@ def test_ppo_builds_kl_shaped_rewards_gae_targets_and_trains_actor_and_critic():
     rewards = -0.2 * kl
     rewards[torch.arange(len(last)), last] += prepared.batch.rewards
     advantages, returns = get_advantage_estimator("gae")(
-        rewards, mask, GAEParams(gamma=0.9, lam=0.8), values=prepared.old_values
+        AdvantageInputs(rewards, mask, values=prepared.old_values), GAEParams(gamma=0.9, lam=0.8)
     )
     torch.testing.assert_close(prepared.returns, returns)
     torch.testing.assert_close(prepared.returns, (advantages + prepared.old_values) * mask)
@@ -483,7 +476,7 @@ def test_ppo_builds_kl_shaped_rewards_gae_targets_and_trains_actor_and_critic():
 
 
 def test_lora_trains_only_the_adapters_and_uses_the_base_model_as_reference():
-    config = UpdateConfig(lr=1e-2, kl_in="loss", kl_coef=0.1)
+    config = UpdateConfig(learning_rate=1e-2, kl_in="loss", kl_coef=0.1)
     updater, batch = tiny_case(config, model_config=ModelConfig(lora_r=4))
     assert updater.ref_model is None
     before = weights(updater)
@@ -521,7 +514,7 @@ def test_bf16_autocasts_the_forward_but_keeps_float32_logprobs(fresh_accelerator
     logprobs = {}
     for bf16 in (False, True):
         AcceleratorState._reset_state(reset_partial_state=True)
-        updater, batch = tiny_case(UpdateConfig(bf16=bf16, lr=1e-3, epochs=2))
+        updater, batch = tiny_case(UpdateConfig(bf16=bf16, learning_rate=1e-3, epochs=2))
         logprobs[bf16] = updater.prepare(batch).old_logprobs
         metrics = updater.update(batch)
         assert metrics["update/optimizer_steps"] == 2 and math.isfinite(metrics["update/loss"])
@@ -530,7 +523,7 @@ def test_bf16_autocasts_the_forward_but_keeps_float32_logprobs(fresh_accelerator
 
 
 def test_sequence_level_ratio_and_dual_clip_run_through_the_update():
-    config = UpdateConfig(lr=5e-2, epochs=3, ratio_level="sequence", dual_clip=3.0)
+    config = UpdateConfig(learning_rate=5e-2, epochs=3, policy_loss=GSPOParams(dual_clip=3.0))
     updater, batch = tiny_case(config)
     metrics = updater.update(batch)
     assert metrics["update/optimizer_steps"] == 3

@@ -17,7 +17,7 @@ from codepost.pipeline.post_train import (
     seeded,
     with_run_model,
 )
-from codepost.pipeline.stages.difficulty_filter import kept_problems
+from codepost.pipeline.stages.registry import kept_problems
 from codepost.pipeline.stages.rl import RLConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -144,7 +144,13 @@ def test_arms_start_from_the_branch_point_and_every_checkpoint_is_measured_on_th
         stages=["sft", "filter", "rl", {"stage": "rft", "after": "filter"}],
         evaluations={
             "mbpp": {},
-            "train": {"problems_from": "train", "greedy": False, "num_samples": 2, "ks": [1]},
+            "train": {
+                "problems_from": "train",
+                "greedy": False,
+                "sampled": True,
+                "sampling": {"num_generations": 2},
+                "ks": [1],
+            },
         },
     )
     post_train.run_post_train(config, execute=execute)

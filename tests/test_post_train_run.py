@@ -39,14 +39,18 @@ def _config(tmp_path: Path, lr: float) -> PostTrainConfig:
         dynamic_sampling=False,
         sampling=SamplingConfig(num_generations=2, max_tokens=8),
         engine=HF,
-        scoring=ScoreConfig(workers=2, reward=RewardConfig(length_weight=1.0, length_budget=1)),
-        update=UpdateConfig(lr=lr),
+        scoring=ScoreConfig(
+            workers=2, reward=RewardConfig(weights={"test": 1.0, "length": 1.0}, length_budget=1)
+        ),
+        update=UpdateConfig(learning_rate=lr),
     )
     return PostTrainConfig(
         run_dir=str(tmp_path / "run"),
         model=save_tiny_model(tmp_path / "tiny"),
         stages=[{"stage": "sft", "config": sft}, {"stage": "rl", "config": rl}],
-        evaluations={"tiny": EvalConfig(problems=problems, max_tokens=8, engine=HF)},
+        evaluations={
+            "tiny": EvalConfig(problems=problems, sampling=SamplingConfig(max_tokens=8), engine=HF)
+        },
         launch=LaunchConfig(num_processes=2),
     )
 
@@ -85,5 +89,5 @@ def test_a_rerun_reuses_what_did_not_change_and_recomputes_what_did(tmp_path, ca
     new = sorted(Path(r).parts[0] for r in set(after) - set(records))
     assert new == ["rl", "rl"]  # RL and its evaluation; SFT and the base evaluation reused
     assert changed.checkpoint != first.checkpoint
-    assert "update.lr: 0.01 -> 0.005" in caplog.text
+    assert "update.learning_rate: 0.01 -> 0.005" in caplog.text
     assert caplog.text.count("reusing") == 3  # base eval, sft, sft eval

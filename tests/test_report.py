@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from evaluation_helpers import BASE, SFT, outcomes, write_evaluation
 
+from codepost.pipeline.reporting.evaluations import EvaluationResults
 from codepost.pipeline.reporting.report import stage_rows, write_report
 from codepost.pipeline.reporting.stats import wilson_interval
-from codepost.pipeline.stages.evaluation import EvaluationResults
 
 
 @pytest.fixture

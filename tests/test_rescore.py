@@ -25,7 +25,7 @@ def test_rollouts_are_scored_again_under_another_reward(tmp_path):
     task = str(TINY_PROBLEMS[0]["task_id"])
     rows = [rollout(task, ADD, True, 0.0), rollout(task, SYNTAX, True, 0.0)]  # stale scores
     scored = write_rollouts(tmp_path / "scored.parquet", rows)
-    syntax = RewardConfig(test_weight=1.0, syntax_weight=0.5)
+    syntax = RewardConfig(weights={"test": 1.0, "syntax": 0.5})
     config = RescoreConfig(problems=problems, scoring=ScoreConfig(workers=1, reward=syntax))
     outputs = run_stage(get_stage("rescore"), config, Artifacts(scored=str(scored)), tmp_path / "o")
     again = pq.read_table(outputs.scored).to_pylist()

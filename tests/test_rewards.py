@@ -35,6 +35,8 @@ GOOD_CHAT = "<think>easy</think>\n```python\ndef add(a, b):\n    return a + b\n`
 def test_config_rejects_unknown_fields():
     with pytest.raises(ValidationError, match="format_wieght"):
         RewardConfig(format_wieght=1.0)
+    with pytest.raises(ValidationError, match="no reward term"):
+        RewardConfig(weights={"fromat": 1.0})
     with pytest.raises(ValidationError):
         RewardConfig(length_budget=0)
 
@@ -108,7 +110,7 @@ def test_forbidden_code_is_found_in_the_models_code_only():
 
 
 def test_combine_weights_components():
-    config = RewardConfig(test_weight=1.0, format_weight=0.5, length_weight=0.25)
+    config = RewardConfig(weights={"test": 1.0, "format": 0.5, "length": 0.25})
     components = {"test": 1.0, "format": 1.0, "syntax": 0.0, "length": -1.0, "forbidden": -1.0}
     assert combine(config, components) == 1.0 + 0.5 - 0.25
     assert combine(config, {**components, "test": None}) is None
@@ -117,7 +119,7 @@ def test_combine_weights_components():
 
 def test_verdict_reward_uses_the_config():
     config = RewardConfig(
-        format_weight=0.5, require_think=True, syntax_weight=0.1, forbidden_weight=1.0
+        weights={"test": 1.0, "format": 0.5, "syntax": 0.1, "forbidden": 1.0}, require_think=True
     )
     verifier = Verifier(InProcessExecutor(), reward_config=config)
     good, cheat = verifier.verify(
@@ -158,7 +160,7 @@ def trl_kwargs(completions, task_ids, **extra):
 
 
 def test_trl_reward_funcs_sum_to_the_verifier_reward():
-    config = RewardConfig(format_weight=0.5, syntax_weight=0.25, length_weight=2.0)
+    config = RewardConfig(weights={"test": 1.0, "format": 0.5, "syntax": 0.25, "length": 2.0})
     verifier = Verifier(InProcessExecutor(), reward_config=config)
     funcs = make_trl_reward_funcs(verifier, PROBLEMS)
     assert [get_callable_name(f) for f in funcs] == [
@@ -205,14 +207,16 @@ def test_trl_test_reward_of_sandbox_errors_is_a_failure_unless_excluded(policy, 
 
 def test_trl_weights_and_token_lengths_come_from_the_given_config():
     config = RewardConfig(
-        test_weight=0.0, length_weight=3.0, length_unit="tokens", length_budget=4, length_buffer=4
+        weights={"test": 0.0, "length": 3.0}, length_unit="tokens", length_budget=4, length_buffer=4
     )
     (length,) = make_trl_reward_funcs(Verifier(InProcessExecutor()), PROBLEMS, config)
     kwargs = trl_kwargs(["x", "x"], ["add", "add"])
     kwargs["completion_ids"] = [[1] * 4, [1] * 6]
     assert length(**kwargs) == [0.0, -1.5]
     with pytest.raises(ValueError, match="every reward weight is 0"):
-        make_trl_reward_funcs(Verifier(InProcessExecutor()), PROBLEMS, RewardConfig(test_weight=0))
+        make_trl_reward_funcs(
+            Verifier(InProcessExecutor()), PROBLEMS, RewardConfig(weights={"test": 0})
+        )
 
 
 def test_pathological_code_does_not_crash_the_host():

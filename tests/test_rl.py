@@ -127,7 +127,8 @@ def test_grpo_on_smollm2_with_vllm_refreshes_the_engine_after_each_update(tmp_pa
         sampling=SamplingConfig(num_generations=4, max_tokens=40),
         engine=TEST_ENGINE,
         scoring=SIGNAL,
-        update=UpdateConfig(lr=1e-5, micro_batch_size=4),
+        dynamic_sampling_metric="reward",  # SIGNAL's length term: every iteration updates
+        update=UpdateConfig(learning_rate=1e-5, micro_batch_size=4),
     )
     run_rl(config, tmp_path)
     rows = metrics(tmp_path)
@@ -238,7 +239,7 @@ def test_groups_without_signal_are_resampled_then_skipped(tiny_model, tmp_path):
         sampling=SamplingConfig(num_generations=3, max_tokens=8),
         engine=EngineConfig(backend="hf"),
         scoring=SIGNAL,
-        update=UpdateConfig(lr=1e-2),
+        update=UpdateConfig(learning_rate=1e-2),
     )
     no_signal = tmp_path / "no-signal"
     run_rl(base, no_signal)

@@ -20,7 +20,7 @@ from processes import busy_cores, drop_page_caches, gone, wait_until
 from servers import free_port
 
 from codepost.flows import cli
-from codepost.flows.commands import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE
+from codepost.pipeline.command_line import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE
 
 
 def _config(tmp_path: Path, settings: object) -> str:
@@ -50,7 +50,10 @@ def _stage(stage: str, **config: object) -> dict[str, object]:
             {"stages": [_stage("rl", sampling={"temperature": 2.5})]},
             "rl.config.sampling.temperature",
         ),
-        ({"evaluations": {"humaneval": {"temperature": 3}}}, "evaluations.humaneval.temperature"),
+        (
+            {"evaluations": {"humaneval": {"sampling": {"temperature": 3}}}},
+            "evaluations.humaneval.sampling.temperature",
+        ),
         ({"stages": [_stage("rl", sampling={"temperature": 0})]}, "sampling.temperature=0"),
         (
             {
@@ -66,7 +69,14 @@ def _stage(stage: str, **config: object) -> dict[str, object]:
             "sampling.max_tokens=4096",
         ),
         (
-            {"evaluations": {"humaneval": {"max_tokens": 4000, "engine": {"max_model_len": 4000}}}},
+            {
+                "evaluations": {
+                    "humaneval": {
+                        "sampling": {"max_tokens": 4000},
+                        "engine": {"max_model_len": 4000},
+                    }
+                }
+            },
             "max_tokens=4000",
         ),
         ({"stages": [_stage("filter", engine={"max_model_len": 256})]}, "engine.max_model_len=256"),
@@ -155,7 +165,7 @@ def _start_run(tmp_path: Path, log: Path, **env_vars: str) -> subprocess.Popen:
         "model": {"name_or_path": saved_tiny_model(tmp_path / "tiny").name_or_path},
         "stages": [],
         "evaluations": {"tiny": {"problems": {"limit": 2}, "prompt_style": "continuation",
-                                 "max_tokens": 8, "engine": {"backend": "hf"}}},
+                                 "sampling": {"max_tokens": 8}, "engine": {"backend": "hf"}}},
     }  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # ephemeral mode
     env["PREFECT_HOME"] = str(tmp_path / "prefect")

@@ -14,15 +14,14 @@ from servers import free_port, running_server
 from stage_helpers import small_rl_config
 
 from codepost.pipeline.data.prompts import Prompt
+from codepost.pipeline.inference.engines import close_samplers, get_sampler
+from codepost.pipeline.inference.remote import TOKEN_ENV, RemoteSampler
 from codepost.pipeline.inference.sampling import (
     EngineConfig,
     SamplingConfig,
     WeightSyncError,
-    close_samplers,
-    get_sampler,
     trainer_probe_logprobs,
 )
-from codepost.pipeline.inference.server import TOKEN_ENV, RemoteSampler
 from codepost.pipeline.model_config import load_causal_lm
 from codepost.pipeline.stages.rl import METRICS_FILE, iteration_dir, run_rl
 
@@ -104,7 +103,8 @@ def test_a_missing_server_is_named():
 @pytest.mark.slow
 def test_a_token_guards_every_endpoint(tiny, tmp_path, monkeypatch):
     with running_server(
-        "sample-server", tmp_path, "--model", tiny.name_or_path, "--backend", "hf",
+        "sample-server", tmp_path, "--model.name-or-path", tiny.name_or_path,
+        "--engine.backend", "hf",
         env={TOKEN_ENV: "s3cret"},
     ) as guarded:  # fmt: skip
         assert httpx.get(f"{guarded.url}/engine").status_code == 401

@@ -17,9 +17,12 @@ from engines import (
     perturbed_copy,
     recomputed_logprobs,
 )
+from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
 from codepost.pipeline.data.prompts import Prompt, build_prompt
+from codepost.pipeline.inference.engines import get_sampler
+from codepost.pipeline.inference.generate import generate_rollouts
 from codepost.pipeline.inference.sampling import (
     EngineConfig,
     HFSampler,
@@ -27,12 +30,10 @@ from codepost.pipeline.inference.sampling import (
     WeightSyncError,
     check_free_memory,
     check_probe,
-    get_sampler,
     trainer_probe_logprobs,
 )
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
-from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
-from codepost.pipeline.rl.rollouts import collate_rollouts, generate_rollouts
+from codepost.pipeline.rl.rollouts import collate_rollouts
 
 
 def test_too_little_memory_for_the_kv_cache_is_said_before_vllm_starts(monkeypatch):

@@ -50,7 +50,7 @@ class FlakyExecutor(InProcessExecutor):
 def test_rows_keep_their_fields_and_gain_scores_in_order():
     rows = rows_for([reference("HumanEval/1"), ("HumanEval/0", "```python\nx = (\n```", "chat"),
                      reference("HumanEval/0", "continuation")])  # fmt: skip
-    config = ScoreConfig(reward=RewardConfig(format_weight=0.5, syntax_weight=0.25))
+    config = ScoreConfig(reward=RewardConfig(weights={"test": 1.0, "format": 0.5, "syntax": 0.25}))
     scored = score_rollouts(rows, PROBLEMS, config, executor=InProcessExecutor())
     assert [r["group_index"] for r in scored] == [0, 1, 2]
     assert [r["status"] for r in scored] == ["passed", "syntax_error", "passed"]

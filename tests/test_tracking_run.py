@@ -43,7 +43,8 @@ def test_a_run_reports_every_stage_to_every_tracker(tmp_path, monkeypatch):
                 dynamic_sampling=False, engine=HF, scoring=ScoreConfig(workers=2),
                 sampling=SamplingConfig(num_generations=2, max_tokens=8))},
         ],
-        evaluations={"tiny": EvalConfig(problems=problems, max_tokens=8, engine=HF)},
+        evaluations={"tiny": EvalConfig(problems=problems, sampling=SamplingConfig(max_tokens=8),
+                                         engine=HF)},
         report_to=sorted(TRACKERS),
     )  # fmt: skip
     result = run_post_train(config)

@@ -36,11 +36,11 @@ from codepost.pipeline.stages.rl import (
 )
 
 CONFIGS = {
-    "grpo": UpdateConfig(lr=1e-2, minibatch_size=8, weight_decay=0.1),
+    "grpo": UpdateConfig(learning_rate=1e-2, minibatch_size=8, weight_decay=0.1),
     "ppo": UpdateConfig(
         algorithm="ppo",
-        lr=1e-2,
-        critic_lr=3e-3,
+        learning_rate=1e-2,
+        critic_learning_rate=3e-3,
         epochs=2,
         minibatch_size=8,
         kl_in="reward",

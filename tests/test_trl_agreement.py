@@ -14,11 +14,11 @@ from __future__ import annotations
 import pytest
 import torch
 from datasets import Dataset
+from tiny_models import char_tokenizer, tiny_causal_lm
 from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 from update_cases import ALPHABET, gradients, random_rows
 
-from codepost.pipeline.rl.models import char_tokenizer, tiny_causal_lm
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
 from codepost.pipeline.rl.rollouts import collate_rollouts
 
@@ -39,7 +39,11 @@ CASES = {
     "bnpo": ({"loss_type": "bnpo"}, {"loss_agg_mode": "token-mean"}, 1.0),
     "dapo-clip-higher-entropy": (
         {"loss_type": "dapo", "epsilon_high": 0.28, "entropy_coef": 0.01},
-        {"loss_agg_mode": "token-mean", "clip_high": 0.28, "entropy_coef": 0.01},
+        {
+            "loss_agg_mode": "token-mean",
+            "policy_loss": {"name": "vanilla", "clip_high": 0.28},
+            "entropy_coef": 0.01,
+        },
         1.0,
     ),
     # TRL's default: the KL term times the ratio (unbiased reverse-KL gradient).
@@ -50,7 +54,7 @@ CASES = {
     ),
     "gspo": (
         {"loss_type": "grpo", "importance_sampling_level": "sequence"},
-        {"loss_agg_mode": "seq-mean-token-mean", "ratio_level": "sequence"},
+        {"loss_agg_mode": "seq-mean-token-mean", "policy_loss": {"name": "gspo"}},
         1.0,
     ),
 }
@@ -101,7 +105,7 @@ def test_loss_and_gradients_match_trl_grpo_trainer(case, saved_model, tmp_path):
     policy = AutoModelForCausalLM.from_pretrained(path)
     config = UpdateConfig(
         **our_overrides,
-        lr=3e-2,
+        learning_rate=3e-2,
         epochs=2,  # more than one step per batch: old logprobs are computed and kept
         micro_batch_size=3,
         kl_in="loss",

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_models import tiny_causal_lm
 from torch.utils.flop_counter import FlopCounterMode
-
-from codepost.pipeline.rl.models import tiny_causal_lm
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "update_throughput.py"
 _spec = importlib.util.spec_from_file_location("update_throughput", _PATH)

@@ -71,7 +71,11 @@ def test_micro_batch_size_does_not_change_a_full_multi_step_update():
     results = {}
     for micro in (1, 4):
         config = UpdateConfig(
-            lr=1e-2, epochs=2, minibatch_size=8, micro_batch_size=micro, clip_high=0.28
+            learning_rate=1e-2,
+            epochs=2,
+            minibatch_size=8,
+            micro_batch_size=micro,
+            policy_loss={"name": "vanilla", "clip_high": 0.28},
         )
         updater, batch = tiny_case(config)
         metrics = updater.update(batch)
@@ -95,7 +99,9 @@ def test_two_processes_give_the_gradient_and_weights_of_one(case, tmp_path):
     # 18 rollouts, 15 after dropping uniform groups: minibatches of 5 over 2 ranks in
     # micro-batches of 2 give rank 0 rows (2, 1) and rank 1 rows (2) plus a zero-weight
     # placeholder, as DDP needs the same number of backwards on every rank.
-    config = UpdateConfig(**CASES[case], lr=1e-3, epochs=2, minibatch_size=5, micro_batch_size=2)
+    config = UpdateConfig(
+        **CASES[case], learning_rate=1e-3, epochs=2, minibatch_size=5, micro_batch_size=2
+    )
     case_kwargs = {"num_prompts": 6, "group_size": 3, **REFERENCE}
     command = [
         str(ACCELERATE),

@@ -201,7 +201,7 @@ def test_sandbox_statuses_stand_as_reported(humaneval, sandbox_status, expected,
 @pytest.mark.parametrize(("policy", "reward"), [("fail", 0.0), ("exclude", None)])
 def test_sandbox_error_is_a_failure_unless_excluded(humaneval, policy, reward):
     canned = ExecutionResult(ExecStatus.SANDBOX_ERROR, error="container died")
-    config = RewardConfig(sandbox_errors=policy, syntax_weight=0.5)
+    config = RewardConfig(weights={"test": 1.0, "syntax": 0.5}, sandbox_errors=policy)
     verifier = Verifier(CannedExecutor(canned), reward_config=config)
     (verdict,) = verifier.verify(humaneval, [{"task_id": "HumanEval/0", "completion": ""}])
     assert verdict.reward == (None if reward is None else 0.5)
@@ -215,7 +215,7 @@ def test_rule_components_are_computed_only_when_weighted(humaneval, monkeypatch)
     monkeypatch.setattr(rewards_module, "parse", lambda source: parsed.append(source))
     verdict = verify_one(humaneval, "HumanEval/0", "    return False\n")
     assert set(verdict.reward_components) == {"test"} and parsed == []
-    config = RewardConfig(syntax_weight=0.5)
+    config = RewardConfig(weights={"test": 1.0, "syntax": 0.5})
     verdict = verify_one(humaneval, "HumanEval/0", "    return False\n", reward_config=config)
     assert set(verdict.reward_components) == {"test", "syntax"} and len(parsed) == 1
 
@@ -230,7 +230,7 @@ def test_a_completion_over_the_size_limit_fails_unread(humaneval):
         "from codepost.verifiers import RewardConfig, Verifier, load_problems\n"
         "problems = load_problems()\n"
         "completion = '    x = [1, 2, 3, 4, 5, 6, 7, 8]\\n' * 300_000  # 10 MB\n"
-        "config = RewardConfig(syntax_weight=1, forbidden_weight=1, length_weight=1)\n"
+        "config = RewardConfig(weights={'test': 1.0, 'syntax': 1, 'forbidden': 1, 'length': 1})\n"
         "executor = InProcessExecutor()\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "sample = {'task_id': 'HumanEval/0', 'completion': completion}\n"
@@ -492,7 +492,9 @@ def test_bad_samples_fail_before_anything_runs(humaneval):
 
 
 def test_token_lengths_come_from_completion_ids(humaneval):
-    config = RewardConfig(length_unit="tokens", length_budget=2, length_buffer=2, length_weight=1)
+    config = RewardConfig(
+        weights={"test": 1.0, "length": 1}, length_unit="tokens", length_budget=2, length_buffer=2
+    )
     sample = {
         "task_id": "HumanEval/0",
         "completion": "    return True\n",

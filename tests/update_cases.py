@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.pipeline.launch import leave_process_group
 from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.rl.models import ValueModel, char_tokenizer, tiny_causal_lm
+from codepost.pipeline.rl.models import ValueModel
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
 from codepost.pipeline.rl.rollouts import RolloutBatch, collate_rollouts
 

@@ -1,42 +1,80 @@
-"""Reward components and their weighted sum.
+"""Reward terms and their weighted sum.
 
-Each component is a small pure function of the completion (or of the verdict, for the test
-reward): the test reward is in [0, 1], the format and syntax rewards in {0, 1}, the length and
-forbidden-code penalties in [-1, 0]. ``RewardConfig`` weighs them into one scalar; the verdict
-keeps the test component and the weighted rule components, unweighted (a rule with weight 0
-is not computed: two of them parse the whole program). A ``sandbox_error`` gets the test
-reward of a failure by default, so no program gains by turning its failure into one; with
-``sandbox_errors="exclude"`` its test reward is ``None`` instead ("no reward" to TRL), and the
-callers count what they excluded.
+The test term comes from the verdict (in [0, 1]); every other term is a small pure function of
+the completion, registered once in :data:`REWARD_TERMS` with the least it gives: format and
+syntax in {0, 1}, the length and forbidden-code penalties in [-1, 0]. ``RewardConfig.weights``
+maps term names to weights; the verdict keeps the test term and the weighted terms, unweighted
+(a term with weight 0 is not computed: two of them parse the whole program). A new term is one
+registered function (:func:`reward_term`) and a weight in the config. A ``sandbox_error`` gets
+the test reward of a failure by default, so no program gains by turning its failure into one;
+with ``sandbox_errors="exclude"`` its test reward is ``None`` instead ("no reward" to TRL), and
+the callers count what they excluded.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Mapping
-from typing import Literal
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .extraction import Program, find_code_blocks, parse, strip_think
 
-COMPONENTS: tuple[str, ...] = ("test", "format", "syntax", "length", "forbidden")
+TEST = "test"  # the verdict's term; the others are registered below
+# (config, completion, program, length) -> value; length counts RewardConfig.length_unit
+TermFunction = Callable[["RewardConfig", str, Program, int], float]
+
+
+@dataclass(frozen=True)
+class RewardTerm:
+    """A term of the text: its function and the least it gives (``floor``), what a completion
+    too long to make a program of gets."""
+
+    fn: TermFunction
+    floor: float = 0.0
+
+
+REWARD_TERMS: dict[str, RewardTerm] = {}
+
+
+def reward_term(name: str, floor: float = 0.0) -> Callable[[TermFunction], TermFunction]:
+    """Decorator registering a reward term of the completion under ``name``."""
+
+    def decorator(fn: TermFunction) -> TermFunction:
+        if name == TEST or name in REWARD_TERMS:
+            raise ValueError(f"reward term {name!r} is already registered")
+        REWARD_TERMS[name] = RewardTerm(fn, floor)
+        return fn
+
+    return decorator
+
+
+def term_names() -> tuple[str, ...]:
+    """Every reward term, the test term first, in the order they are summed."""
+    return (TEST, *REWARD_TERMS)
 
 
 class RewardConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # Spellings of earlier versions, refused with the new one's name.
+    renamed: ClassVar[dict[str, str]] = {
+        f"{name}_weight": f"weights.{name}"
+        for name in ("test", "format", "syntax", "length", "forbidden")
+    }
 
-    test_weight: float = 1.0
+    weights: dict[str, float] = Field(
+        default_factory=lambda: {TEST: 1.0},
+        description="reward term -> weight: test (the verdict's), format, syntax, length, "
+        "forbidden, or any registered term; a term left out weighs 0 and is not computed",
+    )
     test_reward: Literal["binary", "pass_fraction"] = "binary"
     sandbox_errors: Literal["fail", "exclude"] = "fail"  # a sandbox error's test reward: 0 or None
-    format_weight: float = 0.0
     require_think: bool = False  # the format reward also asks for a closed <think> block
-    syntax_weight: float = 0.0
-    length_weight: float = 0.0
     length_unit: Literal["chars", "tokens"] = "chars"  # tokens: samples carry completion_ids
     length_budget: int = Field(default=4096, gt=0)  # no penalty up to here
     length_buffer: int = Field(default=1024, gt=0)  # penalty reaches -1 this far past the budget
-    forbidden_weight: float = 0.0
     forbidden_imports: tuple[str, ...] = ("ctypes", "multiprocessing", "socket", "subprocess")
     forbidden_calls: tuple[str, ...] = (
         "__import__",
@@ -51,8 +89,16 @@ class RewardConfig(BaseModel):
         "sys.exit",
     )
 
-    def weights(self) -> dict[str, float]:
-        return {name: getattr(self, f"{name}_weight") for name in COMPONENTS}
+    @field_validator("weights")
+    @classmethod
+    def _registered(cls, weights: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(weights) - set(term_names()))
+        if unknown:
+            raise ValueError(f"no reward term {unknown}; known: {', '.join(term_names())}")
+        return weights
+
+    def weight(self, name: str) -> float:
+        return self.weights.get(name, 0.0)
 
 
 def test_reward(passed: bool, pass_fraction: float, mode: str = "binary") -> float:
@@ -153,43 +199,40 @@ def _dotted(node: ast.expr) -> str | None:
     return None
 
 
-RuleReward = Callable[[RewardConfig, str, Program, int], float]
-# The least each rule gives: what a completion too long to make a program of gets.
-RULE_FLOORS: dict[str, float] = {"format": 0.0, "syntax": 0.0, "length": -1.0, "forbidden": -1.0}
-
-# The components that need only the text: (config, completion, program, length) -> value.
-RULES: dict[str, RuleReward] = {
-    "format": lambda config, completion, program, length: format_reward(
-        completion, config.require_think
-    ),
-    "syntax": lambda config, completion, program, length: syntax_reward(program.source),
-    "length": lambda config, completion, program, length: length_penalty(
+reward_term("format")(
+    lambda config, completion, program, length: format_reward(completion, config.require_think)
+)
+reward_term("syntax")(lambda config, completion, program, length: syntax_reward(program.source))
+reward_term("length", floor=-1.0)(
+    lambda config, completion, program, length: length_penalty(
         length, config.length_budget, config.length_buffer
-    ),
-    "forbidden": lambda config, completion, program, length: forbidden_penalty(
+    )
+)
+reward_term("forbidden", floor=-1.0)(
+    lambda config, completion, program, length: forbidden_penalty(
         program, config.forbidden_imports, config.forbidden_calls
-    ),
-}
+    )
+)
 
 
 def rule_components(
     config: RewardConfig, completion: str, program: Program | None, length: int
 ) -> dict[str, float]:
-    """The weighted rule components only (the syntax and forbidden-code rules parse the whole
+    """The weighted terms of the text only (the syntax and forbidden-code terms parse the whole
     program, which costs ~300x its size in memory); with no ``program`` (a completion over
     the size limit), each one's floor."""
-    weights = config.weights()
     return {
-        name: RULE_FLOORS[name] if program is None else rule(config, completion, program, length)
-        for name, rule in RULES.items()
-        if weights[name]
+        name: term.floor if program is None else term.fn(config, completion, program, length)
+        for name, term in REWARD_TERMS.items()
+        if config.weight(name)
     }
 
 
 def combine(config: RewardConfig, components: Mapping[str, float | None]) -> float | None:
     """The weighted sum; ``None`` when a weighted component is unknown (a sandbox error)."""
     total = 0.0
-    for name, weight in config.weights().items():
+    for name in term_names():
+        weight = config.weight(name)
         if weight == 0:
             continue
         value = components.get(name)

@@ -20,7 +20,7 @@ from typing import Any
 
 from .extraction import MAX_COMPLETION_CHARS, build_program, completion_text
 from .problems import Problem
-from .rewards import RULE_FLOORS, RULES, RewardConfig, verdict_test_reward
+from .rewards import REWARD_TERMS, TEST, RewardConfig, verdict_test_reward
 from .verdicts import Verdict, VerdictStatus
 from .verifier import Verifier
 
@@ -69,7 +69,7 @@ class SandboxTestReward:
             )
             for v in verdicts
         ]
-        return [None if r is None else self.config.test_weight * r for r in rewards]
+        return [None if r is None else self.config.weight(TEST) * r for r in rewards]
 
     def __call__(
         self,
@@ -108,9 +108,11 @@ class RuleReward:
         config: RewardConfig,
         completion_style: str = "auto",
     ) -> None:
-        if component not in RULES:
-            raise ValueError(f"not a rule component: {component!r} (one of {', '.join(RULES)})")
-        self.rule = RULES[component]
+        if component not in REWARD_TERMS:
+            raise ValueError(
+                f"not a rule component: {component!r} (one of {', '.join(REWARD_TERMS)})"
+            )
+        self.term = REWARD_TERMS[component]
         self.component = component
         self.problems = problems
         self.config = config
@@ -125,12 +127,12 @@ class RuleReward:
         completion_ids: list[Any] | None = None,
         **kwargs: Any,
     ) -> list[float]:
-        weight = self.config.weights()[self.component]
+        weight = self.config.weight(self.component)
         rewards = []
         for index, (tid, completion) in enumerate(zip(task_id, completions, strict=True)):
             text = completion_text(completion)
             if len(text) > MAX_COMPLETION_CHARS:  # as the verifier: unread, the floor
-                rewards.append(weight * RULE_FLOORS[self.component])
+                rewards.append(weight * self.term.floor)
                 continue
             problem = self.problems[str(tid)]
             program = build_program(problem, text, self.completion_style)  # type: ignore[arg-type]
@@ -140,7 +142,7 @@ class RuleReward:
                 length = len(completion_ids[index])
             else:
                 length = len(text)
-            rewards.append(weight * self.rule(self.config, text, program, length))
+            rewards.append(weight * self.term.fn(self.config, text, program, length))
         return rewards
 
 
@@ -154,15 +156,14 @@ def make_trl_reward_funcs(
     """TRL ``reward_funcs`` for every component with a non-zero weight (the dataset needs a
     ``task_id`` column). ``config`` defaults to the verifier's."""
     config = config or verifier.reward_config
-    weights = config.weights()
     funcs: list[Callable[..., Any]] = []
-    if weights["test"]:
+    if config.weight(TEST):
         test_cls = AsyncSandboxTestReward if asynchronous else SandboxTestReward
         funcs.append(test_cls(verifier, problems, config))
     funcs += [
         RuleReward(name, problems, config, verifier.completion_style)
-        for name in RULES
-        if weights[name]
+        for name in REWARD_TERMS
+        if config.weight(name)
     ]
     if not funcs:
         raise ValueError("every reward weight is 0: nothing to reward")

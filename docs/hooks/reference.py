@@ -186,12 +186,26 @@ def assignment_comments(klass: type) -> dict[str, str]:
     return found
 
 
+def registry_choice(field: FieldInfo) -> Any:
+    """The registry choice of a field that holds one registered entry's hyperparameters (an
+    advantage estimator's, a policy loss's), picked by their ``name``; else None."""
+    return next((rule for rule in field.metadata if hasattr(rule, "members")), None)
+
+
+def chosen_names(chooser: Any) -> str:
+    """The hyperparameter models a registry choice takes, each linked to its section."""
+    return " | ".join(
+        f"[{member.__name__}](algorithms.md#{anchor(member)})" for member in chooser.members()
+    )
+
+
 def field_rows(model: type[BaseModel], skip: Iterable[str] = ()) -> list[list[str]]:
     rows = []
     for name, field in model.model_fields.items():
         if name in skip:
             continue
-        kind = type_name(field.annotation)
+        chooser = registry_choice(field)
+        kind = chosen_names(chooser) if chooser else type_name(field.annotation)
         limits = bounds(field)
         description = field.description or source_comments(model).get(name, "")
         rows.append(
@@ -225,7 +239,8 @@ def reachable_models(*roots: type[BaseModel]) -> list[type[BaseModel]]:
             continue
         order.append(model)
         for field in model.model_fields.values():
-            queue += models_in(field.annotation)
+            if registry_choice(field) is None:  # those are on the algorithms page
+                queue += models_in(field.annotation)
     names = [model.__name__ for model in order]
     clashes = {name for name in names if names.count(name) > 1}
     if clashes:
@@ -299,7 +314,7 @@ def stages_page() -> str:
 *needs*: artifacts an earlier stage must make (a run without them is refused before it starts);
 *uses if made*: artifacts it takes when an earlier stage made them; *accelerator*: it runs in
 the stage worker, on the GPU where there is one; *rank-aware*: it runs on N processes with
-`--num-processes N`.
+`--launch.num-processes N`.
 
 Config fields that only add work, left out of the output's key (more of them continue the same
 folder): {"; ".join(extendable)}.
@@ -318,12 +333,14 @@ def algorithms_page() -> str:
     presets = (
         [
             code(name),
-            code(preset.advantage),
-            code(preset.policy_loss),
-            "yes" if preset.needs_critic else "no",
-            settings(preset.advantage_args),
-            settings(preset.policy_loss_args),
-            settings(preset.settings),
+            code(preset.advantage.name),
+            code(preset.policy_loss.name),
+            "yes" if algorithms.ADVANTAGE_ESTIMATORS[preset.advantage.name].needs_critic else "no",
+            settings(preset.advantage.model_dump(exclude={"name"})),
+            settings(preset.policy_loss.model_dump(exclude={"name"})),
+            settings(
+                {"loss_agg_mode": preset.loss_agg_mode, "mask_truncated": preset.mask_truncated}
+            ),
             preset.description,
         ]
         for name, preset in algorithms.ALGORITHMS.items()
@@ -350,12 +367,12 @@ def algorithms_page() -> str:
     return f"""# Algorithms
 
 {GENERATED} The three registries of `pipeline/rl/algorithms.py` (see
-[Algorithms](../algorithms.md)): `UpdateConfig.algorithm` names a preset; `policy_loss`,
-`advantage_args` and `policy_loss_args` override what it fills in.
+[Algorithms](../algorithms.md)): `UpdateConfig.algorithm` names a preset; `advantage` and
+`policy_loss` (each `{{name: ..., <its hyperparameters>}}`) replace what it fills in.
 
 ## Presets (`ALGORITHMS`)
 
-{table(["algorithm", "estimator", "loss", "critic", "estimator args", "loss args", "update settings", "description"], presets)}
+{table(["algorithm", "estimator", "loss", "critic", "estimator hyperparameters", "loss hyperparameters", "update settings", "description"], presets)}
 
 Update settings are defaults of [UpdateConfig](config.md#updateconfig) fields; fields set there win.
 

@@ -18,7 +18,7 @@ import enum
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, NamedTuple, Union, get_args, get_origin
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...verifiers import VerdictStatus
 from ..atomic import staged
+from .prompts import Prompt
 
 FinishReason = Literal["stop", "length"]
 # Each reward component is a column of its own, ``reward_<name>`` (NaN where it was not scored).
@@ -240,3 +241,48 @@ def write_rows(
 ) -> Path:
     """Rows of the contract as a Parquet file (checked, all or nothing)."""
     return write_table(to_table(rows, str(path)), path, needs)
+
+
+class Completion(NamedTuple):
+    """One sampled completion as a sampler reports it."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: Sequence[float | None]  # of the distribution sampled from; vLLM may leave one out
+    finish_reason: str  # one of FINISH_REASONS
+
+
+def rollout_rows(
+    prompt: Prompt,
+    prompt_ids: list[int],
+    completions: Sequence[Completion],
+    *,
+    temperature: float,
+    top_p: float,
+    max_tokens: int,
+    sampler: str,
+    sampler_weights: str,
+    policy_version: int,
+) -> list[dict[str, Any]]:
+    """Rollout rows (the Parquet contract, without ``reward``) for one prompt's group: every
+    sampler builds its rows here."""
+    return [
+        RolloutRow(
+            prompt_id=prompt.task_id,
+            group_index=index,
+            prompt=prompt.text,
+            completion=completion.text,
+            prompt_ids=prompt_ids,
+            completion_ids=completion.token_ids,
+            sampling_logprobs=completion.logprobs,
+            finish_reason=completion.finish_reason,
+            completion_style=prompt.completion_style,
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_tokens,
+            sampler=sampler,
+            sampler_weights=sampler_weights,
+            policy_version=policy_version,
+        ).model_dump()
+        for index, completion in enumerate(completions)
+    ]

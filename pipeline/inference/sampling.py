@@ -1,8 +1,8 @@
 """Group sampling: G completions per prompt as rollout rows, from vLLM or transformers.
 
-One engine per process, not per call: :func:`get_sampler` keeps it in a small cache keyed by
-the model architecture and the engine settings, and :meth:`VLLMSampler.refresh` loads new
-weights into it in place (0.5-1 s here, against 30-85 s for a new engine). A refresh that did
+One engine per process, not per call: :func:`~.engines.get_sampler` keeps it in a small cache
+keyed by the model architecture and the engine settings, and :meth:`VLLMSampler.refresh`
+loads new weights into it in place (0.5-1 s here, against 30-85 s for a new engine). A refresh that did
 not take fails loudly: the engine's logprobs of a fixed probe sequence must equal the
 trainer's for the same weights.
 
@@ -12,27 +12,23 @@ backend produces the same rows on machines without vLLM.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import psutil
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
+from safetensors import safe_open
+from safetensors.torch import load_file
 
-from ...verifiers.problems import MBPP
-from ..data.problem_sets import ProblemSet, load_problem_set
-from ..data.prompts import Prompt, PromptStyle, build_prompt
-from ..data.rows import write_rows
+from ..data.prompts import Prompt
+from ..data.rows import Completion, rollout_rows
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer, safetensors_only
 from ..progress import tqdm_class
-from ..resources import on_close
-from ..rl.rollouts import HF_GENERATE_SAMPLER, Completion, generate_rollouts, rollout_rows
+from .generate import HF_GENERATE_SAMPLER, generate_rollouts
 
 # A fixed, tokenizer-independent probe: token ids spread over the vocabulary.
 PROBE_LENGTH = 48
@@ -150,8 +146,6 @@ def check_probe(engine: list[float], trainer: list[float], tolerance: float) -> 
 def checkpoint_shapes(folder: str | Path) -> dict[str, tuple[int, ...]]:
     """Name and shape of every tensor in a folder's safetensors files, read from the files'
     headers: a refresh checks a checkpoint against the served model before it loads anything."""
-    from safetensors import safe_open
-
     shapes: dict[str, tuple[int, ...]] = {}
     for file in sorted(Path(folder).glob("*.safetensors")):
         if not file.is_file():  # a FIFO would block the reader, a device never end
@@ -198,7 +192,8 @@ class VLLMSampler:
     """A vLLM engine started once and refreshed in place."""
 
     def __init__(self, checkpoint: str, model: ModelConfig, engine: EngineConfig) -> None:
-        from vllm import LLM
+        # vLLM loads only for its own backend: seconds of start-up, and absent on some machines
+        import vllm
         from vllm.platforms import current_platform
 
         self.engine_config = engine
@@ -212,10 +207,8 @@ class VLLMSampler:
                 "gpu_memory_utilization": engine.gpu_memory_utilization,
                 "tensor_parallel_size": engine.tensor_parallel_size,
             }
-        import vllm
-
         self.name = f"vllm-{vllm.__version__}"
-        self.llm = LLM(
+        self.llm = vllm.LLM(
             model=checkpoint,
             dtype=model.dtype,
             # Also what refresh reads: a local folder's weights never come from a pickle.
@@ -236,7 +229,7 @@ class VLLMSampler:
     def sample(
         self, prompts: Sequence[Prompt], config: SamplingConfig, *, policy_version: int = 0
     ) -> list[dict[str, Any]]:
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # vLLM's backend only (loaded when the engine started)
         from vllm.inputs import TokensPrompt
 
         params = SamplingParams(
@@ -288,7 +281,7 @@ class VLLMSampler:
 
     def probe_logprobs(self) -> list[float]:
         """The engine's logprobs of the probe tokens (prompt logprobs, temperature 1)."""
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # vLLM's backend only (loaded when the engine started)
         from vllm.inputs import TokensPrompt
 
         ids = probe_ids(self.vocab_size)
@@ -358,8 +351,6 @@ class HFSampler:
         return trainer_probe_logprobs(self.model, self.model.config.vocab_size)
 
     def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float:
-        from safetensors.torch import load_file
-
         served = {name: tuple(t.shape) for name, t in self.model.state_dict().items()}
         check_weights_fit(checkpoint, checkpoint_shapes(checkpoint), served)
         state = {}
@@ -372,88 +363,3 @@ class HFSampler:
         return check_probe(
             self.probe_logprobs(), expected_probe, self.engine_config.probe_tolerance
         )
-
-
-_SAMPLERS: dict[str, Sampler] = {}
-_SAMPLERS_LOCK = threading.Lock()
-
-
-def _architecture_key(checkpoint: str, model: ModelConfig, engine: EngineConfig) -> str:
-    """Engines are shared between checkpoints of one architecture (weights differ, shapes not)."""
-    config_file = Path(checkpoint) / "config.json"
-    architecture = json.loads(config_file.read_text()) if config_file.is_file() else checkpoint
-    if isinstance(architecture, dict):
-        architecture = {k: v for k, v in architecture.items() if k not in ("_name_or_path",)}
-    payload = json.dumps(
-        [architecture, model.dtype, engine.model_dump()], sort_keys=True, default=str
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()
-
-
-def get_sampler(model: ModelConfig, engine: EngineConfig, checkpoint: str | None = None) -> Sampler:
-    """The process-wide sampler for ``model``'s architecture, serving ``checkpoint``'s weights
-    (default: the model itself). An engine already running is refreshed, not restarted."""
-    checkpoint = checkpoint or model.resolve()
-    key = engine.server_url or _architecture_key(checkpoint, model, engine)
-    with _SAMPLERS_LOCK:
-        sampler = _SAMPLERS.get(key)
-        if sampler is None:
-            sampler = _SAMPLERS[key] = _start_sampler(checkpoint, model, engine)
-        if sampler.weights != checkpoint:
-            sampler.refresh(Path(checkpoint))
-    return sampler
-
-
-def _start_sampler(checkpoint: str, model: ModelConfig, engine: EngineConfig) -> Sampler:
-    if engine.server_url is not None:
-        from .server import TOKEN_ENV, RemoteSampler
-
-        return RemoteSampler(engine.server_url, token=os.environ.get(TOKEN_ENV))
-    factory = VLLMSampler if engine.backend == "vllm" else HFSampler
-    return factory(checkpoint, model, engine)
-
-
-@on_close
-def close_samplers() -> None:
-    """Shut every cached engine down (vLLM holds processes and memory)."""
-    with _SAMPLERS_LOCK:
-        samplers = list(_SAMPLERS.values())
-        _SAMPLERS.clear()
-    for sampler in samplers:
-        llm = getattr(sampler, "llm", None)
-        if llm is not None:
-            llm.llm_engine.engine_core.shutdown()
-        elif hasattr(sampler, "close"):  # a served engine: only the connection is ours
-            sampler.close()
-
-
-class SampleStageConfig(BaseModel):
-    """The sampling stage on its own: G completions per problem from one checkpoint."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    problems: ProblemSet = Field(
-        default_factory=lambda: ProblemSet(source=MBPP, split="train", limit=16)
-    )
-    prompt_style: PromptStyle = "chat"
-    sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(max_tokens=256))
-    engine: EngineConfig = Field(default_factory=EngineConfig)
-
-    @model_validator(mode="after")
-    def _fits(self) -> SampleStageConfig:
-        check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
-        return self
-
-
-def run_sample(config: SampleStageConfig, out_dir: Path) -> Path:
-    """Sample ``config.problems`` with the model; writes and returns ``rollouts.parquet``
-    (reused when it is already there: the stage is resumable)."""
-    target = Path(out_dir) / "rollouts.parquet"
-    if target.is_file():
-        return target
-    problems = load_problem_set(config.problems)
-    tokenizer = load_tokenizer(config.model)
-    prompts = [build_prompt(p, tokenizer, config.prompt_style) for p in problems.values()]
-    rows = get_sampler(config.model, config.engine).sample(prompts, config.sampling)
-    return write_rows(rows, target)

@@ -1,5 +1,5 @@
-"""A sampling engine of its own (``codepost sample-server``), and :class:`RemoteSampler`, which
-the stages use when ``EngineConfig.server_url`` names one.
+"""A sampling engine of its own: ``codepost sample-server``, which the stages use through
+:class:`~.remote.RemoteSampler` when ``EngineConfig.server_url`` names it.
 
 For a sampler on GPUs of its own, as TRL's ``trl vllm-serve`` and prime-rl's inference server:
 training keeps its GPUs, and the engine is started once for a whole run. The weights travel
@@ -13,25 +13,26 @@ anyway, and so a refresh never lands in the middle of a batch.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ...verifiers.server import BEARER_REFUSED, bearer_token_matches
+from ..command_line import EXIT_BAD_INPUT, settings_command
 from ..data.prompts import Prompt
-from ..model_config import ModelConfig
-from .sampling import EngineConfig, SamplingConfig, WeightSyncError
-
-TOKEN_ENV = "CODEPOST_SAMPLER_TOKEN"
+from ..model_config import ModelConfig, ModelNotFoundError
+from ..settings import load_config
+from .engines import close_samplers, get_sampler
+from .remote import TOKEN_ENV, RefreshRequest, SampleRequest
+from .sampling import EngineConfig, WeightSyncError
 
 
 class SampleServerConfig(BaseModel):
@@ -43,22 +44,9 @@ class SampleServerConfig(BaseModel):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     host: str = Field("127.0.0.1", description="interface to bind (0.0.0.0: every one)")
     port: int = Field(8020, ge=1, le=65535)
-    token: str | None = Field(None, description="bearer token the clients must send")
-
-
-class SampleRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    prompts: list[dict[str, str]]
-    sampling: SamplingConfig
-    policy_version: int = 0
-
-
-class RefreshRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    checkpoint: str
-    expected_probe: list[float] | None = None
+    token: str | None = Field(
+        None, description=f"bearer token the clients must send (default: ${TOKEN_ENV}, else none)"
+    )
 
 
 def create_app(config: SampleServerConfig, sampler: Any) -> FastAPI:
@@ -118,119 +106,38 @@ def create_app(config: SampleServerConfig, sampler: Any) -> FastAPI:
     return app
 
 
-class RemoteSampler:
-    """A :class:`~.sampling.Sampler` whose engine is a running ``codepost sample-server``."""
-
-    def __init__(self, url: str, *, token: str | None = None) -> None:
-        import httpx
-
-        self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        # No read time-out: a batch takes as long as its completions.
-        self.client = httpx.Client(headers=headers, timeout=httpx.Timeout(None, connect=10.0))
-        engine = self._call("GET", "/engine")
-        self.name: str = engine["sampler"]
-        self.weights: str = engine["weights"]
-
-    def sample(
-        self, prompts: Sequence[Prompt], config: SamplingConfig, *, policy_version: int = 0
-    ) -> list[dict[str, Any]]:
-        body = SampleRequest(
-            prompts=[dataclasses.asdict(prompt) for prompt in prompts],
-            sampling=config,
-            policy_version=policy_version,
-        )
-        return self._call("POST", "/sample", body.model_dump(mode="json"))["rows"]
-
-    def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float:
-        body = RefreshRequest(checkpoint=str(checkpoint), expected_probe=expected_probe)
-        diff = self._call("POST", "/refresh", body.model_dump())["probe_diff"]
-        self.weights = str(checkpoint)
-        return float("nan") if diff is None else diff
-
-    def probe_logprobs(self) -> list[float]:
-        return self._call("GET", "/probe")["logprobs"]
-
-    def close(self) -> None:
-        self.client.close()
-
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        import httpx
-
-        try:
-            response = self.client.request(method, self.url + path, json=body)
-        except httpx.TransportError as exc:
-            raise ConnectionError(
-                f"no codepost sample-server answers at {self.url} ({exc}); start one with "
-                "`codepost sample-server`, or drop engine.server_url to sample in-process"
-            ) from exc
-        if response.status_code == 409:
-            raise WeightSyncError(f"{self.url}: {response.json()['detail']}")
-        if response.is_error:
-            raise RuntimeError(
-                f"codepost sample-server {self.url}{path}: {response.status_code} "
-                f"{response.text[:500]}"
-            )
-        return response.json()
-
-
-def check_server(url: str) -> None:
-    """Raise, naming ``url``, unless a sample server answers there and takes our token."""
-    RemoteSampler(url, token=os.environ.get(TOKEN_ENV)).close()
-
-
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``sample-server`` subcommand to a ``codepost``-style subparsers object."""
-    parser = subparsers.add_parser(
+    parser = settings_command(
+        subparsers,
         "sample-server",
+        SampleServerConfig,
+        example="--model.name-or-path embedded:smollm2-135m-instruct --engine.backend hf",
         help="serve a sampling engine over HTTP, for stages whose engine.server_url names it",
         description=(
-            "Start a sampling engine (vLLM, or transformers with --backend hf) once and serve "
-            "it: POST /sample, POST /refresh (new weights from a checkpoint folder this machine "
-            "can read), GET /probe, GET /engine, GET /health. Stages use it when their engine.server_url "
-            "names it. Binds to 127.0.0.1 unless --host says otherwise."
+            "Start a sampling engine (vLLM, or transformers with --engine.backend hf) once and "
+            "serve it: POST /sample, POST /refresh (new weights from a checkpoint folder this "
+            "machine can read), GET /probe, GET /engine, GET /health. Stages use it when their "
+            "engine.server_url names it. Binds to 127.0.0.1 unless --host says otherwise."
         ),
-    )
-    parser.add_argument("--config", type=Path, help="YAML file of SampleServerConfig settings")
-    parser.add_argument("--model", help="model folder, hub id or embedded:<name>")
-    parser.add_argument("--backend", choices=["vllm", "hf"], help="sampling engine")
-    parser.add_argument("--host")
-    parser.add_argument("--port", type=int)
-    parser.add_argument(
-        "--token",
-        default=os.environ.get(TOKEN_ENV),
-        help=f"bearer token the clients must send (default: ${TOKEN_ENV}, else none)",
     )
     parser.set_defaults(func=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import EXIT_BAD_INPUT, read_settings
-
     try:
-        data = {} if args.config is None else read_settings(args.config, "SampleServerConfig")
-        if args.model is not None:
-            data["model"] = {**(data.get("model") or {}), "name_or_path": args.model}
-        if args.backend is not None:
-            data["engine"] = {**(data.get("engine") or {}), "backend": args.backend}
-        flags = {"host": args.host, "port": args.port, "token": args.token}
-        data.update({key: value for key, value in flags.items() if value is not None})
-        config = SampleServerConfig.model_validate(data)
+        config = load_config(SampleServerConfig, args.config, args.settings)
     except (ValueError, ValidationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if config.token is None and os.environ.get(TOKEN_ENV):
+        config = config.model_copy(update={"token": os.environ[TOKEN_ENV]})
     return serve(config)
 
 
 def serve(config: SampleServerConfig) -> int:
     """Start the engine, serve until SIGTERM or Ctrl-C, then shut the engine down."""
-    import uvicorn
-
-    from ..cli import EXIT_BAD_INPUT
-    from ..model_config import ModelNotFoundError
-    from .sampling import close_samplers, get_sampler
-
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         sampler = get_sampler(config.model, config.engine)

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+from vllm.platforms import current_platform
+
 
 class WeightRefreshExtension:
     """Mixed into vLLM's worker class; called with ``llm.collective_rpc("refresh_weights")``."""
@@ -19,12 +22,8 @@ class WeightRefreshExtension:
     reload_weights: Callable[..., None]
 
     def refresh_weights(self, weights_path: str) -> None:
-        from vllm.platforms import current_platform
-
         self.reload_weights(weights_path=weights_path, is_checkpoint_format=True)
         model = self.model_runner.get_model()
         lm_head = getattr(model, "lm_head", None)
         if current_platform.is_cpu() and lm_head is not None and hasattr(lm_head, "cpu_linear"):
-            from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
-
             dispatch_cpu_unquantized_gemm(lm_head, remove_weight=False)

@@ -25,6 +25,7 @@ def plot_curves(
     NaN values are gaps, not zeros. ``error_bars``: a row's ``<metric>_ci95`` (low, high), when
     there, is drawn around the point. ``y_from_zero``: the y axis starts at 0, so that a small
     difference does not look like a large one."""
+    # matplotlib loads when a plot is drawn, on the file backend chosen before pyplot loads
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display here, none needed on servers

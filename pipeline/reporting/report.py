@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_text
-from ..stages.evaluation import (
+from .evaluations import (
     RESULTS_FILE,
     RUNS,
     SAMPLES_FILE,

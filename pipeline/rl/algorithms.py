@@ -9,18 +9,30 @@ whole minibatch (all micro-batches, all data-parallel ranks). Summing the gradie
 micro-batch losses then gives exactly the full-batch gradient, whatever the split.
 
 Three registries: :data:`ADVANTAGE_ESTIMATORS` and :data:`POLICY_LOSSES` hold functions, each
-with a pydantic model of its own hyperparameters; :data:`ALGORITHMS` holds the named recipes
-users know (``grpo``, ``dr_grpo``, ``dapo``, ``rloo``, ``reinforce++``, ``ppo``): an estimator, a
-loss, their hyperparameters, update settings and whether a critic trains alongside. Adding an
-algorithm is a registration here; the trainer asks the registries, never an algorithm's name.
+with a pydantic model of its own hyperparameters (named by its ``name``, so a config picks one
+by name: :func:`registered_params`); each function takes the batch as one object
+(:class:`AdvantageInputs`, :class:`LossInputs`), so one that needs more of the batch reads it
+there. :data:`ALGORITHMS` holds the named recipes users know (``grpo``, ``dr_grpo``, ``dapo``,
+``rloo``, ``reinforce++``, ``ppo``): an estimator and a loss with their hyperparameters, and the
+update settings their papers use. Adding an algorithm is a registration here; the trainer asks
+the registries, never an algorithm's name.
 """
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    SerializeAsAny,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 from torch import Tensor
 
 T = TypeVar("T")
@@ -141,9 +153,16 @@ def discounted_returns(token_rewards: Tensor, response_mask: Tensor, gamma: floa
 
 class Hyperparameters(BaseModel):
     """Base of each estimator's and loss's own settings: a new hyperparameter is a field of the
-    one model that uses it, not a keyword every function has to accept and ignore."""
+    one model that uses it, not a keyword every function has to accept and ignore. ``name`` is
+    the registered name (each model narrows it to a ``Literal``), and always part of a dump, so
+    that a dump, even of the fields set only, says whose settings these are."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+
+    def model_post_init(self, context: Any) -> None:
+        self.__pydantic_fields_set__.add("name")
 
 
 class Registry(dict[str, T]):
@@ -171,10 +190,57 @@ class _Entry:
 
     def _params(self, params: Hyperparameters | None) -> Hyperparameters:
         if params is None:
-            return self.params()
+            return self.params.model_validate({})
         if not isinstance(params, self.params):
             raise TypeError(f"expected {self.params.__name__}, got {type(params).__name__}")
         return params
+
+
+def _registered_name(params: type[Hyperparameters]) -> str:
+    """The name a params model registers under: the default of its ``name`` field."""
+    name = params.model_fields["name"].default
+    if not isinstance(name, str):
+        raise TypeError(f"{params.__name__} needs a `name: Literal[...]` field with its name")
+    return name
+
+
+@dataclass(frozen=True)
+class _RegistryChoice:
+    """The hyperparameters of one entry of ``registry``, picked by their ``name`` when the
+    config is validated (so an entry registered after the config class still validates); the
+    JSON schema (the Prefect form) offers every entry registered by then."""
+
+    registry: "Registry[Any]"
+
+    def validate(self, value: Any) -> Any:
+        if isinstance(value, Hyperparameters):
+            return value
+        kind = self.registry.kind
+        if isinstance(value, str):
+            raise ValueError(f"give the {kind} as a mapping with its name: {{name: {value}}}")
+        if not isinstance(value, Mapping) or "name" not in value:
+            raise ValueError(f"a {kind} needs its `name`, one of {sorted(self.registry)}")
+        return self.registry[value["name"]].params.model_validate(value)
+
+    def member(self, name: str) -> type[Hyperparameters]:
+        """The params model registered as ``name``."""
+        return self.registry[name].params
+
+    def members(self) -> list[type[Hyperparameters]]:
+        return [entry.params for entry in self.registry.values()]
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        members = [entry.params.__pydantic_core_schema__ for entry in self.registry.values()]
+        return {"oneOf": [handler(m) for m in members], "discriminator": {"propertyName": "name"}}
+
+
+def registered_params(registry: "Registry[Any]") -> Any:
+    """The type of a config field holding the hyperparameters of one entry of ``registry``,
+    e.g. ``{name: gae, lam: 0.95}``."""
+    choice = _RegistryChoice(registry)
+    return Annotated[SerializeAsAny[Hyperparameters], BeforeValidator(choice.validate), choice]
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,52 +248,66 @@ class _Entry:
 # --------------------------------------------------------------------------------------------
 
 
-class AdvantageFn(Protocol):
-    """Data that varies per batch is keyword arguments (an estimator without a use for one
-    rejects or ignores it); hyperparameters come in the estimator's own ``params`` model."""
+def _columns(columns: Mapping[str, Tensor], name: str) -> Tensor:
+    if name not in columns:
+        raise ValueError(f"the rollouts have no column {name!r} (they have: {sorted(columns)})")
+    return columns[name]
 
-    def __call__(
-        self,
-        token_rewards: Tensor,
-        response_mask: Tensor,
-        params: Any,
-        *,
-        group_ids: Tensor | None,
-        values: Tensor | None,
-    ) -> tuple[Tensor, Tensor]: ...
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What an advantage estimator reads of a batch: ``[B, T]`` token tensors, ``[B]`` per row."""
+
+    token_rewards: Tensor  # the outcome on each response's last token (minus a KL penalty)
+    response_mask: Tensor
+    group_ids: Tensor | None = None  # one id per prompt
+    values: Tensor | None = None  # the critic's
+    # Every numeric column of the rollout rows (pass_fraction, reward_<term>, ...): a new
+    # estimator reads what it needs here, and nothing else changes.
+    columns: Mapping[str, Tensor] = field(default_factory=dict)
+
+    def column(self, name: str) -> Tensor:
+        """The per-row values of the rollouts' column ``name``, ``[B]``."""
+        return _columns(self.columns, name)
+
+
+class AdvantageFn(Protocol):
+    """The batch as one object; hyperparameters in the estimator's own ``params`` model."""
+
+    def __call__(self, inputs: AdvantageInputs, params: Any) -> tuple[Tensor, Tensor]: ...
 
 
 @dataclass(frozen=True)
 class AdvantageEstimator(_Entry):
-    """``(token_rewards, mask) -> (advantages, returns)``, both ``[B, T]`` and 0 off the mask."""
+    """``inputs -> (advantages, returns)``, both ``[B, T]`` and 0 off the mask. ``needs_critic``:
+    it reads the critic's values; ``min_group_size``: the completions per prompt it needs."""
 
     fn: AdvantageFn
+    needs_critic: bool = False
+    min_group_size: int = 1
 
     def __call__(
-        self,
-        token_rewards: Tensor,
-        response_mask: Tensor,
-        params: Hyperparameters | None = None,
-        *,
-        group_ids: Tensor | None = None,
-        values: Tensor | None = None,
+        self, inputs: AdvantageInputs, params: Hyperparameters | None = None
     ) -> tuple[Tensor, Tensor]:
         """The estimate with ``params`` (None: the estimator's defaults)."""
-        return self.fn(
-            token_rewards, response_mask, self._params(params), group_ids=group_ids, values=values
-        )
+        _check_2d("token_rewards", inputs.token_rewards)
+        _check_same_shape(token_rewards=inputs.token_rewards, response_mask=inputs.response_mask)
+        return self.fn(inputs, self._params(params))
 
 
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
+AdvantageParams = registered_params(ADVANTAGE_ESTIMATORS)
 
 
 def register_advantage(
-    name: str, params: type[Hyperparameters] = Hyperparameters
+    params: type[Hyperparameters], *, needs_critic: bool = False, min_group_size: int = 1
 ) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator adding an estimator, with the model of its hyperparameters, under ``name``."""
+    """Decorator adding an estimator, with the model of its hyperparameters, under the name
+    that model carries."""
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGE_ESTIMATORS.add(name, AdvantageEstimator(params=params, fn=fn))
+        entry = AdvantageEstimator(params, fn, needs_critic, min_group_size)
+        ADVANTAGE_ESTIMATORS.add(_registered_name(params), entry)
         return fn
 
     return decorator
@@ -237,10 +317,8 @@ def get_advantage_estimator(name: str) -> AdvantageEstimator:
     return ADVANTAGE_ESTIMATORS[name]
 
 
-def _sequence_scores(token_rewards: Tensor, response_mask: Tensor) -> Tensor:
-    _check_2d("token_rewards", token_rewards)
-    _check_same_shape(token_rewards=token_rewards, response_mask=response_mask)
-    return masked_sum(token_rewards, response_mask, dim=-1)
+def _sequence_scores(inputs: AdvantageInputs) -> Tensor:
+    return masked_sum(inputs.token_rewards, inputs.response_mask, dim=-1)
 
 
 def _group_stats(
@@ -263,134 +341,118 @@ def _group_stats(
 
 
 class GRPOParams(Hyperparameters):
+    name: Literal["grpo"] = "grpo"
     norm_by_std: bool = Field(True, description="False is Dr.GRPO: mean-centred scores only")
     eps: float = Field(1e-6, gt=0, description="added to the group std")
 
 
-@register_advantage("grpo", GRPOParams)
+@register_advantage(GRPOParams)
 @torch.no_grad()
-def grpo_advantages(
-    token_rewards: Tensor,
-    response_mask: Tensor,
-    params: GRPOParams,
-    *,
-    group_ids: Tensor | None,
-    values: Tensor | None,
-) -> tuple[Tensor, Tensor]:
+def grpo_advantages(inputs: AdvantageInputs, params: GRPOParams) -> tuple[Tensor, Tensor]:
     """GRPO: z-score of each sequence score within its prompt group, on every valid token.
 
     The std is the population std (1/G), as in the GRPO formula. ``norm_by_std=False`` is
     Dr.GRPO: dividing by the std over-weights near-uniform groups (too easy or too hard).
     A group of one gets advantage 0. Returns are the (undiscounted) return-to-go.
     """
-    scores = _sequence_scores(token_rewards, response_mask)
-    mean, var, _ = _group_stats(scores, group_ids, "grpo")
+    scores = _sequence_scores(inputs)
+    mean, var, _ = _group_stats(scores, inputs.group_ids, "grpo")
     advantages = scores - mean
     if params.norm_by_std:
         advantages = advantages / (var.sqrt() + params.eps)
-    return advantages[:, None] * response_mask, discounted_returns(token_rewards, response_mask)
+    return _on_tokens(advantages, inputs), _returns(inputs)
 
 
-@register_advantage("rloo")
+def _on_tokens(advantages: Tensor, inputs: AdvantageInputs) -> Tensor:
+    """A per-sequence advantage on every valid token of its sequence."""
+    return advantages[:, None] * inputs.response_mask
+
+
+def _returns(inputs: AdvantageInputs, gamma: float = 1.0) -> Tensor:
+    return discounted_returns(inputs.token_rewards, inputs.response_mask, gamma)
+
+
+class RLOOParams(Hyperparameters):
+    name: Literal["rloo"] = "rloo"
+
+
+@register_advantage(RLOOParams, min_group_size=2)
 @torch.no_grad()
-def rloo_advantages(
-    token_rewards: Tensor,
-    response_mask: Tensor,
-    params: Hyperparameters,
-    *,
-    group_ids: Tensor | None,
-    values: Tensor | None,
-) -> tuple[Tensor, Tensor]:
+def rloo_advantages(inputs: AdvantageInputs, params: RLOOParams) -> tuple[Tensor, Tensor]:
     """RLOO: score minus the mean score of the other samples of the same prompt.
 
     The baseline excludes the sample itself, so the estimate stays unbiased; it equals
     ``n/(n-1) * (score - group mean)``. Needs at least 2 samples per group. No hyperparameters.
     """
-    scores = _sequence_scores(token_rewards, response_mask)
-    mean, _, sizes = _group_stats(scores, group_ids, "rloo")
+    scores = _sequence_scores(inputs)
+    mean, _, sizes = _group_stats(scores, inputs.group_ids, "rloo")
     if (sizes < 2).any():
         raise ValueError("rloo needs at least 2 samples in every group (leave-one-out baseline)")
     n = sizes.to(scores.dtype)
     advantages = n / (n - 1) * (scores - mean)
-    return advantages[:, None] * response_mask, discounted_returns(token_rewards, response_mask)
+    return _on_tokens(advantages, inputs), _returns(inputs)
 
 
 class ReinforcePPParams(Hyperparameters):
+    name: Literal["reinforce++"] = "reinforce++"
     gamma: float = Field(1.0, ge=0, le=1, description="discount of the return-to-go")
     eps: float = Field(1e-6, gt=0, description="added to the batch variance when whitening")
 
 
-@register_advantage("reinforce++", ReinforcePPParams)
+@register_advantage(ReinforcePPParams)
 @torch.no_grad()
 def reinforce_pp_advantages(
-    token_rewards: Tensor,
-    response_mask: Tensor,
-    params: ReinforcePPParams,
-    *,
-    group_ids: Tensor | None,
-    values: Tensor | None,
+    inputs: AdvantageInputs, params: ReinforcePPParams
 ) -> tuple[Tensor, Tensor]:
     """REINFORCE++: discounted return-to-go per token, whitened over the whole batch.
 
     Global (not per-group) normalisation: its bias vanishes as the batch grows.
     """
-    returns = discounted_returns(token_rewards, response_mask, params.gamma)
-    return masked_whiten(returns, response_mask, eps=params.eps), returns
+    returns = _returns(inputs, params.gamma)
+    return masked_whiten(returns, inputs.response_mask, eps=params.eps), returns
 
 
 class ReinforcePPBaselineParams(Hyperparameters):
+    name: Literal["reinforce++_baseline"] = "reinforce++_baseline"
     eps: float = Field(1e-6, gt=0, description="added to the batch variance when whitening")
 
 
-@register_advantage("reinforce++_baseline", ReinforcePPBaselineParams)
+@register_advantage(ReinforcePPBaselineParams)
 @torch.no_grad()
 def reinforce_pp_baseline_advantages(
-    token_rewards: Tensor,
-    response_mask: Tensor,
-    params: ReinforcePPBaselineParams,
-    *,
-    group_ids: Tensor | None,
-    values: Tensor | None,
+    inputs: AdvantageInputs, params: ReinforcePPBaselineParams
 ) -> tuple[Tensor, Tensor]:
     """REINFORCE++ with a group baseline: score minus group mean, then global whitening.
 
     The group mean removes the prompt's difficulty; the global scale keeps near-uniform groups
     from being blown up the way a per-group std would.
     """
-    scores = _sequence_scores(token_rewards, response_mask)
-    mean, _, _ = _group_stats(scores, group_ids, "reinforce++_baseline")
-    centred = (scores - mean)[:, None] * response_mask
-    return masked_whiten(centred, response_mask, eps=params.eps), discounted_returns(
-        token_rewards, response_mask
-    )
+    scores = _sequence_scores(inputs)
+    mean, _, _ = _group_stats(scores, inputs.group_ids, "reinforce++_baseline")
+    centred = _on_tokens(scores - mean, inputs)
+    return masked_whiten(centred, inputs.response_mask, eps=params.eps), _returns(inputs)
 
 
 class GAEParams(Hyperparameters):
+    name: Literal["gae"] = "gae"
     gamma: float = Field(1.0, ge=0, le=1, description="discount")
     lam: float = Field(1.0, ge=0, le=1, description="0: one-step TD; 1: return minus value")
     whiten: bool = Field(False, description="whiten the advantages over the batch (PPO's habit)")
 
 
-@register_advantage("gae", GAEParams)
+@register_advantage(GAEParams, needs_critic=True)
 @torch.no_grad()
-def gae_advantages(
-    token_rewards: Tensor,
-    response_mask: Tensor,
-    params: GAEParams,
-    *,
-    group_ids: Tensor | None,
-    values: Tensor | None,
-) -> tuple[Tensor, Tensor]:
+def gae_advantages(inputs: AdvantageInputs, params: GAEParams) -> tuple[Tensor, Tensor]:
     """Generalised Advantage Estimation: ``A_t = sum_l (gamma*lam)^l delta_{t+l}``.
 
     ``delta_t = r_t + gamma V_{t+1} - V_t`` with ``V`` = 0 after the last valid token.
     Returns are ``A + V`` (the critic's target), taken before any whitening. Masked positions
     inside a sequence are skipped, like in :func:`discounted_returns`.
     """
+    token_rewards, response_mask, values = inputs.token_rewards, inputs.response_mask, inputs.values
     if values is None:
         raise ValueError("advantage estimator 'gae' needs values from a critic")
-    _check_2d("token_rewards", token_rewards)
-    _check_same_shape(token_rewards=token_rewards, values=values, response_mask=response_mask)
+    _check_same_shape(token_rewards=token_rewards, values=values)
     gamma, lam = params.gamma, params.lam
     valid = response_mask != 0
     advantages = torch.zeros_like(token_rewards)
@@ -559,23 +621,40 @@ def importance_log_ratio(
     return log_ratio
 
 
-class PolicyLossFn(Protocol):
-    """Per-batch tensors positionally, the loss's own ``params``, then how to aggregate over
-    the whole minibatch (see :func:`aggregate_loss`). Returns the loss to minimise and detached
-    metrics local to this micro-batch."""
+@dataclass(frozen=True)
+class LossInputs:
+    """What a policy loss reads of a micro-batch: ``[B, T]`` token tensors, and how to reduce
+    them to the micro-batch's share of the whole minibatch's loss (:meth:`aggregate`)."""
 
-    def __call__(
-        self,
-        logprobs: Tensor,
-        old_logprobs: Tensor,
-        advantages: Tensor,
-        response_mask: Tensor,
-        params: Any,
-        *,
-        agg_mode: str,
-        num_tokens: float | None,
-        num_seqs: float | None,
-    ) -> tuple[Tensor, dict[str, Tensor]]: ...
+    logprobs: Tensor  # the policy's, with gradients
+    old_logprobs: Tensor  # the policy's before this update's steps
+    advantages: Tensor
+    response_mask: Tensor  # the tokens that train
+    agg_mode: str = "token-mean"
+    num_tokens: float | None = None  # of the whole minibatch (every micro-batch and rank)
+    num_seqs: float | None = None
+    # Every numeric column of the rollout rows, ``[B]``: see :class:`AdvantageInputs`.
+    columns: Mapping[str, Tensor] = field(default_factory=dict)
+
+    def aggregate(self, per_token: Tensor) -> Tensor:
+        """``per_token`` reduced as :func:`aggregate_loss` does, over the response mask."""
+        return aggregate_loss(
+            per_token,
+            self.response_mask,
+            self.agg_mode,
+            num_tokens=self.num_tokens,
+            num_seqs=self.num_seqs,
+        )
+
+    def column(self, name: str) -> Tensor:
+        return _columns(self.columns, name)
+
+
+class PolicyLossFn(Protocol):
+    """The micro-batch as one object and the loss's own ``params``; returns the loss to minimise
+    and detached metrics local to this micro-batch."""
+
+    def __call__(self, inputs: LossInputs, params: Any) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
 @dataclass(frozen=True)
@@ -587,49 +666,34 @@ class PolicyLoss(_Entry):
     ratio_level: str = "token"
 
     def __call__(
-        self,
-        logprobs: Tensor,
-        old_logprobs: Tensor,
-        advantages: Tensor,
-        response_mask: Tensor,
-        params: Hyperparameters | None = None,
-        *,
-        agg_mode: str = "token-mean",
-        num_tokens: float | None = None,
-        num_seqs: float | None = None,
+        self, inputs: LossInputs, params: Hyperparameters | None = None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """The loss with ``params`` (None: the loss's defaults)."""
-        _check_2d("logprobs", logprobs)
+        _check_2d("logprobs", inputs.logprobs)
         _check_same_shape(
-            logprobs=logprobs,
-            old_logprobs=old_logprobs,
-            advantages=advantages,
-            response_mask=response_mask,
+            logprobs=inputs.logprobs,
+            old_logprobs=inputs.old_logprobs,
+            advantages=inputs.advantages,
+            response_mask=inputs.response_mask,
         )
-        return self.fn(
-            logprobs,
-            old_logprobs,
-            advantages,
-            response_mask,
-            self._params(params),
-            agg_mode=agg_mode,
-            num_tokens=num_tokens,
-            num_seqs=num_seqs,
-        )
+        return self.fn(inputs, self._params(params))
 
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+PolicyLossParams = registered_params(POLICY_LOSSES)
 
 
 def register_policy_loss(
-    name: str, params: type[Hyperparameters] = Hyperparameters, *, ratio_level: str = "token"
+    params: type[Hyperparameters], *, ratio_level: str = "token"
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator adding a policy loss, with the model of its hyperparameters, under ``name``."""
+    """Decorator adding a policy loss, with the model of its hyperparameters, under the name
+    that model carries."""
     if ratio_level not in RATIO_LEVELS:
         raise ValueError(f"unknown ratio level {ratio_level!r}; known: {list(RATIO_LEVELS)}")
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
-        POLICY_LOSSES.add(name, PolicyLoss(params=params, fn=fn, ratio_level=ratio_level))
+        entry = PolicyLoss(params=params, fn=fn, ratio_level=ratio_level)
+        POLICY_LOSSES.add(_registered_name(params), entry)
         return fn
 
     return decorator
@@ -652,18 +716,10 @@ class ClipParams(Hyperparameters):
 
 
 def _clipped_surrogate(
-    log_ratio: Tensor,
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    params: ClipParams,
-    *,
-    agg_mode: str,
-    num_tokens: float | None,
-    num_seqs: float | None,
+    log_ratio: Tensor, inputs: LossInputs, params: ClipParams
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The clipped surrogate for a given log-ratio; the losses differ only in the ratio."""
+    advantages, mask = inputs.advantages, inputs.response_mask
     clip_low, clip_high = params.clip_low, params.clip_high
     ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
     unclipped = -advantages * ratio
@@ -672,33 +728,29 @@ def _clipped_surrogate(
     if params.dual_clip is not None:
         capped = torch.minimum(losses, -advantages * params.dual_clip)
         losses = torch.where(advantages < 0, capped, losses)
-    loss = aggregate_loss(losses, response_mask, agg_mode, num_tokens=num_tokens, num_seqs=num_seqs)
+    loss = inputs.aggregate(losses)
 
     with torch.no_grad():
         metrics = {
             "clipfrac_low": masked_mean(
-                ((advantages < 0) & (ratio < 1 - clip_low)).to(ratio.dtype), response_mask
+                ((advantages < 0) & (ratio < 1 - clip_low)).to(ratio.dtype), mask
             ),
             "clipfrac_high": masked_mean(
-                ((advantages > 0) & (ratio > 1 + clip_high)).to(ratio.dtype), response_mask
+                ((advantages > 0) & (ratio > 1 + clip_high)).to(ratio.dtype), mask
             ),
-            "approx_kl": approx_kl(logprobs, old_logprobs, response_mask),
-            "ratio_mean": masked_mean(ratio, response_mask),
+            "approx_kl": approx_kl(inputs.logprobs, inputs.old_logprobs, mask),
+            "ratio_mean": masked_mean(ratio, mask),
         }
     return loss, metrics
 
 
-@register_policy_loss("vanilla", ClipParams)
+class VanillaParams(ClipParams):
+    name: Literal["vanilla"] = "vanilla"
+
+
+@register_policy_loss(VanillaParams)
 def vanilla_policy_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    params: ClipParams,
-    *,
-    agg_mode: str,
-    num_tokens: float | None,
-    num_seqs: float | None,
+    inputs: LossInputs, params: VanillaParams
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO clipped surrogate with a per-token ratio, clip-higher and optional dual clip.
 
@@ -711,49 +763,28 @@ def vanilla_policy_loss(
     the lower / upper clip removed; ``approx_kl`` is KL(old || new); ``ratio_mean`` is the mean
     ratio used.
     """
-    log_ratio = importance_log_ratio(logprobs, old_logprobs, response_mask, "token")
-    return _clipped_surrogate(
-        log_ratio,
-        logprobs,
-        old_logprobs,
-        advantages,
-        response_mask,
-        params,
-        agg_mode=agg_mode,
-        num_tokens=num_tokens,
-        num_seqs=num_seqs,
+    log_ratio = importance_log_ratio(
+        inputs.logprobs, inputs.old_logprobs, inputs.response_mask, "token"
     )
+    return _clipped_surrogate(log_ratio, inputs, params)
 
 
-@register_policy_loss("gspo", ClipParams, ratio_level="sequence")
-def gspo_policy_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
-    params: ClipParams,
-    *,
-    agg_mode: str,
-    num_tokens: float | None,
-    num_seqs: float | None,
-) -> tuple[Tensor, dict[str, Tensor]]:
+class GSPOParams(ClipParams):
+    name: Literal["gspo"] = "gspo"
+
+
+@register_policy_loss(GSPOParams, ratio_level="sequence")
+def gspo_policy_loss(inputs: LossInputs, params: GSPOParams) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO(-token): :func:`vanilla_policy_loss` with one ratio per sequence,
     ``exp(mean token log-ratio)``, while gradients still flow through each token's own
     log-prob. One clip decision per sequence matches a sequence-level reward."""
-    seq_log_ratio = importance_log_ratio(logprobs, old_logprobs, response_mask, "sequence")
+    logprobs = inputs.logprobs
+    seq_log_ratio = importance_log_ratio(
+        logprobs, inputs.old_logprobs, inputs.response_mask, "sequence"
+    )
     # Value of the sequence ratio, gradient of each token's own log-prob.
     log_ratio = seq_log_ratio.detach() + logprobs - logprobs.detach()
-    return _clipped_surrogate(
-        log_ratio,
-        logprobs,
-        old_logprobs,
-        advantages,
-        response_mask,
-        params,
-        agg_mode=agg_mode,
-        num_tokens=num_tokens,
-        num_seqs=num_seqs,
-    )
+    return _clipped_surrogate(log_ratio, inputs, params)
 
 
 def value_loss(
@@ -847,30 +878,22 @@ def informative_groups(scores: Tensor, group_ids: Tensor) -> Tensor:
 @dataclass(frozen=True)
 class Algorithm:
     """What users call an algorithm: an advantage estimator and a policy loss with the
-    hyperparameters, update settings and models its paper uses.
+    hyperparameters its paper uses, and the update settings it changes. They are the defaults
+    of the update's config (its ``advantage``, ``policy_loss``, ``loss_agg_mode`` and
+    ``mask_truncated``): a setting given there replaces the preset's whole."""
 
-    ``settings`` are defaults for fields of the update's config (``loss_agg_mode``, ``kl_in``,
-    ``mask_truncated``, ...); fields set explicitly there win, and so do explicit estimator and
-    loss hyperparameters over ``advantage_args`` / ``policy_loss_args``.
-    """
-
-    advantage: str
-    policy_loss: str = "vanilla"
-    needs_critic: bool = False
-    advantage_args: Mapping[str, Any] = field(default_factory=dict)
-    policy_loss_args: Mapping[str, Any] = field(default_factory=dict)
-    settings: Mapping[str, Any] = field(default_factory=dict)
+    advantage: Hyperparameters
+    policy_loss: Hyperparameters = field(default_factory=VanillaParams)
+    loss_agg_mode: str = "token-mean"
+    mask_truncated: bool = False
     description: str = ""
 
     def __post_init__(self) -> None:
-        # A misspelt preset fails when it is registered, not at its first update.
-        ADVANTAGE_ESTIMATORS[self.advantage].params.model_validate(self.advantage_args)
-        POLICY_LOSSES[self.policy_loss].params.model_validate(self.policy_loss_args)
-
-    @property
-    def needs_reference(self) -> bool:
-        """Whether its recipe puts a KL to the reference model in the reward or the loss."""
-        return self.settings.get("kl_in", "none") != "none"
+        # A preset naming an unregistered estimator or loss fails when it is registered.
+        ADVANTAGE_ESTIMATORS[self.advantage.name]
+        POLICY_LOSSES[self.policy_loss.name]
+        if self.loss_agg_mode not in AGG_MODES:
+            raise ValueError(f"unknown loss_agg_mode {self.loss_agg_mode!r}")
 
 
 ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
@@ -887,7 +910,7 @@ def get_algorithm(name: str) -> Algorithm:
 register_algorithm(
     "grpo",
     Algorithm(
-        "grpo",
+        GRPOParams(),
         description="GRPO (Shao et al. 2024): group z-scored outcome advantages, the PPO clip "
         "loss, no critic. Token-mean aggregation as TRL and verl default to (the paper's mean "
         "per sequence is loss_agg_mode='seq-mean-token-mean'); the paper's KL in the loss is "
@@ -897,9 +920,8 @@ register_algorithm(
 register_algorithm(
     "dr_grpo",
     Algorithm(
-        "grpo",
-        advantage_args={"norm_by_std": False},
-        settings={"loss_agg_mode": "seq-mean-token-sum"},
+        GRPOParams(norm_by_std=False),
+        loss_agg_mode="seq-mean-token-sum",
         description="Dr. GRPO (Liu et al. 2025): GRPO without the two biases, the std division "
         "of the advantage and the per-sequence length normalisation: token sums over a constant "
         "(the number of sequences), so long wrong answers are not favoured.",
@@ -908,24 +930,19 @@ register_algorithm(
 register_algorithm(
     "dapo",
     Algorithm(
-        "grpo",
-        policy_loss_args={"clip_low": 0.2, "clip_high": 0.28},
-        settings={
-            "loss_agg_mode": "token-mean",
-            "kl_in": "none",
-            "drop_uniform_groups": True,
-            "mask_truncated": True,
-        },
+        GRPOParams(),
+        VanillaParams(clip_low=0.2, clip_high=0.28),
+        mask_truncated=True,
         description="DAPO (Yu et al. 2025): clip-higher (0.2 / 0.28) against entropy collapse, "
         "token-level mean, no KL, groups of equal rewards dropped (the RL stage resamples to "
         "refill them: RLConfig.dynamic_sampling) and truncated completions masked (overlong "
-        "filtering).",
+        "filtering); the last three are the update's defaults.",
     ),
 )
 register_algorithm(
     "rloo",
     Algorithm(
-        "rloo",
+        RLOOParams(),
         description="RLOO (Ahmadian et al. 2024): leave-one-out group baseline, unbiased; one "
         "optimizer step per batch makes the clip loss plain REINFORCE.",
     ),
@@ -933,7 +950,7 @@ register_algorithm(
 register_algorithm(
     "reinforce++",
     Algorithm(
-        "reinforce++",
+        ReinforcePPParams(),
         description="REINFORCE++ (Hu 2025): return-to-go whitened over the whole batch with the "
         "PPO clip loss; the paper's KL in the reward is opt-in (kl_in='reward').",
     ),
@@ -941,16 +958,14 @@ register_algorithm(
 register_algorithm(
     "reinforce++_baseline",
     Algorithm(
-        "reinforce++_baseline",
+        ReinforcePPBaselineParams(),
         description="REINFORCE++ with a group-mean baseline before the global whitening.",
     ),
 )
 register_algorithm(
     "ppo",
     Algorithm(
-        "gae",
-        needs_critic=True,
-        advantage_args={"lam": 0.95, "whiten": True},
+        GAEParams(lam=0.95, whiten=True),
         description="PPO (Schulman et al. 2017; Ouyang et al. 2022): GAE advantages from a "
         "critic trained alongside (clipped value loss), whitened per batch.",
     ),

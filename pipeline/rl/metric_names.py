@@ -11,16 +11,12 @@ A statistic of a quantity is a level of its own (``update/response_length/max``)
 suffix that code has to parse. Names are ``<namespace>/<quantity>[/<statistic>]``; three
 families are named at run time: :func:`reward_component`, :func:`status_count` and the
 verifier's status values.
-
-Metrics of runs recorded before these names (``reward_mean``, ``time_sample_s``...) are read
-through :func:`lookup` where the pipeline reads them back.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 ITERATION: Final = "iteration"  # the x axis of every curve, 1-based
 
@@ -131,20 +127,6 @@ DECLARED: Final = frozenset(
 ) | {ITERATION}
 _FAMILIES = re.compile(r"reward/[a-z_]+/mean|data/status/[a-z_]+")
 
-# Names of runs recorded before the namespaces, for the metrics the pipeline reads back.
-LEGACY: Final = {
-    Data.SCHEDULE_BATCHES: "schedule_batches",
-    Reward.MEAN: "reward_mean",
-    Reward.PASS_RATE: "pass_rate",
-}
-
 
 def is_declared(name: str) -> bool:
     return name in DECLARED or _FAMILIES.fullmatch(name) is not None
-
-
-def lookup(metrics: Mapping[str, Any], name: str) -> Any:
-    """``metrics[name]``, or the same metric under its name before the namespaces; None when
-    neither is there."""
-    value = metrics.get(name)
-    return metrics.get(LEGACY[name]) if value is None and name in LEGACY else value

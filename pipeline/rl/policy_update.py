@@ -1,10 +1,10 @@
 """The policy update: scored rollouts + policy (+ reference, + critic) -> new weights + metrics.
 
 One :class:`PolicyUpdater` serves every algorithm of :data:`~.algorithms.ALGORITHMS` (GRPO,
-Dr. GRPO, DAPO, RLOO, REINFORCE++, PPO, ...); they differ only in what that registry names: the
-advantage estimator, the policy loss, their hyperparameters, settings such as where the KL to
-the reference goes (reward or loss), and whether a critic trains alongside. ``update`` reads top
-to bottom like CleanRL's ``ppo.py``:
+Dr. GRPO, DAPO, RLOO, REINFORCE++, PPO, ...); they differ only in the config's advantage
+estimator and policy loss (each with its hyperparameters, named by the registries), settings
+such as where the KL to the reference goes (reward or loss), and whether a critic trains
+alongside (the estimator's need). ``update`` reads top to bottom like CleanRL's ``ppo.py``:
 
 1. shape the batch (drop groups without signal, mask truncated completions);
 2. score it without gradients: old logprobs, reference logprobs, critic values;
@@ -21,34 +21,32 @@ size are known everywhere without communication.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast, overload
 
 import torch
 from accelerate import Accelerator
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from torch import Tensor, nn
 
+from ..logprobs import ModelInputs, completion_logits, completion_logprobs
 from ..model_config import ModelConfig
-from ..sharding import (
-    LORA_REFUSED,
-    gather_model_state,
-    gather_optimizer_state,
-    load_model_state,
-    load_optimizer_state,
-    make_accelerator,
-)
+from ..sharding import LORA_REFUSED, make_accelerator
 from .algorithms import (
+    ALGORITHMS,
     AdaptiveKLController,
     AdvantageEstimator,
+    AdvantageInputs,
+    AdvantageParams,
     Algorithm,
     FixedKLController,
-    Hyperparameters,
+    LossInputs,
     PolicyLoss,
-    aggregate_loss,
+    PolicyLossParams,
     entropy_from_logits,
     explained_variance,
     get_advantage_estimator,
@@ -63,14 +61,8 @@ from .algorithms import (
     value_loss,
 )
 from .metric_names import IS_WEIGHT_METRICS, MAXIMA, POLICY_LOSS_METRICS, Sampler, Update
-from .models import (
-    ActorCritic,
-    ValueModel,
-    completion_logits,
-    completion_logprobs,
-    disable_dropout,
-)
-from .rollouts import ModelInputs, RolloutBatch
+from .models import ActorCritic, ValueModel, disable_dropout
+from .rollouts import RolloutBatch
 
 log = logging.getLogger(__name__)
 
@@ -80,71 +72,70 @@ if TYPE_CHECKING:
 
 AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"]
 
-# Fields from before the registries, kept for existing configs: each sets the estimator's or the
-# loss's hyperparameter named here, where the one in use has it (as before, a field the
-# algorithm has no use for is ignored).
-_ADVANTAGE_FIELDS = {
-    "gamma": "gamma",
-    "lam": "lam",
-    "norm_adv_by_std": "norm_by_std",
-    "whiten_advantages": "whiten",
-}
-_LOSS_FIELDS = {"clip_low": "clip_low", "clip_high": "clip_high", "dual_clip": "dual_clip"}
-_RATIO_LEVEL_LOSSES = {"token": "vanilla", "sequence": "gspo"}
+
+def _preset(data: dict[str, Any]) -> Algorithm:
+    """The algorithm named in the fields validated so far (a default factory's argument)."""
+    name = data.get("algorithm", "grpo")
+    return ALGORITHMS[name] if name in ALGORITHMS else ALGORITHMS["grpo"]
 
 
 class UpdateConfig(BaseModel):
     """Settings of one policy update. Sizes count sequences (completions).
 
-    ``algorithm`` names a preset of the registry; the fields set here override what it fills
-    in. Fields left ``None`` take the algorithm's value.
+    ``algorithm`` names a preset of the registry: the defaults of ``advantage``,
+    ``policy_loss``, ``loss_agg_mode`` and ``mask_truncated``. Each of them, given here,
+    replaces the preset's.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # Spellings of earlier versions, refused with the new one's name.
+    renamed: ClassVar[dict[str, str]] = {
+        "lr": "learning_rate",
+        "critic_lr": "critic_learning_rate",
+        "advantage_args": "advantage",
+        "policy_loss_args": "policy_loss",
+        "clip_low": "policy_loss.clip_low",
+        "clip_high": "policy_loss.clip_high",
+        "dual_clip": "policy_loss.dual_clip",
+        "ratio_level": "policy_loss.name (token: vanilla, sequence: gspo)",
+        "norm_adv_by_std": "advantage.norm_by_std",
+        "gamma": "advantage.gamma",
+        "lam": "advantage.lam",
+        "whiten_advantages": "advantage.whiten",
+    }
 
     algorithm: str = Field(
         "grpo",
         description="a preset of algorithms.ALGORITHMS (grpo, dr_grpo, dapo, rloo, reinforce++, "
-        "reinforce++_baseline, ppo): its advantage estimator, policy loss, their "
-        "hyperparameters and update settings",
+        "reinforce++_baseline, ppo): the defaults of advantage, policy_loss, loss_agg_mode and "
+        "mask_truncated",
     )
-    advantage_args: dict[str, Any] = Field(
-        default_factory=dict,
-        description="hyperparameters of the algorithm's advantage estimator (its params model, "
-        "e.g. grpo's norm_by_std and eps), over the preset's",
+    advantage: AdvantageParams = Field(
+        default_factory=lambda data: _preset(data).advantage,
+        description="the advantage estimator and its hyperparameters, {name: ..., ...}: grpo "
+        "(norm_by_std, eps), rloo, reinforce++ (gamma, eps), reinforce++_baseline (eps), gae "
+        "(gamma, lam, whiten; trains a critic); default: the algorithm's",
     )
-    policy_loss: str | None = Field(
-        None,
-        description="a loss of algorithms.POLICY_LOSSES (vanilla, gspo); None = the algorithm's",
-    )
-    policy_loss_args: dict[str, Any] = Field(
-        default_factory=dict, description="hyperparameters of the policy loss, over the preset's"
+    policy_loss: PolicyLossParams = Field(
+        default_factory=lambda data: _preset(data).policy_loss,
+        description="the policy loss and its hyperparameters, {name: ..., ...}: vanilla or gspo "
+        "(clip_low, clip_high, dual_clip); default: the algorithm's",
     )
     epochs: int = Field(1, ge=1, le=100, description="passes over each rollout batch")
     minibatch_size: int | None = Field(
         None, ge=1, description="sequences per optimizer step, all ranks together; None = batch"
     )
     micro_batch_size: int = Field(8, ge=1, description="sequences per forward, per rank")
-    lr: float = Field(1e-6, gt=0, le=1)
-    critic_lr: float | None = Field(None, gt=0, le=1, description="None = lr")
+    learning_rate: float = Field(1e-6, gt=0, le=1, description="AdamW's, for the policy")
+    critic_learning_rate: float | None = Field(
+        None, gt=0, le=1, description="the critic's (ppo); None = learning_rate"
+    )
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
-    clip_low: float | None = Field(None, ge=0, lt=1, description="the loss's clip_low (0.2)")
-    clip_high: float | None = Field(
-        None, ge=0, le=10, description="the loss's clip_high (0.2; DAPO's clip-higher 0.28)"
-    )
-    dual_clip: float | None = Field(None, gt=1, description="the loss's dual_clip")
-    ratio_level: Literal["token", "sequence"] | None = Field(
-        None, description="the older spelling of policy_loss: token = vanilla, sequence = gspo"
-    )
-    loss_agg_mode: AggMode = "token-mean"
-    norm_adv_by_std: bool | None = Field(
-        None, description="grpo estimator's norm_by_std: False gives Dr.GRPO"
-    )
-    gamma: float | None = Field(None, ge=0, le=1, description="discount (reinforce++, gae)")
-    lam: float | None = Field(None, ge=0, le=1, description="GAE lambda (ppo: 0.95)")
-    whiten_advantages: bool | None = Field(
-        None, description="gae: whiten the advantages per batch (ppo: True)"
+    loss_agg_mode: AggMode = Field(
+        default_factory=lambda data: cast(AggMode, _preset(data).loss_agg_mode),
+        description="how token losses add up: token-mean, seq-mean-token-sum (Dr. GRPO), "
+        "seq-mean-token-mean (the GRPO paper); default: the algorithm's",
     )
     kl_in: Literal["reward", "loss", "none"] = "none"
     kl_coef: float = Field(0.0, ge=0)
@@ -165,7 +156,11 @@ class UpdateConfig(BaseModel):
     vf_coef: float = Field(0.5, ge=0)
     value_clip: float | None = Field(0.2, gt=0)
     drop_uniform_groups: bool = True
-    mask_truncated: bool = False
+    mask_truncated: bool = Field(
+        default_factory=lambda data: _preset(data).mask_truncated,
+        description="truncated completions set their group's baseline but do not train (TRL's "
+        "mask_truncated_completions); default: the algorithm's",
+    )
     sampler_is_cap: float | None = Field(
         None,
         ge=1,
@@ -175,21 +170,14 @@ class UpdateConfig(BaseModel):
     bf16: bool = False
     seed: int = 0
 
-    @model_validator(mode="before")
+    @field_validator("algorithm")
     @classmethod
-    def _algorithm_settings(cls, data: Any) -> Any:
-        """The algorithm's settings as defaults of the fields not given."""
-        if isinstance(data, dict):
-            name = data.get("algorithm", cls.model_fields["algorithm"].default)
-            return {**get_algorithm(name).settings, **data}
-        return data
+    def _registered(cls, name: str) -> str:
+        get_algorithm(name)  # an unknown name fails listing the known
+        return name
 
     @model_validator(mode="after")
     def _consistent(self) -> UpdateConfig:
-        if self.policy_loss is not None and self.ratio_level is not None:
-            raise ValueError("set policy_loss or its older spelling ratio_level, not both")
-        self.advantage_estimator()  # unknown names and bad hyperparameters fail here
-        self.loss()
         if self.minibatch_size is not None and self.micro_batch_size > self.minibatch_size:
             raise ValueError(
                 f"micro_batch_size={self.micro_batch_size} exceeds minibatch_size={self.minibatch_size}"
@@ -203,56 +191,20 @@ class UpdateConfig(BaseModel):
         return self
 
     @property
-    def recipe(self) -> Algorithm:
-        return get_algorithm(self.algorithm)
+    def estimator(self) -> AdvantageEstimator:
+        return get_advantage_estimator(self.advantage.name)
+
+    @property
+    def loss(self) -> PolicyLoss:
+        return get_policy_loss(self.policy_loss.name)
 
     @property
     def needs_critic(self) -> bool:
-        return self.recipe.needs_critic
+        return self.estimator.needs_critic
 
     @property
     def needs_reference(self) -> bool:
         return self.kl_in != "none"
-
-    def advantage_estimator(self) -> tuple[AdvantageEstimator, Hyperparameters]:
-        """The algorithm's estimator with its hyperparameters: the preset's, then the fields."""
-        estimator = get_advantage_estimator(self.recipe.advantage)
-        params = self._params(
-            estimator.params, self.recipe.advantage_args, _ADVANTAGE_FIELDS, self.advantage_args
-        )
-        return estimator, params
-
-    def loss(self) -> tuple[PolicyLoss, Hyperparameters]:
-        """The policy loss with its hyperparameters: the preset's, then the fields."""
-        if self.policy_loss is not None:
-            name = self.policy_loss
-        elif self.ratio_level is not None:
-            name = _RATIO_LEVEL_LOSSES[self.ratio_level]
-        else:
-            name = self.recipe.policy_loss
-        loss = get_policy_loss(name)
-        params = self._params(
-            loss.params, self.recipe.policy_loss_args, _LOSS_FIELDS, self.policy_loss_args
-        )
-        return loss, params
-
-    def _params(
-        self,
-        model: type[Hyperparameters],
-        preset: Mapping[str, Any],
-        fields: Mapping[str, str],
-        explicit: Mapping[str, Any],
-    ) -> Hyperparameters:
-        known = model.model_fields
-        values = {name: value for name, value in preset.items() if name in known}
-        for field_name, name in fields.items():
-            value = getattr(self, field_name)
-            if value is not None and name in known:
-                values[name] = value
-        try:
-            return model.model_validate({**values, **explicit})
-        except ValidationError as error:  # name the model: its fields are not this config's
-            raise ValueError(f"hyperparameters of {model.__name__}: {error}") from None
 
 
 @dataclass
@@ -270,6 +222,49 @@ class PreparedBatch:
 
     def __len__(self) -> int:
         return len(self.batch)
+
+    def select(self, rows: Tensor) -> PreparedBatch:
+        """The rows ``rows``, padding trimmed."""
+        batch = self.batch.select(rows)
+        take = functools.partial(_take, rows=rows, width=batch.completion_ids.shape[1])
+        return PreparedBatch(
+            batch,
+            take(self.loss_mask),
+            take(self.advantages),
+            take(self.returns),
+            take(self.old_logprobs),
+            take(self.ref_logprobs),
+            take(self.old_values),
+            self.metrics,
+        )
+
+
+@overload
+def _take(x: Tensor, *, rows: Tensor, width: int) -> Tensor: ...
+@overload
+def _take(x: Tensor | None, *, rows: Tensor, width: int) -> Tensor | None: ...
+def _take(x: Tensor | None, *, rows: Tensor, width: int) -> Tensor | None:
+    """Rows ``rows`` of a ``[B, T]`` tensor, its first ``width`` tokens (None stays None)."""
+    return None if x is None else x[rows, :width]
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One forward's worth of a minibatch on this rank: the policy's logits and logprobs (with
+    gradients) and the critic's values, beside what :meth:`PolicyUpdater.prepare` computed for
+    the same rows. ``loss`` is what the policy loss reads."""
+
+    logits: Tensor  # [b, t, V]
+    values: Tensor | None  # [b, t], the critic's (ppo)
+    loss: LossInputs
+    ref_logprobs: Tensor | None
+    old_values: Tensor | None
+    returns: Tensor | None
+
+    @property
+    def tokens(self) -> Tensor:
+        """The tokens that train: the weight of this micro-batch's means."""
+        return self.loss.response_mask.sum()
 
 
 class _Totals:
@@ -351,7 +346,7 @@ class PolicyUpdater:
         self.model_config = model_config = model_config or ModelConfig()
         if cfg.needs_critic != (critic is not None):
             raise ValueError(
-                f"algorithm={cfg.algorithm!r} "
+                f"advantage estimator {cfg.advantage.name!r} "
                 + ("needs a critic (ValueModel)" if critic is None else "does not use a critic")
             )
         # With LoRA the base model (adapters off) is the reference: no second copy.
@@ -364,34 +359,13 @@ class PolicyUpdater:
             raise ValueError(f"kl_in={cfg.kl_in!r} needs a ref_model (or a LoRA policy)")
         self.accelerator = accelerator or make_accelerator("bf16" if cfg.bf16 else "no")
         self.sharded = self.accelerator.is_fsdp2
-        peft_config = model_config.peft_config()
-        if self.sharded and (peft_config is not None or _is_peft(policy)):
-            raise ValueError(LORA_REFUSED)
-        if peft_config is not None:
-            from peft import get_peft_model
-
-            policy = get_peft_model(policy, peft_config)
-        for module in (policy, critic):
-            if module is None:
-                continue
-            disable_dropout(module)
-            if model_config.gradient_checkpointing:
-                # the policy is a causal LM (or its PeftModel, which forwards the call)
-                target = module.backbone if isinstance(module, ValueModel) else module
-                target = cast("PreTrainedModel", target)
-                target.gradient_checkpointing_enable(
-                    gradient_checkpointing_kwargs={"use_reentrant": False}
-                )
+        policy = self._trainable(policy, critic)
         self.ref_model = None
         if cfg.needs_reference and ref_model is not None:
             self.ref_model = ref_model.to(self.accelerator.device).eval().requires_grad_(False)
-
-        model = ActorCritic(policy, critic).train()
-        groups = [{"params": [p for p in policy.parameters() if p.requires_grad], "lr": cfg.lr}]
-        if critic is not None:
-            groups.append({"params": list(critic.parameters()), "lr": cfg.critic_lr or cfg.lr})
-        optimizer = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.model, self.optimizer = self.accelerator.prepare(
+            ActorCritic(policy, critic).train(), self._optimizer(policy, critic)
+        )
         if self.sharded:
             parameter = next(self.model.parameters())
             log.info(
@@ -406,8 +380,39 @@ class PolicyUpdater:
             else FixedKLController(cfg.kl_coef)
         )
         self.generator = torch.Generator().manual_seed(cfg.seed)
-        self.estimator, self.advantage_params = cfg.advantage_estimator()
-        self.loss, self.loss_params = cfg.loss()
+
+    def _trainable(self, policy: nn.Module, critic: ValueModel | None) -> nn.Module:
+        """The policy (with its LoRA adapter, if the model config asks for one) and the critic
+        made ready to train: dropout off, gradient checkpointing on where asked."""
+        peft_config = self.model_config.peft_config()
+        if self.sharded and (peft_config is not None or _is_peft(policy)):
+            raise ValueError(LORA_REFUSED)
+        if peft_config is not None:
+            from peft import get_peft_model  # peft loads only with LoRA
+
+            policy = get_peft_model(policy, peft_config)
+        for module in (policy, critic):
+            if module is None:
+                continue
+            disable_dropout(module)
+            if self.model_config.gradient_checkpointing:
+                # the policy is a causal LM (or its PeftModel, which forwards the call)
+                target = module.backbone if isinstance(module, ValueModel) else module
+                target = cast("PreTrainedModel", target)
+                target.gradient_checkpointing_enable(
+                    gradient_checkpointing_kwargs={"use_reentrant": False}
+                )
+        return policy
+
+    def _optimizer(self, policy: nn.Module, critic: ValueModel | None) -> torch.optim.Optimizer:
+        cfg = self.config
+        groups = [
+            {"params": [p for p in policy.parameters() if p.requires_grad], "lr": cfg.learning_rate}
+        ]
+        if critic is not None:
+            critic_rate = cfg.critic_learning_rate or cfg.learning_rate
+            groups.append({"params": list(critic.parameters()), "lr": critic_rate})
+        return torch.optim.AdamW(groups, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
 
     @property
     def actor_critic(self) -> ActorCritic:
@@ -421,38 +426,6 @@ class PolicyUpdater:
     @property
     def critic(self) -> ValueModel | None:
         return self.actor_critic.critic
-
-    # ----------------------------------------------------------------------------------------
-    # Whole state, for checkpoints: collective under FSDP (every rank calls; the main process
-    # gets the tensors), the modules' own otherwise
-    # ----------------------------------------------------------------------------------------
-
-    def policy_state(self) -> dict[str, Tensor] | None:
-        """The policy's whole weights when sharded; None: the policy module holds them."""
-        return gather_model_state(self.policy) if self.sharded else None
-
-    def optimizer_state(self) -> dict[str, Any]:
-        if self.sharded:
-            return gather_optimizer_state(self.actor_critic, self.optimizer)
-        return self.optimizer.state_dict()
-
-    def critic_state(self) -> dict[str, Tensor]:
-        if self.critic is None:
-            return {}
-        return gather_model_state(self.critic) if self.sharded else self.critic.state_dict()
-
-    def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        if self.sharded:
-            load_optimizer_state(self.actor_critic, self.optimizer, state)
-        else:
-            self.optimizer.load_state_dict(state)
-
-    def load_critic_state(self, state: dict[str, Tensor]) -> None:
-        assert self.critic is not None
-        if self.sharded:
-            load_model_state(self.critic, state)
-        else:
-            self.critic.load_state_dict(state)
 
     @torch.no_grad()
     def probe_logprobs(self, ids: list[int]) -> list[float]:
@@ -509,8 +482,7 @@ class PolicyUpdater:
     def prepare(self, batch: RolloutBatch) -> PreparedBatch:
         """Steps 1-3: shape the batch, score it, turn rewards into advantages."""
         cfg = self.config
-        device = self.accelerator.device
-        batch = batch.to(device)
+        batch = batch.to(self.accelerator.device)
         metrics = {
             Update.REWARD_MEAN: batch.rewards.mean().item(),
             Update.ROLLOUTS: float(len(batch)),
@@ -523,7 +495,6 @@ class PolicyUpdater:
             metrics[Update.TRAINED_FRACTION] = 0.0
             empty = batch.response_mask
             return PreparedBatch(batch, empty, empty, None, None, None, None, metrics)
-        response_mask = batch.response_mask
         lengths = batch.completion_lengths.float()
         metrics[Update.RESPONSE_LENGTH_MEAN] = lengths.mean().item()
         metrics[Update.RESPONSE_LENGTH_MAX] = lengths.max().item()
@@ -544,29 +515,53 @@ class PolicyUpdater:
         )
         metrics.update(scores.reduce(self.accelerator))
 
-        # 3. Rewards: the verifier score on the last token, minus the per-token KL (PPO style).
+        # 3. Rewards -> advantages (and the critic's targets).
+        advantages, returns = self._advantages(
+            batch, old_logprobs, ref_logprobs, old_values, metrics
+        )
+
+        # Truncated completions still set their group's baseline above; they just do not train.
+        loss_mask = batch.response_mask
+        if cfg.mask_truncated:
+            loss_mask = loss_mask * (~batch.truncated)[:, None]
+        prepared = PreparedBatch(
+            batch, loss_mask, advantages, returns, old_logprobs, ref_logprobs, old_values, metrics
+        )
+        trains = loss_mask.sum(-1) > 0
+        if not bool(trains.all()):
+            prepared = prepared.select(trains.nonzero().squeeze(1))
+        metrics[Update.TRAINED_FRACTION] = len(prepared) / metrics[Update.ROLLOUTS]
+        return prepared
+
+    def _advantages(
+        self,
+        batch: RolloutBatch,
+        old_logprobs: Tensor | None,
+        ref_logprobs: Tensor | None,
+        old_values: Tensor | None,
+        metrics: dict[str, float],
+    ) -> tuple[Tensor, Tensor | None]:
+        """The verifier score on the last token, minus the per-token KL (PPO style), through
+        the estimator; then the truncated importance weights. Returns the advantages and, with
+        a critic, its targets."""
+        cfg = self.config
+        response_mask = batch.response_mask
         token_rewards = outcome_to_token_rewards(batch.rewards, response_mask)
         if cfg.kl_in == "reward":
             assert old_logprobs is not None and ref_logprobs is not None  # needs_old, reference
             kl = kl_penalty(old_logprobs, ref_logprobs, cfg.kl_estimator) * response_mask
             metrics[Update.KL_REF] = masked_mean(kl, response_mask).item()
             token_rewards = token_rewards - self.kl_controller.value * kl
-        returns: Tensor | None
-        advantages, returns = self.estimator(
-            token_rewards,
-            response_mask,
-            self.advantage_params,
-            group_ids=batch.group_ids,
-            values=old_values,
+        inputs = AdvantageInputs(
+            token_rewards, response_mask, batch.group_ids, old_values, batch.columns
         )
+        advantages, returns = cfg.estimator(inputs, cfg.advantage)
         if self.critic is not None:
-            assert old_values is not None and returns is not None  # needs_old with a critic
+            assert old_values is not None  # needs_old with a critic
             metrics[Update.EXPLAINED_VARIANCE] = explained_variance(
                 old_values, returns, response_mask
             ).item()
             metrics[Update.VALUE_MEAN] = masked_mean(old_values, response_mask).item()
-        else:
-            returns = None
         if cfg.sampler_is_cap is not None:
             # A positive per-token weight on the advantage scales that token's clipped loss.
             assert old_logprobs is not None  # needs_old
@@ -575,117 +570,126 @@ class PolicyUpdater:
             )
             advantages = advantages * weights
             metrics.update({IS_WEIGHT_METRICS[k]: value.item() for k, value in is_metrics.items()})
-
-        # Truncated completions still set their group's baseline above; they just do not train.
-        loss_mask = response_mask
-        if cfg.mask_truncated:
-            loss_mask = response_mask * (~batch.truncated)[:, None]
-        prepared = PreparedBatch(
-            batch, loss_mask, advantages, returns, old_logprobs, ref_logprobs, old_values, metrics
-        )
-        trains = loss_mask.sum(-1) > 0
-        if not bool(trains.all()):
-            prepared = _select(prepared, trains.nonzero().squeeze(1))
-        metrics[Update.TRAINED_FRACTION] = len(prepared) / metrics[Update.ROLLOUTS]
-        return prepared
+        return advantages, returns if self.critic is not None else None
 
     def backward_minibatch(self, prepared: PreparedBatch, rows: Tensor) -> dict[str, float]:
         """Step 4 for one minibatch: accumulate its gradient over this rank's micro-batches.
+        The loss of each is the sum of the named terms below.
 
         Each micro-batch loss is its share of the minibatch loss (global counts), times the
         world size because DDP averages gradients over ranks: the summed gradient is the
         minibatch gradient whatever the micro-batch size and the number of ranks.
         """
-        cfg = self.config
-        batch = prepared.batch
         minibatch_mask = prepared.loss_mask[rows]
         counts = {
             "num_tokens": minibatch_mask.sum().item(),
             "num_seqs": (minibatch_mask.sum(-1) > 0).sum().item(),
         }
-        scale = self.accelerator.num_processes
         totals = _Totals()
-        micro_batches = list(self._rank_micro_batches(batch, rows))
+        micro_batches = list(self._rank_micro_batches(prepared.batch, rows))
         for i, (micro_rows, real) in enumerate(micro_batches):
             is_last = i == len(micro_batches) - 1
-            sync = contextlib.nullcontext() if is_last else self.accelerator.no_sync(self.model)
-            with sync:
-                inputs = batch.model_inputs(micro_rows)
-                width = inputs.completion_ids.shape[1]
-
-                @overload
-                def take(x: Tensor, rows: Tensor = ..., width: int = ...) -> Tensor: ...
-                @overload
-                def take(
-                    x: Tensor | None, rows: Tensor = ..., width: int = ...
-                ) -> Tensor | None: ...
-                def take(
-                    x: Tensor | None, rows: Tensor = micro_rows, width: int = width
-                ) -> Tensor | None:
-                    return None if x is None else x[rows, :width]
-
-                mask = take(prepared.loss_mask) * real
-                logits, values = self.model(inputs)
-                logprobs = completion_logprobs(logits, inputs.completion_ids)
-                old_logprobs = take(prepared.old_logprobs)
-                if old_logprobs is None:
-                    old_logprobs = logprobs.detach()
-                    _add_sampler_mismatch(totals, old_logprobs, take(batch.sampling_logprobs), mask)
-                loss, pg_metrics = self.loss(
-                    logprobs,
-                    old_logprobs,
-                    take(prepared.advantages),
-                    mask,
-                    self.loss_params,
-                    agg_mode=cfg.loss_agg_mode,
-                    **counts,
+            with contextlib.nullcontext() if is_last else self.accelerator.no_sync(self.model):
+                micro = self._forward(prepared, micro_rows, real, counts, totals)
+                loss = (
+                    self._policy_term(micro, totals)
+                    + self._entropy_term(micro, totals)
+                    + self._kl_term(micro, totals)
+                    + self._value_term(micro, totals)
                 )
-                tokens = mask.sum()
-                totals.add(Update.POLICY_LOSS, loss)
-                for name, value in pg_metrics.items():
-                    totals.mean(POLICY_LOSS_METRICS[name], value, tokens)
-
-                with contextlib.nullcontext() if cfg.entropy_coef else torch.no_grad():
-                    entropy = entropy_from_logits(logits)
-                if cfg.entropy_coef:
-                    loss = loss - cfg.entropy_coef * aggregate_loss(
-                        entropy, mask, cfg.loss_agg_mode, **counts
-                    )
-                totals.mean(Update.ENTROPY, masked_mean(entropy, mask), tokens)
-
-                if cfg.kl_in == "loss":
-                    assert prepared.ref_logprobs is not None  # prepare() scored the reference
-                    kl = kl_penalty(logprobs, take(prepared.ref_logprobs), cfg.kl_estimator)
-                    totals.mean(Update.KL_REF, masked_mean(kl, mask), tokens)
-                    if cfg.kl_ratio_weighted:
-                        kl = kl * torch.exp(
-                            importance_log_ratio(
-                                logprobs, old_logprobs, mask, self.loss.ratio_level
-                            )
-                        )
-                    loss = loss + self.kl_controller.value * aggregate_loss(
-                        kl, mask, cfg.loss_agg_mode, **counts
-                    )
-
-                if values is not None:
-                    assert prepared.old_values is not None and prepared.returns is not None
-                    vf_loss, vf_metrics = value_loss(
-                        values,
-                        take(prepared.old_values),
-                        take(prepared.returns),
-                        mask,
-                        clip_range=cfg.value_clip,
-                        agg_mode=cfg.loss_agg_mode,
-                        **counts,
-                    )
-                    loss = loss + cfg.vf_coef * vf_loss
-                    totals.add(Update.VALUE_LOSS, vf_loss)
-                    totals.mean(Update.VF_CLIPFRAC, vf_metrics["vf_clipfrac"], tokens)
-
                 totals.add(Update.LOSS, loss)
-                self.accelerator.backward(loss * scale)
+                self.accelerator.backward(loss * self.accelerator.num_processes)
         # Loss shares add up (over micro-batches and ranks) to the minibatch loss.
         return totals.reduce(self.accelerator)
+
+    def _forward(
+        self,
+        prepared: PreparedBatch,
+        rows: Tensor,
+        real: float,
+        counts: dict[str, float],
+        totals: _Totals,
+    ) -> MicroBatch:
+        """The forward of rows ``rows`` (``real`` 0: a stand-in row that must not count)."""
+        batch = prepared.batch
+        inputs = batch.model_inputs(rows)
+        take = functools.partial(_take, rows=rows, width=inputs.completion_ids.shape[1])
+        mask = take(prepared.loss_mask) * real
+        logits, values = self.model(inputs)
+        logprobs = completion_logprobs(logits, inputs.completion_ids)
+        old_logprobs = take(prepared.old_logprobs)
+        if old_logprobs is None:  # one optimizer step: the policy has not moved yet
+            old_logprobs = logprobs.detach()
+            _add_sampler_mismatch(totals, old_logprobs, take(batch.sampling_logprobs), mask)
+        loss_inputs = LossInputs(
+            logprobs,
+            old_logprobs,
+            take(prepared.advantages),
+            mask,
+            agg_mode=self.config.loss_agg_mode,
+            columns={name: column[rows] for name, column in batch.columns.items()},
+            **counts,
+        )
+        return MicroBatch(
+            logits,
+            values,
+            loss_inputs,
+            take(prepared.ref_logprobs),
+            take(prepared.old_values),
+            take(prepared.returns),
+        )
+
+    # The terms of the loss, each with its metrics: the policy loss, an entropy bonus, the KL to
+    # the reference (kl_in="loss") and the critic's loss (ppo). A term that is off adds 0.
+
+    def _policy_term(self, micro: MicroBatch, totals: _Totals) -> Tensor:
+        loss, metrics = self.config.loss(micro.loss, self.config.policy_loss)
+        totals.add(Update.POLICY_LOSS, loss)
+        for name, value in metrics.items():
+            totals.mean(POLICY_LOSS_METRICS[name], value, micro.tokens)
+        return loss
+
+    def _entropy_term(self, micro: MicroBatch, totals: _Totals) -> Tensor | float:
+        coef = self.config.entropy_coef
+        with contextlib.nullcontext() if coef else torch.no_grad():
+            entropy = entropy_from_logits(micro.logits)
+        totals.mean(Update.ENTROPY, masked_mean(entropy, micro.loss.response_mask), micro.tokens)
+        return -(coef * micro.loss.aggregate(entropy)) if coef else 0.0
+
+    def _kl_term(self, micro: MicroBatch, totals: _Totals) -> Tensor | float:
+        cfg = self.config
+        if cfg.kl_in != "loss":
+            return 0.0
+        assert micro.ref_logprobs is not None  # prepare() scored the reference
+        inputs = micro.loss
+        kl = kl_penalty(inputs.logprobs, micro.ref_logprobs, cfg.kl_estimator)
+        totals.mean(Update.KL_REF, masked_mean(kl, inputs.response_mask), micro.tokens)
+        if cfg.kl_ratio_weighted:
+            ratio_level = cfg.loss.ratio_level
+            log_ratio = importance_log_ratio(
+                inputs.logprobs, inputs.old_logprobs, inputs.response_mask, ratio_level
+            )
+            kl = kl * torch.exp(log_ratio)
+        return self.kl_controller.value * inputs.aggregate(kl)
+
+    def _value_term(self, micro: MicroBatch, totals: _Totals) -> Tensor | float:
+        if micro.values is None:
+            return 0.0
+        assert micro.old_values is not None and micro.returns is not None
+        inputs = micro.loss
+        vf_loss, vf_metrics = value_loss(
+            micro.values,
+            micro.old_values,
+            micro.returns,
+            inputs.response_mask,
+            clip_range=self.config.value_clip,
+            agg_mode=inputs.agg_mode,
+            num_tokens=inputs.num_tokens,
+            num_seqs=inputs.num_seqs,
+        )
+        totals.add(Update.VALUE_LOSS, vf_loss)
+        totals.mean(Update.VF_CLIPFRAC, vf_metrics["vf_clipfrac"], micro.tokens)
+        return self.config.vf_coef * vf_loss
 
     # ----------------------------------------------------------------------------------------
     # Helpers
@@ -781,27 +785,3 @@ class PolicyUpdater:
 
 def _is_peft(model: nn.Module) -> bool:
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
-
-
-def _select(prepared: PreparedBatch, rows: Tensor) -> PreparedBatch:
-    """The rows ``rows`` of a prepared batch, padding trimmed."""
-    batch = prepared.batch.select(rows)
-    width = batch.completion_ids.shape[1]
-
-    @overload
-    def take(x: Tensor) -> Tensor: ...
-    @overload
-    def take(x: Tensor | None) -> Tensor | None: ...
-    def take(x: Tensor | None) -> Tensor | None:
-        return None if x is None else x[rows, :width]
-
-    return PreparedBatch(
-        batch,
-        take(prepared.loss_mask),
-        take(prepared.advantages),
-        take(prepared.returns),
-        take(prepared.old_logprobs),
-        take(prepared.ref_logprobs),
-        take(prepared.old_values),
-        prepared.metrics,
-    )

@@ -21,6 +21,12 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from ..atomic import staged, write_json
+from ..sharding import (
+    gather_model_state,
+    gather_optimizer_state,
+    load_model_state,
+    load_optimizer_state,
+)
 from .policy_update import PolicyUpdater
 
 TENSORS = "trainer_state/tensors.safetensors"
@@ -43,10 +49,19 @@ class TrainerState:
         write_json(folder / SCALARS, self.scalars)
 
 
+def gather_policy_weights(updater: PolicyUpdater) -> dict[str, Tensor] | None:
+    """The policy's whole weights when sharded, collective under FSDP (every rank calls it);
+    None: the policy module holds them."""
+    return gather_model_state(updater.policy) if updater.sharded else None
+
+
 def gather_trainer_state(updater: PolicyUpdater, *, policy_version: int) -> TrainerState:
     """``updater``'s whole state. Collective under FSDP (every rank calls it; only the main
     process's result holds the sharded tensors)."""
-    optimizer = updater.optimizer_state()
+    if updater.sharded:
+        optimizer = gather_optimizer_state(updater.actor_critic, updater.optimizer)
+    else:
+        optimizer = updater.optimizer.state_dict()
     tensors: dict[str, Tensor] = {"generator": updater.generator.get_state()}
     scalars: dict[str, dict[str, Any]] = {}
     for index, values in optimizer.get("state", {}).items():
@@ -55,7 +70,10 @@ def gather_trainer_state(updater: PolicyUpdater, *, policy_version: int) -> Trai
                 tensors[f"optimizer.state.{index}.{key}"] = value
             else:
                 scalars.setdefault(str(index), {})[key] = value
-    tensors.update({f"critic.{k}": v for k, v in updater.critic_state().items()})
+    critic = updater.critic
+    if critic is not None:
+        weights = gather_model_state(critic) if updater.sharded else critic.state_dict()
+        tensors.update({f"critic.{k}": v for k, v in weights.items()})
     return TrainerState(
         tensors,
         {
@@ -108,8 +126,15 @@ def load_trainer_state(updater: PolicyUpdater, folder: Path) -> None:
         {k: tuple(v) if isinstance(defaults.get(k), tuple) else v for k, v in group.items()}
         for group in saved["param_groups"]
     ]
-    updater.load_optimizer_state({"state": state, "param_groups": groups})
+    optimizer = {"state": state, "param_groups": groups}
+    if updater.sharded:
+        load_optimizer_state(updater.actor_critic, updater.optimizer, optimizer)
+    else:
+        updater.optimizer.load_state_dict(optimizer)
     updater.kl_controller.value = scalars["kl_coef"]
     updater.generator.set_state(tensors["generator"])
     if critic and updater.critic is not None:
-        updater.load_critic_state(critic)
+        if updater.sharded:
+            load_model_state(updater.critic, critic)
+        else:
+            updater.critic.load_state_dict(critic)

@@ -29,7 +29,7 @@ import logging
 import math
 import random
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -39,24 +39,17 @@ from ..checkpoints.manifest import CheckpointManifest, publish, sha256_file
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle
 from ..data.rows import TO_COUNT, read_rows
-from ..inference.sampling import (
-    EngineConfig,
-    SampleStageConfig,
-    SamplingConfig,
-    check_room,
-    run_sample,
-)
+from ..inference.sampling import EngineConfig, SamplingConfig, check_room
 from ..model_config import ModelConfig
+from ..reporting.evaluations import problem_counts
 from ..training import already_published, stage_version
-from .evaluation import problem_counts
-from .registry import Artifacts, Stage, register, with_weights
+from .registry import HELD_OUT_FILE, PROBLEMS_FILE, Artifacts, Stage, register, with_weights
+from .rollouts import SampleStageConfig, run_sample
 from .scoring import ScoreConfig, run_score
 
 log = logging.getLogger(__name__)
 
 STAGE = "difficulty-filter"
-PROBLEMS_FILE = "problems.jsonl"
-HELD_OUT_FILE = "held_out.jsonl"
 PASS_RATES_FILE = "pass_rates.json"
 
 
@@ -114,18 +107,6 @@ class DifficultyFilterConfig(BaseModel):
         return (self.max_samples or k) // k
 
 
-Part = Literal["train", "held_out"]
-
-
-def filtered_problem_set(out_dir: Path, like: ProblemSet, part: Part = "train") -> ProblemSet:
-    """The problems a finished filter kept (``part``: those to train on, or those held out), as
-    a problem set with ``like``'s order and limit."""
-    name = PROBLEMS_FILE if part == "train" else HELD_OUT_FILE
-    return like.model_copy(
-        update={"source": str(Path(out_dir) / "problems" / name), "split": "all"}
-    )
-
-
 def select_problems(
     counts: dict[str, tuple[int, int]], config: DifficultyFilterConfig
 ) -> dict[str, dict[str, float]]:
@@ -178,18 +159,7 @@ def run_difficulty_filter(config: DifficultyFilterConfig, out_dir: Path) -> Path
     for task in kept:
         rates[task]["held_out"] = task in held_out
     histogram = _histogram([r["pass_rate"] for r in rates.values()])
-    metrics = {
-        "problems": len(problems),
-        "kept": len(kept),
-        "train": len(kept) - len(held_out),
-        "held_out": len(held_out),
-        "samples": len(rows),
-        "rounds": rounds,
-        "never_passed": sum(r["passed"] == 0 for r in rates.values()),
-        "always_passed": sum(r["passed"] == r["samples"] for r in rates.values()),
-        "mean_pass_rate": sum(r["pass_rate"] for r in rates.values()) / len(rates),
-        "kept_mean_pass_rate": sum(rates[t]["pass_rate"] for t in kept) / len(kept),
-    }
+    metrics = _filter_metrics(rates, kept, held_out, len(rows), rounds)
     data = {"problems": fingerprint(problems), "scored": _digest_of(out_dir / "rollouts")}
 
     def write(folder: Path) -> None:
@@ -226,6 +196,28 @@ def run_difficulty_filter(config: DifficultyFilterConfig, out_dir: Path) -> Path
         len(rounds),
     )
     return published / PROBLEMS_FILE
+
+
+def _filter_metrics(
+    rates: dict[str, dict[str, float]],
+    kept: list[str],
+    held_out: set[str],
+    samples: int,
+    rounds: list[dict[str, int]],
+) -> dict[str, Any]:
+    """How many problems were rated, kept and held out, their pass rates, and the rounds."""
+    return {
+        "problems": len(rates),
+        "kept": len(kept),
+        "train": len(kept) - len(held_out),
+        "held_out": len(held_out),
+        "samples": samples,
+        "rounds": rounds,
+        "never_passed": sum(r["passed"] == 0 for r in rates.values()),
+        "always_passed": sum(r["passed"] == r["samples"] for r in rates.values()),
+        "mean_pass_rate": sum(r["pass_rate"] for r in rates.values()) / len(rates),
+        "kept_mean_pass_rate": sum(rates[t]["pass_rate"] for t in kept) / len(kept),
+    }
 
 
 def _sample_rounds(
@@ -301,15 +293,6 @@ def _histogram(rates: list[float], bins: int = 10) -> dict[str, int]:
 def _stage(config: DifficultyFilterConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
     run_difficulty_filter(with_weights(config, inputs.checkpoint), out_dir)
     return Artifacts(problems=str(Path(out_dir) / "problems"))
-
-
-def kept_problems(config: Any, problems: str | None) -> Any:
-    """``config`` with the problems a filter kept to train on (``problems``, its published
-    folder), in the order and limit of ``config.problems``; unchanged without a filter."""
-    if problems is None:
-        return config
-    kept = filtered_problem_set(Path(problems).parent, config.problems)
-    return config.model_copy(update={"problems": kept})
 
 
 register(

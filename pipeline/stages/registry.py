@@ -3,14 +3,16 @@
 A stage declares its name, its config class, the artifacts it needs and makes, whether it
 needs the accelerator, and its ``run(config, inputs, out_dir) -> outputs``. :func:`run_stage`
 runs it under the resume rule (Prefect's INPUTS + TASK_SOURCE cache policy, on disk): every
-output is keyed by the stage's config, its inputs' content digests and its module's source.
+output is keyed by the stage's config, its inputs' content digests and its code: its module and
+every module of the package that module imports (:mod:`..code_version`).
 
 - The output of key K lives in ``<out_root>/<K[:12]>/``; its record ``<K[:12]>.json``, beside
   the folder, is written last and marks it finished.
 - A finished output with the same key is reused, after its files are checked against the
   digests recorded (a corrupt or edited output is refused, naming the file).
 - Another key is computed into a new folder: nothing is overwritten, and the run says what
-  changed. Config fields a stage declares ``extendable`` (RL's ``iterations``) only append work,
+  changed (a setting, an input, or which file of the code). Config fields a stage declares
+  ``extendable`` (RL's ``iterations``) only append work,
   so they are left out of the key: more iterations continue in the same folder.
 """
 
@@ -28,13 +30,19 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from ... import __version__
 from .. import atomic
 from ..checkpoints.manifest import MANIFEST, sha256_file, verify
+from ..code_version import code_digest, code_files
+from ..data.problem_sets import ProblemSet
 
 log = logging.getLogger("codepost.stages")
 
 Kind = Literal["checkpoint", "problems", "scored", "pairs", "evaluation"]
+# A problems artifact is a published folder with its problems in this file (those to train
+# on), and the problems a filter set aside in the other.
+PROBLEMS_FILE = "problems.jsonl"
+HELD_OUT_FILE = "held_out.jsonl"
+Part = Literal["train", "held_out"]
 
 
 class Artifacts(BaseModel):
@@ -73,10 +81,10 @@ class Stage:
     # stage that makes it), so a run is refused before it starts, not after hours.
     check_inputs: Callable[[Any, dict[str, str]], None] | None = None
 
-    def source_digest(self) -> str:
-        """The code version of the stage: its module's source and the package version."""
-        source = Path(inspect.getsourcefile(self.run) or "").read_bytes()
-        return hashlib.sha256(source + __version__.encode()).hexdigest()[:16]
+    def code_files(self) -> dict[str, str]:
+        """The code the stage runs: its module and the package modules it imports, each
+        file's hash by its path."""
+        return code_files(Path(inspect.getsourcefile(self.run) or ""))
 
 
 class Executor(Protocol):
@@ -128,14 +136,15 @@ def digest(path: str) -> str:
 def stage_key(stage: Stage, config: BaseModel, inputs: Artifacts) -> tuple[str, dict[str, Any]]:
     """The key of ``stage``'s output for ``config`` and ``inputs``, and what it was made of."""
     keyed = config.model_dump(mode="json", exclude=set(stage.extendable))
+    files = stage.code_files()
     parts = {
         "stage": stage.name,
         "config": keyed,
         "inputs": {kind: digest(path) for kind, path in sorted(inputs.present().items())},
-        "code": stage.source_digest(),
+        "code": code_digest(files),
     }
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-    return key, parts
+    return key, {**parts, "code_files": files}
 
 
 def run_stage(
@@ -182,6 +191,7 @@ def run_stage(
             for kind, path in outputs.present().items()
         },
         "code": parts["code"],
+        "code_files": parts["code_files"],
         "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     atomic.write_json(record_path, record)
@@ -252,7 +262,9 @@ def _changes(
         for kind, value in parts["inputs"].items()
         if record["inputs"].get(kind, {}).get("digest") != value
     ]
-    code = ["the stage's code changed"] if record.get("code") != parts["code"] else []
+    code = _code_changes(record.get("code_files"), parts["code_files"])
+    if record.get("code") != parts["code"] and not code:
+        code = ["the stage's code changed"]
     extended = [
         f"{name}: {record['config'].get(name)!r} -> {config.get(name)!r}"
         for name in stage.extendable
@@ -260,6 +272,17 @@ def _changes(
     ]
     reasons = changed[:5] + (["..."] if len(changed) > 5 else []) + inputs + code + extended
     return "; ".join(reasons) or "nothing recorded differs"
+
+
+def _code_changes(before: dict[str, str] | None, after: dict[str, str]) -> list[str]:
+    """Which files of the stage's code differ from a record's (none when it kept no list)."""
+    if before is None or before == after:
+        return []
+    changed = sorted(
+        name for name in set(before) | set(after) if before.get(name) != after.get(name)
+    )
+    shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+    return [f"the stage's code changed: {shown}"]
 
 
 def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -278,3 +301,21 @@ def with_weights(config: Any, checkpoint: str | None) -> Any:
     return config.model_copy(
         update={"model": config.model.model_copy(update={"name_or_path": checkpoint})}
     )
+
+
+def filtered_problem_set(out_dir: Path, like: ProblemSet, part: Part = "train") -> ProblemSet:
+    """The problems a finished filter (its ``out_dir``) kept (``part``: those to train on, or
+    those held out), as a problem set with ``like``'s order and limit."""
+    name = PROBLEMS_FILE if part == "train" else HELD_OUT_FILE
+    return like.model_copy(
+        update={"source": str(Path(out_dir) / "problems" / name), "split": "all"}
+    )
+
+
+def kept_problems(config: Any, problems: str | None) -> Any:
+    """``config`` with the problems a filter kept to train on (``problems``, its published
+    folder), in the order and limit of ``config.problems``; unchanged without a filter."""
+    if problems is None:
+        return config
+    kept = filtered_problem_set(Path(problems).parent, config.problems)
+    return config.model_copy(update={"problems": kept})

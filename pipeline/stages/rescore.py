@@ -9,8 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ...verifiers.problems import MBPP
 from ..data.problem_sets import ProblemSet
-from .difficulty_filter import kept_problems
-from .registry import Artifacts, Stage, register
+from .registry import Artifacts, Stage, kept_problems, register
 from .scoring import ScoreConfig, run_score
 
 

@@ -40,8 +40,7 @@ from ..training import (
     publish_trained,
     stage_manifest,
 )
-from .difficulty_filter import kept_problems
-from .registry import Artifacts, Stage, register, with_weights
+from .registry import Artifacts, Stage, kept_problems, register, with_weights
 from .rollouts import RolloutsConfig, run_rollouts
 from .sft import SFTStageConfig, sft_trainer
 

@@ -1,5 +1,8 @@
 """The RL stage: ``for each iteration: sample -> score -> update -> refresh``, written once for
 GRPO, RLOO, REINFORCE++ and PPO (CleanRL's ``ppo.py`` shape: read it top to bottom).
+:func:`run_rl` is a loop over named steps: :func:`fill_batch` (sample and score),
+:func:`train` (the update), :func:`publish` (checkpoint, engines refreshed) and :func:`record`
+(the metrics).
 
 Dynamic sampling (DAPO; verl's ``filter_groups``): a group whose samples all pass, or all fail,
 teaches nothing about passing, so it is dropped before the update, and more prompts are
@@ -34,48 +37,55 @@ import random
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import pyarrow as pa
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list, gather_object
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ...verifiers import RewardConfig
+from ...verifiers import Problem, RewardConfig
 from ...verifiers.problems import MBPP
 from .. import atomic
 from ..checkpoints.manifest import (
     CheckpointManifest,
     is_published,
-    publish,
     read_manifest,
     sha256_file,
     write_model,
 )
+from ..checkpoints.manifest import publish as publish_folder
 from ..checkpoints.registry import delete
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import Prompt, PromptStyle, build_prompt
 from ..data.rows import SCORED_COLUMNS, TO_TRAIN, read_rows, read_table, write_rows, write_table
+from ..inference.engines import get_sampler
 from ..inference.sampling import (
     EngineConfig,
     SamplingConfig,
     check_room,
-    get_sampler,
     probe_ids,
 )
 from ..inference.sampling import Sampler as Engine
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
-from ..progress import Task
+from ..progress import track
 from ..reporting.plots import plot_curves
-from ..rl.metric_names import ITERATION, Data, Reward, Sampler, Time, Update, lookup
+from ..rl.metric_names import ITERATION, Data, Reward, Sampler, Time, Update
 from ..rl.models import ValueModel
 from ..rl.policy_update import PolicyUpdater, UpdateConfig
 from ..rl.rollouts import collate_rollouts
-from ..rl.trainer_state import gather_trainer_state, has_trainer_state, load_trainer_state
+from ..rl.trainer_state import (
+    gather_policy_weights,
+    gather_trainer_state,
+    has_trainer_state,
+    load_trainer_state,
+)
 from ..tracking import log_stage_metrics
-from .difficulty_filter import kept_problems
-from .registry import Artifacts, Stage, register, with_weights
+from ..training import already_published
+from .registry import Artifacts, Stage, kept_problems, register, with_weights
 from .scoring import ScoreConfig, score_rollouts, summarize
 
 if TYPE_CHECKING:
@@ -147,14 +157,16 @@ class RLConfig(BaseModel):
     scoring: ScoreConfig = Field(
         # Small format and syntax terms give a signal while no sample of a group passes yet.
         default_factory=lambda: ScoreConfig(
-            reward=RewardConfig(test_weight=1.0, format_weight=0.1, syntax_weight=0.1)
+            reward=RewardConfig(weights={"test": 1.0, "format": 0.1, "syntax": 0.1})
         )
     )
     # A completion cut at max_tokens failed because of the budget, not its code: it still sets
     # its group's baseline but does not train (TRL's mask_truncated_completions). A length
     # penalty stays off: the test reward already favours finishing, and on weak models a length
     # term teaches short answers, not correct ones.
-    update: UpdateConfig = Field(default_factory=lambda: UpdateConfig(lr=1e-6, mask_truncated=True))
+    update: UpdateConfig = Field(
+        default_factory=lambda: UpdateConfig(learning_rate=1e-6, mask_truncated=True)
+    )
     save_total_limit: int | None = Field(
         None,
         ge=1,
@@ -175,10 +187,12 @@ class RLConfig(BaseModel):
                 "sampling.temperature=0 samples greedily: the update needs the probabilities "
                 "of a sampled distribution (temperature > 0)"
             )
-        if self.update.recipe.advantage == "rloo" and self.sampling.num_generations < 2:
+        needed = self.update.estimator.min_group_size
+        if self.sampling.num_generations < needed:
             raise ValueError(
-                f"sampling.num_generations={self.sampling.num_generations}: the rloo "
-                "estimator's leave-one-out baseline needs at least 2 completions per prompt"
+                f"sampling.num_generations={self.sampling.num_generations}: the "
+                f"{self.update.advantage.name} estimator needs at least {needed} completions "
+                "per prompt"
             )
         check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
         return self
@@ -274,11 +288,48 @@ def uniform_groups(groups: Sequence[Sequence[dict[str, Any]]]) -> dict[str, floa
 
 def run_rl(config: RLConfig, out_dir: Path) -> Path:
     """Train ``config.num_iterations`` iterations into ``out_dir``; returns the last
-    checkpoint."""
-    out_dir = Path(out_dir)
-    torch.manual_seed(config.seed)
+    checkpoint. A run stopped earlier resumes after its last published iteration."""
+    run = _start(config, Path(out_dir))
+    with track("rl: iterations", run.iterations, run.resumed_after) as shown:
+        for iteration in range(run.resumed_after + 1, run.iterations + 1):
+            phases = Phases()
+            batch = fill_batch(run, iteration, phases)
+            update_metrics = train(run, iteration, batch, phases)
+            metrics = {ITERATION: iteration, **batch.metrics(run), **update_metrics}
+            probe_diff = publish(run, iteration, metrics, phases)
+            shown.advance()
+            if run.main:
+                record(run, {**metrics, Sampler.REFRESH_PROBE_DIFF: probe_diff, **phases.seconds})
+    return iteration_dir(run.out_dir, run.iterations)
 
-    # Problems and prompts.
+
+@dataclass
+class _Run:
+    """What an RL run carries from one iteration to the next."""
+
+    config: RLConfig
+    out_dir: Path
+    problems: dict[str, Problem]
+    prompts: dict[str, Prompt]
+    schedule: Iterator[list[str]]  # each iteration's prompts, in rounds
+    tokenizer: Any
+    updater: PolicyUpdater
+    sampler: Engine | None  # this rank's engine, if it samples
+    vocab_size: int  # the policy's: the weight-refresh probe spans it
+    iterations: int
+    resumed_after: int  # the last iteration published before this run (0: none)
+    parent: str  # the checkpoint the next iteration trains from
+    batches_drawn: int  # prompt batches the schedule has handed out, over the whole run
+
+    @property
+    def main(self) -> bool:
+        return self.updater.accelerator.is_main_process
+
+
+def _start(config: RLConfig, out_dir: Path) -> _Run:
+    """Problems and prompts, and the policy, trainer state, schedule and engine from where a
+    stopped run left them (the last published iteration), or from the model."""
+    torch.manual_seed(config.seed)
     problems = load_problem_set(config.problems)
     tokenizer = load_tokenizer(config.model)
     prompts = {
@@ -286,9 +337,6 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
         for task_id, problem in problems.items()
     }
     schedule = _prompt_schedule(list(prompts), config.prompts_per_iteration, config.seed)
-    iterations = config.num_iterations(len(problems))
-
-    # Resume after the last published iteration, with the trainer state it saved.
     start = last_published_iteration(out_dir)
     parent = str(iteration_dir(out_dir, start)) if start else config.model.resolve()
     batches_drawn = _batches_drawn(Path(parent)) if start else 0
@@ -296,8 +344,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
         next(schedule)
     policy = load_causal_lm(config.model.model_copy(update={"name_or_path": parent}))
     updater = _updater(config.update, config.model, policy)
-    accelerator = updater.accelerator
-    main = accelerator.is_main_process
+    main = updater.accelerator.is_main_process
     if start:
         load_trainer_state(updater, Path(parent))
         log.info("resuming after iteration %d (%s)", start, parent)
@@ -309,123 +356,192 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
         if main or config.samplers == "every_rank"
         else None
     )
-    vocab_size = policy.config.vocab_size
-    data = {"problems": fingerprint(problems)}
-    shown = Task("rl: iterations", iterations, start)
+    return _Run(
+        config=config,
+        out_dir=out_dir,
+        problems=problems,
+        prompts=prompts,
+        schedule=schedule,
+        tokenizer=tokenizer,
+        updater=updater,
+        sampler=sampler,
+        vocab_size=policy.config.vocab_size,
+        iterations=config.num_iterations(len(problems)),
+        resumed_after=start,
+        parent=parent,
+        batches_drawn=batches_drawn,
+    )
 
-    for iteration in range(start + 1, iterations + 1):
-        phases = Phases()
-        scored: list[dict[str, Any]] = []
-        groups: list[list[dict[str, Any]]] = []
-        seen: list[list[dict[str, Any]]] = []  # every new group sampled, kept or not
-        dropped = rounds = 0
-        while rounds < config.max_sampling_rounds and len(groups) < config.prompts_per_iteration:
-            task_ids = next(schedule)
-            batches_drawn += 1
-            rounds += 1
-            sampling = config.sampling.model_copy(
-                update={"seed": config.sampling.seed + batches_drawn}
-            )
-            with phases(Time.SAMPLE):
-                rows, engines = _sample_on_ranks(
-                    sampler,
-                    [prompts[t] for t in task_ids],
-                    sampling,
-                    iteration - 1,
-                    accelerator,
-                    every_rank=config.samplers == "every_rank",
-                )
-            with phases(Time.SCORE):
-                new = _score_on_every_rank(rows, problems, config.scoring, accelerator)
-            scored += new
-            # A prompt drawn again in a later round (the schedule wraps) stays one group.
-            taken = {group[0]["prompt_id"] for group in groups}
-            sampled = [group for group in group_rows(new) if group[0]["prompt_id"] not in taken]
-            seen += sampled
-            kept = (
-                [g for g in sampled if is_informative(g, config.dynamic_sampling_metric)]
-                if config.dynamic_sampling
-                else sampled
-            )
-            groups += kept
-            dropped += len(sampled) - len(kept)
-            if not config.dynamic_sampling:
-                break
-        groups = groups[: config.prompts_per_iteration]
-        trained = [row for group in groups for row in group]
-        trained_ids = {id(row) for row in trained}
-        for row in scored:
-            row["trained"] = id(row) in trained_ids
-        if main:
-            write_rows(
-                scored, out_dir / "rollouts" / f"iteration-{iteration:04d}.parquet", SCORED_COLUMNS
-            )
-        with phases(Time.UPDATE):
-            update_metrics = (
-                updater.update(collate_rollouts(trained, pad_token_id=tokenizer.pad_token_id))
-                if trained
-                else {Update.SKIPPED: 1.0}
-            )
-        if not trained:
-            log.warning(
-                "iteration %d: no informative group in %d sampling rounds: weights unchanged",
-                iteration,
-                rounds,
-            )
-        metrics = {
-            ITERATION: iteration,
-            **summarize(scored),
-            Data.SAMPLING_ROUNDS: float(rounds),
-            Data.GROUPS_SAMPLED: float(len({row["prompt_id"] for row in scored})),
-            Data.GROUPS_TRAINED: float(len(groups)) if trained else 0.0,
-            Data.GROUPS_DROPPED: float(dropped),
-            **uniform_groups(seen),
-            Data.SCHEDULE_BATCHES: float(batches_drawn),
-            Data.EPOCH: batches_drawn * config.prompts_per_iteration / len(problems),
-            Sampler.ENGINES: float(engines),
-            **update_metrics,
+
+@dataclass
+class Batch:
+    """An iteration's scored rows and the informative groups the update trains on."""
+
+    scored: list[dict[str, Any]] = field(default_factory=list)  # every row of every round
+    groups: list[list[dict[str, Any]]] = field(default_factory=list)
+    seen: list[list[dict[str, Any]]] = field(default_factory=list)  # every new group, kept or not
+    dropped: int = 0  # groups uniform under the run's dynamic_sampling_metric
+    rounds: int = 0
+    engines: int = 0  # engines that sampled the last round
+
+    @property
+    def trained(self) -> list[dict[str, Any]]:
+        return [row for group in self.groups for row in group]
+
+    def add(self, rows: list[dict[str, Any]], metric: GroupMetric | None) -> None:
+        """One round's scored rows; with dynamic sampling (a ``metric``), only the groups that
+        ``metric`` finds informative train."""
+        self.scored += rows
+        self.rounds += 1
+        # A prompt drawn again in a later round (the schedule wraps) stays one group.
+        taken = {group[0]["prompt_id"] for group in self.groups}
+        sampled = [group for group in group_rows(rows) if group[0]["prompt_id"] not in taken]
+        self.seen += sampled
+        kept = sampled if metric is None else [g for g in sampled if is_informative(g, metric)]
+        self.groups += kept
+        self.dropped += len(sampled) - len(kept)
+
+    def metrics(self, run: _Run) -> dict[str, float]:
+        """The ``data/``, ``reward/`` and engine metrics of the iteration."""
+        per_iteration = run.config.prompts_per_iteration
+        return {
+            **summarize(self.scored),
+            Data.SAMPLING_ROUNDS: float(self.rounds),
+            Data.GROUPS_SAMPLED: float(len({row["prompt_id"] for row in self.scored})),
+            Data.GROUPS_TRAINED: float(len(self.groups)),
+            Data.GROUPS_DROPPED: float(self.dropped),
+            **uniform_groups(self.seen),
+            Data.SCHEDULE_BATCHES: float(run.batches_drawn),
+            Data.EPOCH: run.batches_drawn * per_iteration / len(run.problems),
+            Sampler.ENGINES: float(self.engines),
         }
-        target = iteration_dir(out_dir, iteration)
-        manifest = CheckpointManifest(
-            stage=f"rl-{config.update.algorithm}",
-            version=f"iteration-{iteration:04d}",
-            parent=parent,
-            config=config.model_dump(mode="json"),
-            data=data,
-            metrics=metrics,
+
+
+def fill_batch(run: _Run, iteration: int, phases: Phases) -> Batch:
+    """Sample and score rounds of prompts until ``prompts_per_iteration`` informative groups
+    are in (dynamic sampling; one round without it), for ``max_sampling_rounds`` at most. The
+    rows that train are marked ``trained``, and the main process writes the iteration's
+    rollouts."""
+    config = run.config
+    batch = Batch()
+    while (
+        batch.rounds < config.max_sampling_rounds
+        and len(batch.groups) < config.prompts_per_iteration
+    ):
+        task_ids = next(run.schedule)
+        run.batches_drawn += 1
+        sampling = config.sampling.model_copy(
+            update={"seed": config.sampling.seed + run.batches_drawn}
         )
-        parent = str(target)
-        with phases(Time.SAVE):
-            _publish(updater, tokenizer, target, manifest, iteration)
-        with phases(Time.REFRESH):
-            probe = updater.probe_logprobs(probe_ids(vocab_size))  # every rank: collective
-            probe_diff = sampler.refresh(target, probe) if sampler is not None else None
-            probe_diffs = gather_object([probe_diff])  # every engine's (one process: as is)
-        shown.advance()
-        if not main:
-            continue
-        if config.save_total_limit:
-            _delete_iterations_up_to(out_dir, iteration - config.save_total_limit)
-        metrics[Sampler.REFRESH_PROBE_DIFF] = max(d for d in probe_diffs if d is not None)
-        metrics.update(phases.seconds)
-        _record(out_dir, metrics)
-        log.info(
-            "iteration %d/%d: reward %.3f, pass rate %.3f, groups trained %d (dropped %d under "
-            "%s, %d rounds; uniform in reward %d), sampler/trainer |dlogp| %.2g, %s",
-            iteration,
-            iterations,
-            metrics[Reward.MEAN],
-            metrics[Reward.PASS_RATE],
-            metrics[Data.GROUPS_TRAINED],
-            dropped,
-            config.dynamic_sampling_metric,
-            rounds,
-            metrics[Data.GROUPS_UNIFORM_REWARD],
-            metrics.get(Sampler.LOGPROB_DIFF_MEAN, float("nan")),
-            ", ".join(f"{k} {v:.1f}" for k, v in phases.seconds.items()),
-        )
-    shown.end()
-    return iteration_dir(out_dir, iterations)
+        with phases(Time.SAMPLE):
+            rows, batch.engines = _sample_on_ranks(
+                run.sampler,
+                [run.prompts[t] for t in task_ids],
+                sampling,
+                iteration - 1,
+                run.updater.accelerator,
+                every_rank=config.samplers == "every_rank",
+            )
+        with phases(Time.SCORE):
+            scored = _score_on_every_rank(
+                rows, run.problems, config.scoring, run.updater.accelerator
+            )
+        batch.add(scored, config.dynamic_sampling_metric if config.dynamic_sampling else None)
+        if not config.dynamic_sampling:
+            break
+    batch.groups = batch.groups[: config.prompts_per_iteration]
+    for row in batch.scored:
+        row["trained"] = False
+    for row in batch.trained:
+        row["trained"] = True
+    if run.main:
+        rollouts = run.out_dir / "rollouts" / f"iteration-{iteration:04d}.parquet"
+        write_rows(batch.scored, rollouts, SCORED_COLUMNS)
+    return batch
+
+
+def train(run: _Run, iteration: int, batch: Batch, phases: Phases) -> dict[str, float]:
+    """The policy update on the batch's informative groups; without any, the weights stay."""
+    with phases(Time.UPDATE):
+        if batch.trained:
+            pad = run.tokenizer.pad_token_id
+            return run.updater.update(collate_rollouts(batch.trained, pad_token_id=pad))
+    log.warning(
+        "iteration %d: no informative group in %d sampling rounds: weights unchanged",
+        iteration,
+        batch.rounds,
+    )
+    return {Update.SKIPPED: 1.0}
+
+
+def publish(run: _Run, iteration: int, metrics: dict[str, Any], phases: Phases) -> float | None:
+    """Publish the iteration's checkpoint (with its trainer state and ``metrics``), refresh
+    every engine from it and check each against the trainer's probe; then prune the old
+    checkpoints (``save_total_limit``). Returns, on the main process, the worst engine's probe
+    difference."""
+    config = run.config
+    target = iteration_dir(run.out_dir, iteration)
+    manifest = CheckpointManifest(
+        stage=f"rl-{config.update.algorithm}",
+        version=f"iteration-{iteration:04d}",
+        parent=run.parent,
+        config=config.model_dump(mode="json"),
+        data={"problems": fingerprint(run.problems)},
+        metrics=metrics,
+    )
+    run.parent = str(target)
+    with phases(Time.SAVE):
+        _publish(run.updater, run.tokenizer, target, manifest, iteration)
+    with phases(Time.REFRESH):
+        probe = run.updater.probe_logprobs(probe_ids(run.vocab_size))  # every rank: collective
+        probe_diff = run.sampler.refresh(target, probe) if run.sampler is not None else None
+        probe_diffs = gather_object([probe_diff])  # every engine's (one process: as is)
+    if not run.main:
+        return None
+    if config.save_total_limit:
+        _delete_iterations_up_to(run.out_dir, iteration - config.save_total_limit)
+    return max(d for d in probe_diffs if d is not None)
+
+
+def record(run: _Run, metrics: dict[str, Any]) -> None:
+    """The iteration's metrics: a row of ``metrics.jsonl``, the curves redrawn from the whole
+    file, and a line in the log."""
+    path = run.out_dir / METRICS_FILE
+    atomic.append_line(path, json.dumps(metrics))
+    log_stage_metrics(metrics, step=metrics[ITERATION])  # to the trackers of `report_to`
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    plot_curves(
+        rows,
+        run.out_dir / CURVES_FILE,
+        x=ITERATION,
+        panels={
+            "reward and pass rate": [Reward.MEAN, Reward.PASS_RATE],
+            "groups per update": [
+                Data.GROUPS_SAMPLED,
+                Data.GROUPS_TRAINED,
+                Data.GROUPS_DROPPED,
+                Data.GROUPS_UNIFORM_REWARD,
+            ],
+            "sampler vs trainer": [Sampler.LOGPROB_DIFF_MEAN, Update.KL_REF, Update.APPROX_KL],
+            "seconds per phase": list(Time.PHASES),
+        },
+        title="RL iterations",
+    )
+    log.info(
+        "iteration %d/%d: reward %.3f, pass rate %.3f, groups trained %d (dropped %d under "
+        "%s, %d rounds; uniform in reward %d), sampler/trainer |dlogp| %.2g, %s",
+        metrics[ITERATION],
+        run.iterations,
+        metrics[Reward.MEAN],
+        metrics[Reward.PASS_RATE],
+        metrics[Data.GROUPS_TRAINED],
+        metrics[Data.GROUPS_DROPPED],
+        run.config.dynamic_sampling_metric,
+        metrics[Data.SAMPLING_ROUNDS],
+        metrics[Data.GROUPS_UNIFORM_REWARD],
+        metrics.get(Sampler.LOGPROB_DIFF_MEAN, float("nan")),
+        ", ".join(f"{k} {metrics[k]:.1f}" for k in Time.PHASES if k in metrics),
+    )
 
 
 def _sample_on_ranks(
@@ -486,15 +602,13 @@ def _batches_drawn(checkpoint: Path) -> int:
     """Prompt batches the schedule had handed out when ``checkpoint`` was published (one per
     iteration before dynamic sampling recorded it)."""
     manifest = read_manifest(checkpoint)
-    drawn = lookup(manifest.metrics, Data.SCHEDULE_BATCHES)
+    drawn = manifest.metrics.get(Data.SCHEDULE_BATCHES)
     return int(drawn) if drawn is not None else int(manifest.version.removeprefix("iteration-"))
 
 
 def merge_rollouts(out_dir: Path) -> Path:
     """Every iteration's scored rollouts as one Parquet file (``rollouts.parquet``), e.g. to
     mine DPO pairs from what RL sampled."""
-    import pyarrow as pa
-
     files = sorted((Path(out_dir) / "rollouts").glob("iteration-*.parquet"))
     if not files:
         raise FileNotFoundError(f"{out_dir}/rollouts: no RL rollouts to merge")
@@ -526,8 +640,6 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     Rank-aware under ``accelerate launch``: every rank reads every row, and the updater trains
     each rank on its share of every minibatch (rows ``rank::world``, DDP summing the gradients),
     so the weights do not depend on the number of ranks; the main process alone publishes."""
-    from ..training import already_published
-
     stage = f"update-{config.update.algorithm}"
     out_dir = Path(out_dir)
     if already_published(out_dir, stage, config):
@@ -536,7 +648,11 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     # The rows the loop trained on (dynamic sampling drops uniform groups); all, in older files.
     kept = [row for row in rows if not row["excluded"] and row.get("trained", True)]
     if not kept:
-        raise ValueError(f"{scored}: every row is excluded (sandbox errors): nothing to learn")
+        excluded = sum(bool(row["excluded"]) for row in rows)
+        raise ValueError(
+            f"{scored}: no row to learn from: {excluded} excluded (sandbox errors), "
+            f"{len(rows) - excluded} in groups dynamic sampling did not train"
+        )
     torch.manual_seed(config.seed)
     parent = config.model.resolve()
     tokenizer = load_tokenizer(config.model)
@@ -580,7 +696,7 @@ def _publish(
     """A checkpoint of the policy (LoRA merged) and the state to continue from. Every rank
     calls it (under FSDP the shards are gathered); the main process writes, and no rank
     returns before the checkpoint exists."""
-    weights = updater.policy_state()
+    weights = gather_policy_weights(updater)
     state = gather_trainer_state(updater, policy_version=policy_version)
 
     def write(folder: Path) -> None:
@@ -588,33 +704,8 @@ def _publish(
         state.save(folder)
 
     if updater.accelerator.is_main_process:
-        publish(target, write, manifest)
+        publish_folder(target, write, manifest)
     updater.accelerator.wait_for_everyone()
-
-
-def _record(out_dir: Path, metrics: dict[str, Any]) -> None:
-    """Append the iteration's metrics and redraw the curves from the whole file."""
-    path = out_dir / METRICS_FILE
-    atomic.append_line(path, json.dumps(metrics))
-    log_stage_metrics(metrics, step=metrics[ITERATION])  # to the trackers of `report_to`
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    plot_curves(
-        rows,
-        out_dir / CURVES_FILE,
-        x=ITERATION,
-        panels={
-            "reward and pass rate": [Reward.MEAN, Reward.PASS_RATE],
-            "groups per update": [
-                Data.GROUPS_SAMPLED,
-                Data.GROUPS_TRAINED,
-                Data.GROUPS_DROPPED,
-                Data.GROUPS_UNIFORM_REWARD,
-            ],
-            "sampler vs trainer": [Sampler.LOGPROB_DIFF_MEAN, Update.KL_REF, Update.APPROX_KL],
-            "seconds per phase": list(Time.PHASES),
-        },
-        title="RL iterations",
-    )
 
 
 def _rl_stage(config: RLConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:

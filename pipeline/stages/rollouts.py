@@ -5,12 +5,49 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..inference.sampling import SampleStageConfig, run_sample
-from .difficulty_filter import kept_problems
-from .registry import Artifacts, Stage, register, with_weights
+from ...verifiers.problems import MBPP
+from ..data.problem_sets import ProblemSet, load_problem_set
+from ..data.prompts import PromptStyle, build_prompt
+from ..data.rows import write_rows
+from ..inference.engines import get_sampler
+from ..inference.sampling import EngineConfig, SamplingConfig, check_room
+from ..model_config import ModelConfig, load_tokenizer
+from .registry import Artifacts, Stage, kept_problems, register, with_weights
 from .scoring import ScoreConfig, run_score
+
+
+class SampleStageConfig(BaseModel):
+    """The sampling stage on its own: G completions per problem from one checkpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    problems: ProblemSet = Field(
+        default_factory=lambda: ProblemSet(source=MBPP, split="train", limit=16)
+    )
+    prompt_style: PromptStyle = "chat"
+    sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(max_tokens=256))
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+
+    @model_validator(mode="after")
+    def _fits(self) -> SampleStageConfig:
+        check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
+        return self
+
+
+def run_sample(config: SampleStageConfig, out_dir: Path) -> Path:
+    """Sample ``config.problems`` with the model; writes and returns ``rollouts.parquet``
+    (reused when it is already there: the stage is resumable)."""
+    target = Path(out_dir) / "rollouts.parquet"
+    if target.is_file():
+        return target
+    problems = load_problem_set(config.problems)
+    tokenizer = load_tokenizer(config.model)
+    prompts = [build_prompt(p, tokenizer, config.prompt_style) for p in problems.values()]
+    rows = get_sampler(config.model, config.engine).sample(prompts, config.sampling)
+    return write_rows(rows, target)
 
 
 class RolloutsConfig(SampleStageConfig):

@@ -69,7 +69,7 @@ def evaluation_metrics(benchmark: str, results: Mapping[str, Any]) -> dict[str, 
 
 
 def flat_params(config: Mapping[str, Any] | list[Any], prefix: str = "") -> dict[str, str]:
-    """A config as ``{"stages.1.config.update.lr": "2e-06", ...}``: what trackers take as
+    """A config as ``{"stages.1.config.update.learning_rate": "2e-06", ...}``: what trackers take as
     parameters."""
     flat: dict[str, str] = {}
     items = config.items() if isinstance(config, Mapping) else enumerate(config)

@@ -1,0 +1,92 @@
+"""What every ``codepost`` command of the pipeline shares: its exit codes, the console its
+tables go to, and its parser, which reads every field of the command's config as a flag
+(:mod:`.settings`)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from rich.console import Console
+
+from .settings import setting_flags, settings_help, split_settings
+
+EXIT_BAD_INPUT = 2
+EXIT_SANDBOX_UNAVAILABLE = 3
+EXIT_SANDBOX_ERRORS = 4
+
+
+def stdout_console() -> Console:
+    """Rich's console for tables on stdout: the terminal's width, or room for whole rows when
+    the output is piped or logged (rich would fold them into 80 columns)."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+class SettingsParser(argparse.ArgumentParser):
+    """A command's parser: its own options, plus every field of ``settings_model`` (when set)
+    as a dotted flag, collected into ``args.settings`` before argparse reads the rest."""
+
+    settings_model: type[BaseModel] | None = None
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        if self.settings_model is None or args is None:
+            return super().parse_known_args(args, namespace)
+        flags, rest = split_settings(args, self.settings_model)
+        parsed, extras = super().parse_known_args(rest, namespace)
+        unknown = [item for item in extras if item.startswith("-")]
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._close_to(unknown[0])}")
+        parsed.settings = flags
+        return parsed, extras
+
+    def _close_to(self, option: str) -> str:
+        """Flags spelled like ``option`` (an option of an earlier version, a typo)."""
+        assert self.settings_model is not None
+        known = setting_flags(self.settings_model)
+        known += [string for action in self._actions for string in action.option_strings]
+        name = option.partition("=")[0].lstrip("-")
+        close = [
+            flag
+            for flag in known
+            if difflib.SequenceMatcher(None, name, flag.rpartition(".")[2].lstrip("-")).ratio()
+            > 0.8
+        ]
+        return f" (did you mean {', '.join(close[:3])}?)" if close else ""
+
+
+def settings_command(
+    subparsers: Any, name: str, model: type[BaseModel], *, example: str, **kwargs: Any
+) -> argparse.ArgumentParser:
+    """A subcommand whose settings are ``model``'s fields, with ``--config`` for a YAML file
+    of them; ``--help`` lists every setting."""
+    epilog = (
+        f"settings: every field of {model.__name__} below is a flag, by its path (e.g. "
+        f"{example}); a flag sets that one field over the YAML of --config (or the default) and "
+        "keeps every other. Values are YAML (1e-6, true, null, [1, 8]); a bool flag alone is "
+        "true, --no-FLAG false.\n\n" + settings_help(model)
+    )
+    parser = subparsers.add_parser(name, epilog=epilog, formatter_class=_Formatter, **kwargs)
+    if not isinstance(parser, SettingsParser):
+        raise TypeError("a settings command needs add_subparsers(parser_class=SettingsParser)")
+    parser.settings_model = model
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE", help=f"YAML file of {model.__name__} settings"
+    )
+    parser.set_defaults(settings=[])
+    return parser
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """The settings list as it is written (the epilog), the options as argparse writes them."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        head, _, table = text.partition("\n\n")
+        return textwrap.fill(head, width) + ("\n\n" + table if table else "")

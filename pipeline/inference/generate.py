@@ -1,0 +1,187 @@
+"""Sampling with plain transformers ``generate``: the rows of the rollouts contract, each
+completion's logprobs recomputed in bounded forwards (the backend for machines without vLLM)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
+from transformers import TopPLogitsWarper
+
+from ..data.prompts import Prompt
+from ..data.rows import Completion, rollout_rows
+from ..logprobs import completion_logits, completion_logprobs, model_inputs
+
+HF_GENERATE_SAMPLER = "hf-generate"
+
+
+@torch.no_grad()
+def sampled_logprobs(
+    model: Any,
+    prompt_ids: Tensor,
+    prompt_lengths: Tensor,
+    completion_ids: Tensor,
+    completion_lengths: Tensor,
+    *,
+    temperature: float,
+    top_p: float,
+    tokens_per_forward: int,
+) -> list[list[float]]:
+    """Each completion's logprobs under the distribution it was drawn from, from forwards over
+    prompt + completion: logits divided by the temperature, then top-p renormalised, as
+    ``generate``'s warpers and vLLM's ``processed_logprobs`` do (greedy: the plain logits).
+
+    Rows go ``tokens_per_forward // T`` at a time, so only one forward's ``[rows, T, V]``
+    logits exist at once, whatever the number of rows.
+    """
+    greedy = temperature == 0
+    top_p_warper = TopPLogitsWarper(top_p) if top_p < 1 and not greedy else None
+    temperatures = torch.full(
+        prompt_lengths.shape, 1.0 if greedy else temperature, device=prompt_ids.device
+    )
+    per_forward = max(1, tokens_per_forward // completion_ids.shape[1])
+    logprobs: list[list[float]] = []
+    for rows in torch.arange(len(prompt_ids), device=prompt_ids.device).split(per_forward):
+        inputs = model_inputs(
+            prompt_ids[rows],
+            prompt_lengths[rows],
+            completion_ids[rows],
+            completion_lengths[rows],
+            temperatures[rows],
+        )
+        logits = completion_logits(model, inputs)
+        if top_p_warper is not None:
+            sampled = inputs.completion_ids[..., None]
+            # The warper reads only the scores, [rows * T, V] here.
+            nucleus = top_p_warper(inputs.input_ids, logits.flatten(0, 1)).view_as(logits)
+            # The sampled token was inside the nucleus when drawn: keep it there even when a
+            # rounding difference of the recomputed logits puts it just outside.
+            logits = nucleus.scatter(-1, sampled, logits.gather(-1, sampled))
+        chunk = completion_logprobs(logits, inputs.completion_ids)
+        lengths = completion_lengths[rows].tolist()
+        logprobs += [row[:n].tolist() for row, n in zip(chunk, lengths, strict=True)]
+    return logprobs
+
+
+@torch.no_grad()
+def generate_rollouts(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Prompt],
+    *,
+    num_generations: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    stop_strings: Sequence[str] = (),
+    seed: int | None = None,
+    policy_version: int = 0,
+    sampler_weights: str = "",
+    tokens_per_forward: int = 1024,
+) -> list[dict[str, Any]]:
+    """Sample ``num_generations`` completions per prompt with plain ``model.generate``
+    (``temperature=0``: greedy), then score them in forwards of ``tokens_per_forward``
+    completion tokens (:func:`sampled_logprobs`).
+
+    The transformers sampler for tests and machines without vLLM: ``generate`` keeps no
+    per-step scores, so memory does not grow with steps x vocabulary. Rows follow the rollouts
+    contract without ``reward``.
+    """
+    if num_generations < 1 or max_new_tokens < 1:
+        raise ValueError("num_generations and max_new_tokens must be >= 1")
+    encoded = tokenizer([p.text for p in prompts], add_special_tokens=False)["input_ids"]
+    padded, attention = _left_padded(encoded, tokenizer, next(model.parameters()).device)
+    padded = padded.repeat_interleave(num_generations, dim=0)
+    prompt_lengths = attention.sum(-1).repeat_interleave(num_generations)
+    was_training = model.training
+    model.eval()
+    try:
+        if seed is not None:
+            torch.manual_seed(seed)
+        generated = model.generate(
+            input_ids=padded,
+            attention_mask=attention.repeat_interleave(num_generations, dim=0),
+            **_sampling(temperature, top_p),
+            max_new_tokens=max_new_tokens,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=_pad_id(tokenizer),
+            stop_strings=list(stop_strings) or None,
+            tokenizer=tokenizer if stop_strings else None,
+            return_dict_in_generate=False,  # the token ids only: no per-step scores kept
+        )[:, padded.shape[1] :]
+        is_eos = generated == tokenizer.eos_token_id
+        stopped = is_eos.any(dim=1)
+        # Length up to and including the first EOS; the EOS itself is a token the policy chose.
+        lengths = torch.where(stopped, is_eos.int().argmax(dim=1) + 1, generated.shape[1])
+        logprobs = sampled_logprobs(
+            model, padded, prompt_lengths, generated, lengths,
+            temperature=temperature, top_p=top_p, tokens_per_forward=tokens_per_forward,
+        )  # fmt: skip
+    finally:
+        model.train(was_training)
+    completions = _completions(tokenizer, generated, lengths, stopped, logprobs)
+    return [
+        row
+        for index, prompt in enumerate(prompts)
+        for row in rollout_rows(
+            prompt,
+            encoded[index],
+            completions[index * num_generations : (index + 1) * num_generations],
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_new_tokens,
+            sampler=HF_GENERATE_SAMPLER,
+            sampler_weights=sampler_weights,
+            policy_version=policy_version,
+        )
+    ]
+
+
+def _completions(
+    tokenizer: Any,
+    generated: Tensor,
+    lengths: Tensor,
+    stopped: Tensor,
+    logprobs: list[list[float]],
+) -> list[Completion]:
+    """Each generated row cut at its length, decoded, with its logprobs and finish reason."""
+    rows = [row[:n] for row, n in zip(generated.tolist(), lengths.tolist(), strict=True)]
+    return [
+        Completion(
+            text=tokenizer.decode(ids, skip_special_tokens=True),
+            token_ids=ids,
+            logprobs=row_logprobs,
+            finish_reason="stop" if is_stop else "length",
+        )
+        for ids, row_logprobs, is_stop in zip(rows, logprobs, stopped.tolist(), strict=True)
+    ]
+
+
+def _pad_id(tokenizer: Any) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _left_padded(
+    encoded: list[list[int]], tokenizer: Any, device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """The prompts left-padded, and their attention mask."""
+    padded = pad_sequence(
+        [torch.tensor(ids, dtype=torch.long) for ids in encoded],
+        batch_first=True,
+        padding_value=_pad_id(tokenizer),
+        padding_side="left",
+    ).to(device)
+    lengths = torch.tensor([len(ids) for ids in encoded], device=device)
+    positions = torch.arange(padded.shape[1], device=device)[None, :]
+    return padded, (positions >= (padded.shape[1] - lengths)[:, None]).long()
+
+
+def _sampling(temperature: float, top_p: float) -> dict[str, Any]:
+    """``generate``'s sampling arguments: greedy at temperature 0, else pure temperature and
+    top-p sampling (top-k off, as vLLM samples)."""
+    if temperature > 0:
+        return {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": top_p}
+    return {"do_sample": False, "temperature": None, "top_k": None, "top_p": None}

@@ -1,0 +1,129 @@
+"""An evaluation's record: ``evaluation.json`` (the :class:`EvaluationResults` model: pass@k
+with its 95% interval per run) and ``samples.jsonl`` (every scored completion), written by the
+``evaluate`` stage and read back by the report and ``codepost evaluate --compare``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+
+from ..atomic import write_text
+from .stats import bootstrap_interval, pass_at_k_per_problem, wilson_interval
+
+RESULTS_FILE = "evaluation.json"
+SAMPLES_FILE = "samples.jsonl"
+RUNS = ("greedy", "sampled")
+
+
+class RunResult(BaseModel):
+    """One run of an evaluation (greedy or sampled): pass@k and its 95% interval for each k,
+    and the counts. On disk each k is a pair of flat keys, ``pass@k`` and ``pass@k_ci95``."""
+
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
+
+    pass_at_k: dict[int, float] = Field(description="NaN where some problem has < k samples")
+    ci95: dict[int, tuple[float, float] | None] = Field(default_factory=dict)
+    samples: int
+    passed: int
+    sandbox_errors: int = 0
+    excluded_sandbox_errors: int = 0
+    temperature: float
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "pass_at_k" in data:
+            return data
+        data, pass_at_k, ci95 = dict(data), {}, {}
+        for key in [key for key in data if key.startswith("pass@")]:
+            k = key.removeprefix("pass@")
+            if k.endswith("_ci95"):
+                ci95[int(k.removesuffix("_ci95"))] = data.pop(key)
+            else:
+                pass_at_k[int(k)] = data.pop(key)
+        return {**data, "pass_at_k": pass_at_k, "ci95": ci95}
+
+    @model_serializer(mode="wrap")
+    def _to_flat_keys(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        pass_at_k, ci95 = data.pop("pass_at_k"), data.pop("ci95")
+        flat: dict[str, Any] = {}
+        for k, value in pass_at_k.items():
+            flat[f"pass@{k}"], flat[f"pass@{k}_ci95"] = value, ci95.get(k)
+        return {**flat, **data}
+
+
+class EvaluationResults(BaseModel):
+    """What ``evaluation.json`` holds: the checkpoint, its problems and settings, and each run's
+    scores. The problems and settings stay plain records, so a file written with other
+    settings' fields still reads."""
+
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
+
+    checkpoint: str
+    problems: dict[str, Any] = Field(default_factory=dict, description="the ProblemSet")
+    problems_fingerprint: str | None = Field(None, description="hash of the problems' content")
+    num_problems: int
+    config: dict[str, Any] = Field(default_factory=dict, description="the EvalConfig")
+    greedy: RunResult | None = None
+    sampled: RunResult | None = None
+
+    def runs(self) -> dict[str, RunResult]:
+        """The runs this evaluation made, greedy first."""
+        return {name: run for name in RUNS if (run := getattr(self, name)) is not None}
+
+    def sandbox_errors(self, run: str | None = None) -> int:
+        """Sandbox errors of ``run`` (None: of every run)."""
+        return sum(r.sandbox_errors for name, r in self.runs().items() if run in (None, name))
+
+    def to_json(self) -> dict[str, Any]:
+        """The record on disk: runs not made left out, a NaN pass@k kept NaN (not null), as
+        ``json.dumps`` wrote it before this model."""
+        return self.model_dump(mode="json", exclude={n for n in RUNS if n not in self.runs()})
+
+    @classmethod
+    def read(cls, path: Path) -> EvaluationResults:
+        return cls.model_validate(json.loads(Path(path).read_text()))
+
+    def write(self, path: Path) -> Path:
+        return write_text(path, json.dumps(self.to_json(), indent=2) + "\n")
+
+
+def problem_counts(
+    rows: list[dict[str, Any]], *, exclude_sandbox_errors: bool = False
+) -> dict[str, tuple[int, int]]:
+    """(samples, passed) per problem of scored rows: what pass@k and its intervals are made of."""
+    counts: dict[str, tuple[int, int]] = {}
+    for row in rows:
+        if exclude_sandbox_errors and row["status"] == "sandbox_error":
+            continue
+        n, c = counts.get(row["prompt_id"], (0, 0))
+        counts[row["prompt_id"]] = (n + 1, c + bool(row["passed"]))
+    return counts
+
+
+def pass_at_k_of_rows(
+    rows: list[dict[str, Any]], ks: list[int], *, exclude_sandbox_errors: bool = False
+) -> dict[str, Any]:
+    """Per-problem unbiased pass@k averaged over problems, from scored rows, each with its 95%
+    interval (``pass@k_ci95``): Wilson for one greedy sample per problem, a bootstrap over
+    problems otherwise."""
+    counts = problem_counts(rows, exclude_sandbox_errors=exclude_sandbox_errors)
+    scores: dict[str, Any] = {}
+    for k in ks:
+        if not counts or any(n < k for n, _ in counts.values()):
+            scores[f"pass@{k}"], scores[f"pass@{k}_ci95"] = math.nan, None
+            continue
+        per_problem = pass_at_k_per_problem(counts, k)
+        scores[f"pass@{k}"] = sum(per_problem.values()) / len(per_problem)
+        if all(n == 1 for n, _ in counts.values()):
+            scores[f"pass@{k}_ci95"] = wilson_interval(
+                sum(c for _, c in counts.values()), len(counts)
+            )
+        else:
+            scores[f"pass@{k}_ci95"] = bootstrap_interval(per_problem)
+    return scores

@@ -1,0 +1,180 @@
+"""One config mechanism: every field of a command's config is a dotted flag derived from the
+pydantic classes, set over the YAML (or the default) keeping every other setting; --help lists
+them; a removed spelling is refused naming the new one (exit 2); the command stays light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from codepost.flows import cli
+from codepost.pipeline.command_line import EXIT_BAD_INPUT
+from codepost.pipeline.post_train import PostTrainConfig, embedded_default
+from codepost.pipeline.rl.algorithms import GAEParams
+from codepost.pipeline.settings import SettingsError, load_config, settings_help, split_settings
+from codepost.pipeline.stages.evaluation import EvalConfig
+
+
+def _run_config(*argv: str, path=None) -> PostTrainConfig:
+    flags, rest = split_settings(argv, PostTrainConfig)
+    assert rest == []
+    return load_config(PostTrainConfig, path, flags, embedded_default())
+
+
+def test_a_flag_reaches_each_kind_of_field_and_keeps_its_neighbours():
+    config = _run_config(
+        "--run-dir", "runs/x",
+        "--stages.rl.update.learning-rate", "5e-6",
+        "--stages.rl.scoring.workers", "2",
+        "--stages.rl.scoring.reward.weights.length", "0.5",
+        "--stages.sft.model.lora-r", "8",
+        "--evaluations.humaneval.sampling.max-tokens=128",
+        "--launch.num-processes", "2",
+    )  # fmt: skip
+    default = embedded_default()
+    rl, default_rl = config.entry("rl").config, default.entry("rl").config
+    assert config.run_dir == "runs/x" and config.launch.num_processes == 2
+    assert rl.update.learning_rate == 5e-6
+    assert rl.update.sampler_is_cap == default_rl.update.sampler_is_cap == 2.0  # kept
+    assert rl.scoring.workers == 2
+    # the stage's own default reward (format and syntax terms) is kept, the new term added
+    assert rl.scoring.reward.weights == {"test": 1.0, "format": 0.1, "syntax": 0.1, "length": 0.5}
+    assert config.entry("sft").config.model.lora_r == 8
+    assert config.evaluations["humaneval"].sampling.max_tokens == 128
+    assert config.evaluations["humaneval"].sampling.temperature == 0.8  # kept
+    assert config.entry("dpo").config == default.entry("dpo").config
+
+
+def test_an_estimator_s_settings_follow_the_algorithm_a_flag_chose():
+    config = _run_config(
+        "--stages.rl.update.algorithm", "ppo", "--stages.rl.update.advantage.lam", "0.9"
+    )
+    assert config.entry("rl").config.update.advantage == GAEParams(lam=0.9, whiten=True)
+    switched = _run_config(
+        "--stages.rl.update.advantage.name", "gae", "--stages.rl.update.advantage.gamma", "0.5"
+    )
+    assert switched.entry("rl").config.update.advantage == GAEParams(gamma=0.5)
+    assert switched.entry("rl").config.update.needs_critic
+
+
+def test_bool_flags_text_flags_and_the_command_s_own_arguments():
+    flags, rest = split_settings(
+        ["--no-greedy", "--sampled", "checkpoint", "--sampling.num-generations", "4",
+         "--output", "out", "--problems.source", "123"],
+        EvalConfig,
+    )  # fmt: skip
+    assert rest == ["checkpoint", "--output", "out"]
+    config = load_config(EvalConfig, None, flags)
+    assert (config.greedy, config.sampled, config.sampling.num_generations) == (False, True, 4)
+    assert config.ks == [1]  # pass@8 needs 8 samples: left out of the default
+    assert config.problems.source == "123"  # a text field takes the text as it is
+
+
+def test_a_list_flag_takes_a_list_or_one_value():
+    assert _run_config("--report-to", "[tensorboard, mlflow]").report_to == [
+        "tensorboard", "mlflow"
+    ]  # fmt: skip
+    assert _run_config("--report-to", "tensorboard").report_to == ["tensorboard"]
+    with pytest.raises(ValueError, match="report_to"):
+        _run_config("--report-to", "tensorbored")
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--stages.rl.update.lr", "1e-6"], "use --stages.rl.update.learning-rate"),
+        (["--stages.rl.update.learnin-rate", "1"], "did you mean learning_rate"),
+        (["--stages.rll.iterations", "1"], "no stage named 'rll'"),
+        (["--stages.rl.update.advantage.lam", "0.9"], "GRPOParams has no setting 'lam'"),
+    ],
+)
+def test_a_flag_that_names_no_setting_is_refused_naming_it(argv, named):
+    with pytest.raises(SettingsError, match=named):
+        _run_config(*argv)
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        (
+            {"stages": ["sft", {"stage": "rl", "config": {"update": {"lr": 1e-6}}}]},
+            "stages[1].config.update.lr is renamed: use stages[1].config.update.learning_rate",
+        ),
+        (
+            {"stages": [{"stage": "rl", "config": {"update": {"clip_high": 0.28}}}]},
+            "update.clip_high is renamed: use stages[0].config.update.policy_loss.clip_high",
+        ),
+        (
+            {"stages": [{"stage": "rl", "config": {"scoring": {"reward": {"format_weight": 1}}}}]},
+            "reward.format_weight is renamed: use stages[0].config.scoring.reward.weights.format",
+        ),
+        (
+            {"evaluations": {"humaneval": {"max_tokens": 256}}},
+            "evaluations.humaneval.max_tokens is renamed: use "
+            "evaluations.humaneval.sampling.max_tokens",
+        ),
+    ],
+)
+def test_a_yaml_with_a_removed_spelling_exits_2_naming_the_new_one(
+    tmp_path, capsys, settings, named
+):
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    argv = ["run", "--config", str(path), "--run-dir", str(tmp_path / "run")]
+    assert cli.main(argv) == EXIT_BAD_INPUT
+    err = " ".join(capsys.readouterr().err.split())
+    assert str(path) in err and named in err, err
+
+
+def test_help_lists_every_setting_with_its_description_and_default():
+    text = " ".join(settings_help(PostTrainConfig, width=10_000).split())
+    assert "--stages.rl.update.learning-rate FLOAT AdamW's, for the policy (default: 1e-06)" in text
+    assert "--stages.rl.update.advantage.name {grpo,rloo,reinforce++" in text
+    assert "--stages.rl.update.advantage.lam FLOAT (gae) 0: one-step TD" in text
+    assert "--evaluations.KEY.sampling.*" in text and "--launch.num-processes INT" in text
+    assert "--stages.dpo.model.* as --model.* (ModelConfig)" in text  # said once, referred to
+
+
+def test_the_verify_command_loads_neither_torch_vllm_nor_prefect():
+    code = (
+        "import sys\n"
+        "from codepost.flows.cli import build_parser\n"
+        "build_parser('verify').parse_args(['verify', '--help'])\n"
+    )
+    check = (
+        "import sys, runpy\n"
+        "try:\n"
+        f"    exec({code!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'vllm', 'prefect'})\n"
+        "print(heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["run", "--num-processes", "2"], "did you mean --launch.num-processes"),
+        (["evaluate", "--max-tokens", "8"], "did you mean --sampling.max-tokens"),
+        (["sample-server", "--backend", "hf"], "did you mean --engine.backend"),
+    ],
+)
+def test_an_option_of_an_earlier_version_is_refused_with_its_new_spelling(capsys, argv, named):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == EXIT_BAD_INPUT
+    assert named in capsys.readouterr().err
+
+
+def test_a_section_given_a_value_names_its_settings(capsys):
+    with pytest.raises(
+        SettingsError, match=r"--model holds settings: set one, e\.g\. --model\.name"
+    ):
+        _run_config("--model", "x")
