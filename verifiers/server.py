@@ -63,6 +63,7 @@ from .problems import (
     ProblemFormatError,
     cap_tests,
     load_problems,
+    posed_in,
     problems_from_records,
 )
 from .rewards import RewardConfig
@@ -384,10 +385,16 @@ class VerifyRequest(BaseModel):
     )
     completion_style: CompletionStyle = "auto"
     timeout: float = Field(Limits.wall_time_s, gt=0)
+    compile_timeout: float = Field(
+        Limits.compile_time_s, gt=0, description="a compiled language's compile (C++), per job"
+    )
     memory_mb: int = Field(Limits.memory_mb, gt=0)
     exclude_sandbox_errors: bool = False
     max_tests: int | None = Field(
         None, ge=1, description="at most this many tests per problem, the longest inputs"
+    )
+    language: str | None = Field(
+        None, description="pose every problem in this language (default: each its own)"
     )
 
 
@@ -473,18 +480,23 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
     async def verify(request: VerifyRequest) -> JSONResponse:
         for name, value, cap in (
             ("timeout", request.timeout, config.max_timeout_s),
+            ("compile_timeout", request.compile_timeout, config.max_timeout_s),
             ("memory_mb", request.memory_mb, config.max_memory_mb),
         ):
             if value > cap:
                 raise HTTPException(422, f"{name} {value} is over the server's maximum {cap}")
-        problems = cap_tests(request_problems(request.problems), request.max_tests)
-        problems = within_caps(problems, config)
+        try:
+            problems = posed_in(request_problems(request.problems), request.language)
+        except ProblemFormatError as exc:
+            raise HTTPException(422, f"language: {exc}") from None
+        problems = within_caps(cap_tests(problems, request.max_tests), config)
         verifier = Verifier(
             pool,
             limits=Limits(
                 wall_time_s=request.timeout,
                 cpu_time_s=request.timeout,
                 memory_mb=request.memory_mb,
+                compile_time_s=request.compile_timeout,
             ),
             reward_config=RewardConfig(
                 sandbox_errors="exclude" if request.exclude_sandbox_errors else "fail"
