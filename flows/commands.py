@@ -160,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
     for column in ("benchmark", "stage", "pass@1", "95% CI", "passed", "p vs prev", "p vs base"):
         table.add_column(column)
     for row in result["rows"]:
+        if row["greedy pass@1"] is None:  # a benchmark evaluated with samples only: the report
+            continue
         table.add_row(
             row["benchmark"],
             row["stage"],

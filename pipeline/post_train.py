@@ -6,8 +6,12 @@ flow hands it an executor that runs each stage as a task.
 Stages chain through their artifacts (:class:`Artifacts`): each stage gets the newest of every
 kind it needs or uses (the checkpoint, a filter's problems, scored rollouts, pairs), so
 ``[sft, rl, pairs, dpo]`` mines DPO's pairs from RL's rollouts and ``[sft, rl, rollouts,
-pairs, dpo]`` from fresh ones. A stage's own ``model`` settings (LoRA, dtype, ...) are kept;
-the weights come from the previous stage. Every stage gets a seed derived from the run seed.
+pairs, dpo]`` from fresh ones. A stage entry with ``after: <name>`` takes the artifacts as they
+were after that earlier stage instead: ``[sft, filter, rl, {stage: rft, after: filter}]`` trains
+two arms from the same checkpoint and problems. A stage's own ``model`` settings (LoRA, dtype,
+...) are kept; the weights come from the previous stage. Every stage gets a seed derived from
+the run seed. An evaluation with ``problems_from`` measures the problems a filter of the run
+kept: every checkpoint, those made before the filter as soon as it has run.
 The layout of a run folder (``<key>``: see :mod:`.stages.registry`)::
 
     run.json  report.md  pass_at_1.png  base/eval/<benchmark>/<key>/
@@ -53,6 +57,14 @@ def _entry_model(stage: Stage) -> type[BaseModel]:
             str | None,
             Field(None, pattern=r"^[a-z0-9][a-z0-9_-]*$", description="folder; default: stage"),
         ),
+        after=(
+            str | None,
+            Field(
+                None,
+                description="start from the artifacts as they were after the earlier stage of "
+                "this name (an arm branching from it); default: after the stage before",
+            ),
+        ),
         config=(stage.config, Field(default_factory=stage.config)),
     )
 
@@ -86,6 +98,11 @@ class PostTrainConfig(BaseModel):
         description="benchmark name -> evaluation, run on the base model and after every "
         "stage that trains",
     )
+    evaluate_base: bool = Field(
+        True,
+        description="evaluate the base model too; off: the first stage that trains is the one "
+        "the others are compared with (its numbers known, the samples spent elsewhere)",
+    )
     launch: LaunchConfig = Field(
         default_factory=LaunchConfig,
         description="the processes each rank-aware stage runs on (no stage's key depends on it)",
@@ -107,6 +124,7 @@ class PostTrainConfig(BaseModel):
     def _a_chain(self) -> PostTrainConfig:
         """Unique folder names, and every input a stage needs made by a stage before it."""
         makers = {"checkpoint": "model"}  # kind -> the stage that makes it
+        makers_after: dict[str, dict[str, str]] = {}  # stage name -> makers after it
         names: set[str] = set()
         for index, entry in enumerate(self.stages):
             if entry.name in names or (entry.name is None and entry.stage in names):
@@ -114,6 +132,13 @@ class PostTrainConfig(BaseModel):
                     f"stages[{index}]: a second {entry.stage!r} stage needs a `name` of its own "
                     "(its folder in the run)"
                 )
+            if entry.after is not None:
+                if entry.after not in makers_after:
+                    raise ValueError(
+                        f"stages[{index}] ({entry.stage}): after={entry.after!r} names no stage "
+                        f"before it ({', '.join(makers_after) or 'none'})"
+                    )
+                makers = dict(makers_after[entry.after])
             names.add(entry.name or entry.stage)
             stage = get_stage(entry.stage)
             missing = [kind for kind in stage.needs if kind not in makers]
@@ -129,6 +154,13 @@ class PostTrainConfig(BaseModel):
                 except ValueError as exc:
                     raise ValueError(f"stages[{index}] ({entry.stage}): {exc}") from None
             makers.update(dict.fromkeys(stage.makes, stage.name))
+            makers_after[entry.name or entry.stage] = dict(makers)
+        filtered = [name for name, e in self.evaluations.items() if e.problems_from is not None]
+        if filtered and not any("problems" in made for made in makers_after.values()):
+            raise ValueError(
+                f"evaluations {', '.join(filtered)} take problems_from a filter: put a stage "
+                "that makes problems (filter) in `stages`"
+            )
         return self
 
     def entry(self, name: str) -> Any:
@@ -187,17 +219,27 @@ def run_post_train(
         RunTracking(config.report_to, run_dir, config.model_dump(mode="json")) as trackers,
     ):
         artifacts = Artifacts(checkpoint=config.model.name_or_path)
+        after: dict[str, Artifacts] = {}  # stage name -> the artifacts after it
         evaluations: dict[str, dict[str, Path]] = {name: {} for name in config.evaluations}
+        evaluated: dict[str, str] = {}  # label -> checkpoint, in order
         done: list[dict[str, Any]] = []
         steps = RunSteps(_steps(config), is_evaluation=lambda label: "/" in label)
 
-        def evaluate(label: str, checkpoint: str) -> None:
+        def evaluate(label: str, checkpoint: str, problems: str | None, new_problems: bool) -> None:
+            """Every benchmark on ``checkpoint`` (with ``new_problems``: only those on the run's
+            problems); one on the run's problems waits until a filter has made them."""
+            evaluated[label] = checkpoint
             for benchmark, evaluation in config.evaluations.items():
+                if not _applies(evaluation, problems, new_problems):
+                    continue
                 with steps.step(f"{label}/{benchmark}"):
                     outputs = run_stage(
                         get_stage("evaluate"),
                         seeded(evaluation, derive_seed(config.seed, f"eval/{benchmark}")),
-                        Artifacts(checkpoint=checkpoint),
+                        Artifacts(
+                            checkpoint=checkpoint,
+                            problems=problems if evaluation.problems_from else None,
+                        ),
                         run_dir / label / "eval" / benchmark,
                         executor,
                         label=f"{label}/{benchmark}",
@@ -205,9 +247,12 @@ def run_post_train(
                 evaluations[benchmark][label] = Path(str(outputs.evaluation))
                 trackers.log_evaluation(label, benchmark, evaluations[benchmark][label])
 
-        evaluate("base", str(artifacts.checkpoint))
+        if config.evaluate_base:
+            evaluate("base", str(artifacts.checkpoint), None, False)
         for entry in config.stages:
             stage, name = get_stage(entry.stage), entry.name or entry.stage
+            if entry.after is not None:
+                artifacts = after[entry.after]
             stage_seed = derive_seed(config.seed, name)
             stage_config = seeded(with_run_model(entry.config, config.model), stage_seed)
             wanted = set(stage.needs) | set(stage.uses)
@@ -224,16 +269,20 @@ def run_post_train(
                 for kind in stage.makes
                 if kind != "checkpoint" or outputs.checkpoint is not None
             }
-            artifacts = artifacts.model_copy(update=made)
+            artifacts = after[name] = artifacts.model_copy(update=made)
             done.append(
                 {"name": name, "stage": stage.name, "seed": stage_seed, **outputs.present()}
             )
+            if outputs.problems is not None:  # the checkpoints so far, on the new problems
+                for label, checkpoint in list(evaluated.items()):
+                    evaluate(label, checkpoint, outputs.problems, True)
             if "checkpoint" in stage.makes and outputs.checkpoint is None:
                 log.warning("%s made no checkpoint: the next stage starts from the last one", name)
-                for benchmark in config.evaluations:
-                    steps.skip(f"{name}/{benchmark}")
+                for benchmark, evaluation in config.evaluations.items():
+                    if _applies(evaluation, artifacts.problems, False):
+                        steps.skip(f"{name}/{benchmark}")
             elif outputs.checkpoint is not None:
-                evaluate(name, outputs.checkpoint)
+                evaluate(name, outputs.checkpoint, artifacts.problems, False)
             _write_run_record(run_dir, config, done)
         report = write_report(run_dir, evaluations)
         trackers.log_artifacts([report, *run_dir.glob("*.png"), *run_dir.glob("*/*/*.png")])
@@ -245,15 +294,44 @@ def run_post_train(
     )
 
 
+def _applies(evaluation: EvalConfig, problems: str | None, new_problems: bool) -> bool:
+    """Whether ``evaluation`` runs now: one on a filter's problems once there are problems (and
+    only those when the problems are new), any other when the problems are not new."""
+    if evaluation.problems_from is None:
+        return not new_problems
+    return problems is not None
+
+
 def _steps(config: PostTrainConfig) -> list[str]:
     """The run's steps in order: each stage, and each evaluation (``<model>/<benchmark>``) of
-    the base model and of every stage that makes a checkpoint."""
-    labels = [f"base/{benchmark}" for benchmark in config.evaluations]
+    the base model and of every stage that makes a checkpoint; those on a filter's problems of
+    every model so far once the filter has run."""
+    labels: list[str] = []
+    evaluated: list[str] = []
+    problems_after: dict[str, str | None] = {}
+    problems: str | None = None
+
+    def evaluations(label: str, new_problems: bool) -> list[str]:
+        return [
+            f"{label}/{benchmark}"
+            for benchmark, evaluation in config.evaluations.items()
+            if _applies(evaluation, problems, new_problems)
+        ]
+
+    if config.evaluate_base:
+        labels += evaluations("base", False)
+        evaluated.append("base")
     for entry in config.stages:
-        name = entry.name or entry.stage
+        name, stage = entry.name or entry.stage, get_stage(entry.stage)
+        problems = problems_after[entry.after] if entry.after else problems
         labels.append(name)
-        if "checkpoint" in get_stage(entry.stage).makes:
-            labels += [f"{name}/{benchmark}" for benchmark in config.evaluations]
+        if "problems" in stage.makes:
+            problems = name
+            labels += [step for label in evaluated for step in evaluations(label, True)]
+        if "checkpoint" in stage.makes:
+            labels += evaluations(name, False)
+            evaluated.append(name)
+        problems_after[name] = problems
     return labels
 
 

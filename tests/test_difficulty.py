@@ -10,10 +10,12 @@ from stage_helpers import rollout, save_tiny_model, tiny_problem_set, write_roll
 
 from codepost.pipeline.checkpoints import manifest as checkpoints
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
-from codepost.pipeline.inference.sampling import SamplingConfig
+from codepost.pipeline.data.rows import TO_COUNT, read_rows
+from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.stages.difficulty_filter import (
     DifficultyFilterConfig,
     filtered_problem_set,
+    held_out_split,
     run_difficulty_filter,
     select_problems,
 )
@@ -36,27 +38,40 @@ def test_only_pass_rates_strictly_inside_the_range_are_kept():
         DifficultyFilterConfig(min_pass_rate=0.5, max_pass_rate=0.5)
 
 
-@pytest.mark.docker
-def test_the_filter_scores_rollouts_and_publishes_the_problems_in_range(tmp_path):
-    problems = tiny_problem_set(tmp_path)
-    config = DifficultyFilterConfig(
+def filter_config(tmp_path, **settings) -> DifficultyFilterConfig:
+    return DifficultyFilterConfig(
         model=save_tiny_model(tmp_path / "model"),
-        problems=problems,
+        problems=tiny_problem_set(tmp_path),
         sampling=SamplingConfig(num_generations=4),
         scoring=ScoreConfig(workers=2, timeout_s=5.0),
+        **settings,
     )
-    # The stage resumes from its rollouts: these stand for k=4 samples per problem (1: half
-    # right, 2: always right, 3: never right), scored for real in the sandbox.
-    out = tmp_path / "filter"
-    (out / "rollouts").mkdir(parents=True)
-    rows = [
+
+
+def write_round(folder, rows) -> None:
+    """A round's rollouts of k=4 samples per problem (unscored: the stage scores them)."""
+    for index, row in enumerate(rows):
+        row["group_index"] = index % 4
+    folder.mkdir(parents=True, exist_ok=True)
+    write_rollouts(folder / "rollouts.parquet", rows)
+
+
+def first_round() -> list[dict]:
+    """Problem 1 half right, 2 always right, 3 never right."""
+    return [
         *(rollout("1", text, False, None) for text in (ADD, ADD, WRONG_ADD, WRONG_ADD)),
         *(rollout("2", DOUBLE, False, None) for _ in range(4)),
         *(rollout("3", WRONG_NEG, False, None) for _ in range(4)),
     ]
-    for index, row in enumerate(rows):
-        row["group_index"] = index % 4
-    write_rollouts(out / "rollouts" / "rollouts.parquet", rows)
+
+
+@pytest.mark.docker
+def test_the_filter_scores_rollouts_and_publishes_the_problems_in_range(tmp_path):
+    config = filter_config(tmp_path)
+    problems = config.problems
+    # The stage resumes from its rollouts, scored for real in the sandbox.
+    out = tmp_path / "filter"
+    write_round(out / "rollouts", first_round())
 
     path = run_difficulty_filter(config, out)
     kept = [json.loads(line) for line in path.read_text().splitlines()]
@@ -78,3 +93,78 @@ def test_the_filter_scores_rollouts_and_publishes_the_problems_in_range(tmp_path
     assert run_difficulty_filter(config, out) == path
     with pytest.raises(FileExistsError, match="another config"):
         run_difficulty_filter(config.model_copy(update={"max_pass_rate": 0.9}), out)
+
+
+def test_the_held_out_split_is_seeded_and_spread_over_the_pass_rates():
+    rates = {f"t{i}": (i % 5 + 1) / 8 for i in range(20)}  # 4 problems at each of 5 rates
+    held = held_out_split(rates, 0.25, seed=0)
+    assert len(held) == 5 and held == held_out_split(rates, 0.25, seed=0)
+    assert sorted(rates[t] for t in held) == [1 / 8, 2 / 8, 3 / 8, 4 / 8, 5 / 8]  # one per rate
+    assert held != held_out_split(rates, 0.25, seed=1)  # ties drawn by the seed
+    assert held_out_split(rates, 0.0, seed=0) == set()
+    assert len(held_out_split({"a": 0.5, "b": 0.5}, 0.9, seed=0)) == 1  # one stays to train
+    with pytest.raises(ValueError, match="max_samples=2 is below"):
+        DifficultyFilterConfig(sampling=SamplingConfig(num_generations=4), max_samples=2)
+    assert (
+        DifficultyFilterConfig(sampling=SamplingConfig(num_generations=4), max_samples=14).rounds
+        == 3
+    )
+
+
+@pytest.mark.docker
+def test_adaptive_rounds_find_the_rare_pass_and_the_kept_problems_are_split(tmp_path):
+    """Round 1 samples every problem k=4 times; problem 3 never passes there, so round 2
+    samples it (and only it) 4 more times, where it passes once: kept at 1/8. Round 3 has
+    nothing left to find. Half the kept problems are held out."""
+    config = filter_config(tmp_path, max_pass_rate=0.9, max_samples=12, held_out_fraction=0.5)
+    out = tmp_path / "filter"
+    right_neg = "```python\ndef neg(x):\n    return -x\n```"
+    write_round(out / "rollouts", first_round())
+    write_round(
+        out / "rollouts" / "round-02",
+        [rollout("3", text, False, None) for text in (WRONG_NEG, right_neg, WRONG_NEG, WRONG_NEG)],
+    )
+
+    path = run_difficulty_filter(config, out)
+    rates = json.loads((path.parent / "pass_rates.json").read_text())
+    assert rates["rounds"] == [
+        {"round": 1, "problems_sampled": 3, "samples": 12, "problems_added": 2},
+        {"round": 2, "problems_sampled": 1, "samples": 4, "problems_added": 1},
+    ]
+    assert load_problem_set(
+        ProblemSet(source=str(out / "rollouts" / "round-02" / "problems.jsonl"), split="all")
+    ).keys() == {"3"}
+    assert {t: (r["samples"], r["passed"]) for t, r in rates["problems"].items()} == {
+        "1": (4, 2), "2": (4, 4), "3": (8, 1)
+    }  # fmt: skip
+    train = load_problem_set(filtered_problem_set(out, ProblemSet()))
+    held_out = load_problem_set(filtered_problem_set(out, ProblemSet(), "held_out"))
+    assert len(train) == len(held_out) == 1 and set(train) | set(held_out) == {"1", "3"}
+    manifest = checkpoints.read_manifest(path.parent)
+    assert (manifest.metrics["kept"], manifest.metrics["train"], manifest.metrics["held_out"]) == (
+        2,
+        1,
+        1,
+    )
+    assert manifest.metrics["samples"] == 16
+    assert checkpoints.verify(path.parent) == []
+
+
+@pytest.mark.docker
+def test_adaptive_rounds_sample_a_real_model_until_the_budget(tmp_path):
+    """A tiny random model never passes: every problem is sampled in every round, up to
+    max_samples, and the filter then says it found nothing."""
+    config = DifficultyFilterConfig(
+        model=save_tiny_model(tmp_path / "model"),
+        problems=tiny_problem_set(tmp_path),
+        sampling=SamplingConfig(num_generations=2, max_tokens=8),
+        engine=EngineConfig(backend="hf"),
+        scoring=ScoreConfig(workers=2, timeout_s=3.0),
+        max_samples=5,  # two rounds of 2; a third would pass the budget
+    )
+    out = tmp_path / "filter"
+    with pytest.raises(ValueError, match="5 samples at most"):
+        run_difficulty_filter(config, out)
+    assert len(read_rows(out / "rollouts" / "scored.parquet", TO_COUNT)) == 6
+    assert len(read_rows(out / "rollouts" / "round-02" / "scored.parquet", TO_COUNT)) == 6
+    assert not (out / "rollouts" / "round-03").exists()

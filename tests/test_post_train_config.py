@@ -102,3 +102,68 @@ def test_a_filter_hands_its_problems_to_the_stages_after_it(tmp_path):
         4,
         8,
     )
+
+
+def test_an_arm_branches_after_a_named_stage_and_takes_what_was_made_by_then():
+    arms = ["sft", "filter", "rl", {"stage": "rft", "after": "filter"}]
+    assert PostTrainConfig(stages=arms)
+    with pytest.raises(ValueError, match="after='rl' names no stage before it"):
+        PostTrainConfig(stages=["sft", {"stage": "rft", "after": "rl"}, "rl"])
+    # After sft there were no scored rollouts yet: pairs branching from it has nothing to mine.
+    with pytest.raises(ValueError, match=r"stages\[2\] \(pairs\) needs scored"):
+        PostTrainConfig(stages=["sft", "rl", {"stage": "pairs", "after": "sft"}, "dpo"])
+    with pytest.raises(ValueError, match="held-out take problems_from a filter"):
+        PostTrainConfig(stages=["sft"], evaluations={"held-out": {"problems_from": "held_out"}})
+
+
+def test_arms_start_from_the_branch_point_and_every_checkpoint_is_measured_on_the_filtered_problems(
+    tmp_path, monkeypatch
+):
+    """The run loop with a stand-in executor (each stage's outputs are named folders): the RFT
+    arm gets SFT's checkpoint and the filter's problems, not RL's; the evaluations on the
+    filter's problems run for base and SFT once the filter has run, then after every arm."""
+    from codepost.pipeline import post_train
+    from codepost.pipeline.stages.registry import Artifacts
+
+    calls: list[tuple[str, Artifacts]] = []
+
+    def execute(stage, config, inputs, out_dir, label, launch=None):
+        calls.append((label, inputs))
+        made = {
+            "checkpoint": f"ckpt:{label}",
+            "problems": f"problems:{label}",
+            "scored": f"scored:{label}",
+            "evaluation": str(out_dir),
+        }
+        return Artifacts(**{kind: made[kind] for kind in stage.makes})
+
+    monkeypatch.setattr(post_train, "write_report", lambda run_dir, evaluations: run_dir)
+    monkeypatch.setattr(post_train, "stage_rows", lambda evaluations: [])
+    config = PostTrainConfig(
+        run_dir=str(tmp_path / "run"),
+        stages=["sft", "filter", "rl", {"stage": "rft", "after": "filter"}],
+        evaluations={
+            "mbpp": {},
+            "train": {"problems_from": "train", "greedy": False, "num_samples": 2, "ks": [1]},
+        },
+    )
+    post_train.run_post_train(config, execute=execute)
+    inputs = dict(calls)
+    assert [label for label, _ in calls] == [
+        "base/mbpp",
+        "sft", "sft/mbpp",
+        "filter", "base/train", "sft/train",
+        "rl", "rl/mbpp", "rl/train",
+        "rft", "rft/mbpp", "rft/train",
+    ]  # fmt: skip
+    assert inputs["rft"] == Artifacts(checkpoint="ckpt:sft", problems="problems:filter")
+    assert inputs["rl"] == inputs["rft"]
+    assert inputs["base/train"].problems == inputs["rft/train"].problems == "problems:filter"
+    assert inputs["rft/train"].checkpoint == "ckpt:rft" and inputs["rft/mbpp"].problems is None
+
+    calls.clear()  # without the base model's evaluations, SFT's are the first
+    post_train.run_post_train(
+        config.model_copy(update={"evaluate_base": False, "run_dir": str(tmp_path / "b")}),
+        execute=execute,
+    )
+    assert [label for label, _ in calls][:4] == ["sft", "sft/mbpp", "filter", "sft/train"]

@@ -99,17 +99,32 @@ def test_report_tables_plot_and_results(run):
     assert sft_results["results"]["greedy"]["pass@1"] == 0.5
 
 
-def test_no_reward_curve_no_link_and_a_stage_without_greedy(tmp_path):
-    sampled = {f"task/{i}": (4, i % 3) for i in range(6)}
+def test_a_benchmark_evaluated_with_samples_gets_sampled_pass_at_1_and_paired_bootstraps(
+    tmp_path,
+):
+    base = {f"task/{i}": (4, i % 3) for i in range(6)}  # pass@1 (0 + 1/4 + 2/4) x 2 / 6 = 0.25
+    trained = {f"task/{i}": (4, min(4, i % 3 + 2)) for i in range(6)}  # +0.5 on every problem
     evaluations = {
-        "humaneval": {
-            "base": write_evaluation(tmp_path / "a", "ckpt/a", None, sampled),
-            "sft": write_evaluation(tmp_path / "b", "ckpt/b", None, sampled),
+        "trained": {
+            "base": write_evaluation(tmp_path / "a", "ckpt/a", None, base),
+            "sft": write_evaluation(tmp_path / "b", "ckpt/b", None, base),
+            "rl": write_evaluation(tmp_path / "c", "ckpt/c", None, trained),
         }
     }
     report = write_report(tmp_path, evaluations).read_text()
     assert "reward curve" not in report
-    assert "| sft | no greedy run | no greedy run | no greedy run |  |  | `ckpt/b` |" in report
+    assert "no greedy run" not in report  # no greedy table for a benchmark without greedy runs
+    assert "(4 samples per problem at temperature 0.8)" in report
+    lines = report.splitlines()
+    assert "| base | 0.2500 |" in lines[lines.index("## trained") + 6]
+    assert "| sft | 0.2500 |" in report and "+0.0000 [+0.0000, +0.0000], p=1.0000" in report
+    # Every problem gains: every resample's mean difference is positive.
+    assert "| rl | 0.7500 | [0.5833, 0.9167] | 6 | +0.5000 [+0.5000, +0.5000], p<0.0001 " in report
+    rows = json.loads((tmp_path / "evaluations.json").read_text())["sampled_rows"]
+    assert [(r["stage"], r["sampled pass@1"], r["problems"]) for r in rows] == [
+        ("base", 0.25, 6), ("sft", 0.25, 6), ("rl", 0.75, 6)
+    ]  # fmt: skip
+    assert rows[2]["p vs previous"] == 0.0 and rows[0]["p vs base"] is None
 
 
 def test_evaluation_files_of_earlier_runs_read_into_the_model_and_write_back_the_same(tmp_path):

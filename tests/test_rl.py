@@ -28,9 +28,8 @@ from codepost.pipeline.stages.rl import (
     iteration_dir,
     run_rl,
     run_update,
+    uniform_groups,
 )
-from codepost.pipeline.stages.scoring import ScoreConfig
-from codepost.verifiers import RewardConfig
 
 
 def metrics(out_dir) -> list[dict]:
@@ -150,11 +149,47 @@ def _rollouts(out_dir, iteration: int) -> list[dict]:
     return Dataset.from_parquet(str(path)).to_list()
 
 
-def _scored(prompt_id: str, rewards: list[float], excluded: tuple[int, ...] = ()) -> list[dict]:
+def _scored(
+    prompt_id: str,
+    rewards: list[float],
+    excluded: tuple[int, ...] = (),
+    passed: list[bool] | None = None,
+    fractions: list[float] | None = None,
+) -> list[dict]:
+    passed = passed or [r >= 1.0 for r in rewards]
+    fractions = fractions or [float(p) for p in passed]
     return [
-        {"prompt_id": prompt_id, "group_index": i, "reward": r, "excluded": i in excluded}
+        {
+            "prompt_id": prompt_id,
+            "group_index": i,
+            "reward": r,
+            "passed": passed[i],
+            "pass_fraction": fractions[i],
+            "excluded": i in excluded,
+        }
         for i, r in enumerate(rewards)
     ]
+
+
+def test_a_group_that_fails_every_test_is_dropped_under_pass_and_kept_under_reward():
+    # All fail; the format term differs (0.1 for a fenced answer): only `reward` sees a signal.
+    format_only = group_rows(_scored("format-only", [0.1, 0.0, 0.1]))[0]
+    assert not is_informative(format_only, "pass")
+    assert not is_informative(format_only, "tests")
+    assert is_informative(format_only, "reward")
+    # All fail, but some pass more of the tests: `tests` keeps it, `pass` does not.
+    partial = _scored("partial", [0.0, 0.0, 0.0], fractions=[0.0, 0.5, 0.0])
+    assert [is_informative(partial, m) for m in ("pass", "tests", "reward")] == [
+        False, True, False
+    ]  # fmt: skip
+    mixed = _scored("mixed", [1.1, 0.1, 0.0])
+    assert all(is_informative(mixed, m) for m in ("pass", "tests", "reward"))
+    assert uniform_groups([format_only, partial, mixed]) == {
+        "data/groups_uniform/pass": 2.0,
+        "data/groups_uniform/tests": 1.0,
+        "data/groups_uniform/reward": 1.0,
+    }
+    assert RLConfig().dynamic_sampling_metric == "pass"
 
 
 def test_dynamic_sampling_drops_exactly_the_groups_whose_rewards_are_all_equal():
@@ -171,8 +206,10 @@ def test_dynamic_sampling_drops_exactly_the_groups_whose_rewards_are_all_equal()
         "all-fail", "mixed", "all-pass", "format-only", "equal-once-excluded"
     ]  # fmt: skip
     assert [len(g) for g in groups] == [3, 4, 3, 3, 2]  # the excluded row is left out
-    kept = [g[0]["prompt_id"] for g in groups if is_informative(g)]
+    kept = [g[0]["prompt_id"] for g in groups if is_informative(g, "reward")]
     assert kept == ["mixed", "format-only"]
+    kept = [g[0]["prompt_id"] for g in groups if is_informative(g)]  # pass: the default
+    assert kept == ["mixed"]
 
 
 def test_the_run_length_is_iterations_or_epochs_not_both():
@@ -187,9 +224,10 @@ def test_the_run_length_is_iterations_or_epochs_not_both():
 
 @pytest.mark.docker
 def test_groups_without_signal_are_resampled_then_skipped(tiny_model, tmp_path):
-    """A tiny random model never passes: under a test-only reward every group is uniform, so
-    each iteration samples its extra rounds, drops every group and leaves the weights alone;
-    with a reward that varies, the batch fills with informative groups and the update runs."""
+    """A tiny random model never passes: its rewards vary (a length term) but its test outcomes
+    do not, so under `pass` every group is uniform: each iteration samples its extra rounds,
+    drops every group and leaves the weights alone; keyed on the reward, the batch fills with
+    informative groups and the update runs."""
     base = RLConfig(
         model=tiny_model,
         problems=ProblemSet(limit=6),
@@ -199,7 +237,7 @@ def test_groups_without_signal_are_resampled_then_skipped(tiny_model, tmp_path):
         max_sampling_rounds=3,
         sampling=SamplingConfig(num_generations=3, max_tokens=8),
         engine=EngineConfig(backend="hf"),
-        scoring=ScoreConfig(workers=2, timeout_s=3.0, reward=RewardConfig(test_weight=1.0)),
+        scoring=SIGNAL,
         update=UpdateConfig(lr=1e-2),
     )
     no_signal = tmp_path / "no-signal"
@@ -219,10 +257,14 @@ def test_groups_without_signal_are_resampled_then_skipped(tiny_model, tmp_path):
         assert torch.equal(tensor, weights[1][name]), name
     assert not any(r["trained"] for r in _rollouts(no_signal, 1))
 
+    assert [r["data/groups_uniform/pass"] for r in rows] == [6, 6]
+
     signal = tmp_path / "signal"
-    run_rl(base.model_copy(update={"scoring": SIGNAL}), signal)
+    run_rl(base.model_copy(update={"dynamic_sampling_metric": "reward"}), signal)
     rows = metrics(signal)
     assert [r["data/groups_trained"] for r in rows] == [2, 2]
+    # Every one of those groups failed every test: `pass` would have dropped them all.
+    assert all(r["data/groups_uniform/pass"] == r["data/groups_sampled"] for r in rows)
     assert all(r["data/groups_dropped"] == 2 * r["data/sampling_rounds"] - 2 for r in rows)
     assert all(r["update/optimizer_steps"] >= 1 and "update/skipped" not in r for r in rows)
     assert all(r["trained"] for r in _rollouts(signal, 2))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,7 @@ def _wandb_records(path: Path) -> list[bytes]:
             offset += 32768 - offset % 32768
             continue
         length, kind = int.from_bytes(data[offset + 4 : offset + 6], "little"), data[offset + 6]
-        if kind == 0:
+        if kind == 0 or offset + 7 + length > len(data):  # the end, or a chunk still being written
             break
         chunk = data[offset + 7 : offset + 7 + length]
         offset += 7 + length
@@ -84,16 +85,29 @@ def _wandb_records(path: Path) -> list[bytes]:
     return records
 
 
-def read_wandb(run_dir: Path) -> Logged:
+def _finished_wandb_run(path: Path, timeout_s: float = 60.0) -> list[Any]:
+    """A finished run's records, once its ``exit`` record is on disk. ``finish()`` returns
+    before they are: wandb-core holds the log's last 32 KiB block in memory until it closes the
+    run's stream, which ``finish()`` asks for without waiting (at the latest, the service's
+    teardown at the exit of the process that started it closes every stream)."""
     from wandb.proto import wandb_internal_pb2
 
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = [wandb_internal_pb2.Record.FromString(data) for data in _wandb_records(path)]
+        kinds = [record.WhichOneof("record_type") for record in records]
+        if "exit" in kinds:
+            return records
+        assert time.monotonic() < deadline, (f"no exit record after {timeout_s} s", path, kinds)
+        time.sleep(0.05)
+
+
+def read_wandb(run_dir: Path) -> Logged:
     logged = Logged()
     for folder in sorted((run_dir / "tracking" / "wandb" / "wandb").glob("offline-run-*")):
         [records_file] = folder.glob("run-*.wandb")
         name, series, config = None, {}, {}
-        for data in _wandb_records(records_file):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(data)
+        for record in _finished_wandb_run(records_file):
             kind = record.WhichOneof("record_type")
             if kind == "run":
                 name = record.run.display_name

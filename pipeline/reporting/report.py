@@ -2,9 +2,11 @@
 
 A pass@1 that moved by two problems out of 164 is noise more often than progress: the report
 gives each stage's greedy pass@1 with its 95% Wilson interval and compares it, problem by
-problem, with the stage before and with the base model (exact McNemar test). The per-problem
-data comes from each evaluation folder's ``samples.jsonl``; sandbox errors count as failures,
-as a paired test needs every problem scored on both sides.
+problem, with the stage before and with the base model (exact McNemar test). A benchmark
+evaluated with samples gets a second table: sampled pass@1 with its bootstrap interval over
+problems, and the paired bootstrap of its difference with the stage before and the base. The
+per-problem data comes from each evaluation folder's ``samples.jsonl``; sandbox errors count as
+failures, as a paired test needs every problem scored on both sides.
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from ..stages.evaluation import (
     problem_counts,
 )
 from .plots import plot_curves
-from .stats import GreedyComparison, compare_greedy, wilson_interval
+from .stats import (
+    GreedyComparison,
+    bootstrap_interval,
+    compare_greedy,
+    compare_sampled,
+    pass_at_k_per_problem,
+    wilson_interval,
+)
 
 REPORT_FILE = "report.md"
 PASS_PLOT_FILE = "pass_at_1.png"
@@ -108,8 +117,9 @@ def write_report(run_dir: Path, evaluations: dict[str, dict[str, Path]]) -> Path
     run_dir = Path(run_dir)
     loaded = _load(evaluations)
     rows = _rows(loaded)
+    sampled = _sampled_rows(loaded)
     run_dir.mkdir(parents=True, exist_ok=True)
-    _plot(rows, run_dir / PASS_PLOT_FILE)
+    _plot(rows, sampled, run_dir / PASS_PLOT_FILE)
     lines = [
         "# Post-training run",
         "",
@@ -118,12 +128,12 @@ def write_report(run_dir: Path, evaluations: dict[str, dict[str, Path]]) -> Path
         "and the exact McNemar p (p < 0.05 marks a difference unlikely under chance alone).",
     ]
     for benchmark in evaluations:
-        lines += [
-            "",
-            f"## {benchmark}",
-            "",
-            *_table([r for r in rows if r["benchmark"] == benchmark]),
-        ]
+        lines += ["", f"## {benchmark}"]
+        greedy = [r for r in rows if r["benchmark"] == benchmark]
+        if any(r["greedy pass@1"] is not None for r in greedy):
+            lines += ["", *_table(greedy)]
+        if by_samples := [r for r in sampled if r["benchmark"] == benchmark]:
+            lines += ["", *_sampled_table(by_samples)]
     lines += ["", f"![pass@1 per stage]({PASS_PLOT_FILE})"]
     if (run_dir / RL_CURVES).is_file():
         lines += ["", f"![RL reward curve]({RL_CURVES})"]
@@ -131,6 +141,7 @@ def write_report(run_dir: Path, evaluations: dict[str, dict[str, Path]]) -> Path
     write_text(path, "\n".join(lines) + "\n")
     everything = {
         "rows": rows,
+        "sampled_rows": sampled,
         "evaluations": {
             benchmark: {
                 stage: {"folder": str(evaluation.folder), "results": evaluation.results.to_json()}
@@ -185,6 +196,81 @@ def _rows(loaded: Mapping[str, Mapping[str, Evaluation]]) -> list[dict[str, Any]
     return rows
 
 
+def _sampled_rows(loaded: Mapping[str, Mapping[str, Evaluation]]) -> list[dict[str, Any]]:
+    """One row per (benchmark, stage) evaluated with samples: sampled pass@1 with its bootstrap
+    interval, and the paired bootstrap against the previous such stage and the first."""
+    rows = []
+    for benchmark, stages in loaded.items():
+        first: Evaluation | None = None
+        previous: Evaluation | None = None
+        for stage, evaluation in stages.items():
+            counts = evaluation.counts.get("sampled")
+            if not counts or evaluation.results.sampled is None:
+                continue
+            per_problem = pass_at_k_per_problem(counts, 1)
+            low, high = bootstrap_interval(per_problem)
+            rows.append(
+                {
+                    "benchmark": benchmark,
+                    "stage": stage,
+                    "checkpoint": evaluation.results.checkpoint,
+                    "samples per problem": max(n for n, _ in counts.values()),
+                    "temperature": evaluation.results.sampled.temperature,
+                    "sampled pass@1": sum(per_problem.values()) / len(per_problem),
+                    "ci95 low": low,
+                    "ci95 high": high,
+                    "problems": len(counts),
+                    **_sampled_versus("previous", previous, evaluation),
+                    **_sampled_versus("base", first, evaluation),
+                }
+            )
+            first = evaluation if first is None else first
+            previous = evaluation
+    return rows
+
+
+def _sampled_versus(name: str, before: Evaluation | None, after: Evaluation) -> dict[str, Any]:
+    """Paired bootstrap of sampled pass@1, ``after`` - ``before`` (None: nothing to compare)."""
+    if before is None:
+        return {f"{field} vs {name}": None for field in ("difference", "difference ci95", "p")}
+    check_same_problems(before, after)
+    result = compare_sampled(before.counts["sampled"], after.counts["sampled"], 1)
+    return {
+        f"difference vs {name}": result.difference,
+        f"difference ci95 vs {name}": list(result.difference_ci95),
+        f"p vs {name}": result.p_value,
+    }
+
+
+def _sampled_table(rows: list[dict[str, Any]]) -> list[str]:
+    n, temperature = rows[0]["samples per problem"], rows[0]["temperature"]
+    lines = [
+        f"Sampled pass@1 ({n} samples per problem at temperature {temperature:g}) with its 95% "
+        "bootstrap interval over problems; differences by a paired bootstrap over problems.",
+        "",
+        "| stage | sampled pass@1 | 95% CI | problems | vs previous: Δ [95% CI], p "
+        "| vs base: Δ [95% CI], p | checkpoint |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        versus = [
+            ""
+            if row[f"p vs {other}"] is None
+            else (
+                f"{row[f'difference vs {other}']:+.4f} "
+                f"[{row[f'difference ci95 vs {other}'][0]:+.4f}, "
+                f"{row[f'difference ci95 vs {other}'][1]:+.4f}], {_p_is(row[f'p vs {other}'])}"
+            )
+            for other in ("previous", "base")
+        ]
+        lines.append(
+            f"| {row['stage']} | {row['sampled pass@1']:.4f} | "
+            f"[{row['ci95 low']:.4f}, {row['ci95 high']:.4f}] | {row['problems']} | "
+            f"{versus[0]} | {versus[1]} | `{row['checkpoint']}` |"
+        )
+    return lines
+
+
 def _versus(name: str, before: Evaluation | None, after: Evaluation) -> dict[str, Any]:
     """The columns comparing ``after`` with ``before`` (None where there is nothing to
     compare)."""
@@ -231,23 +317,30 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """Greedy pass@1 per stage, a line per benchmark, the Wilson interval as error bars."""
+def _plot(rows: list[dict[str, Any]], sampled: list[dict[str, Any]], path: Path) -> None:
+    """pass@1 per stage, a line per benchmark, its 95% interval as error bars: greedy (Wilson)
+    in one panel and, where there are samples, sampled (bootstrap) in another."""
     by_stage: dict[str, dict[str, Any]] = {}
     problems: dict[str, int] = {}
-    for row in rows:
-        point = by_stage.setdefault(row["stage"], {"stage": row["stage"]})
-        if row["greedy pass@1"] is not None:
-            point[row["benchmark"]] = row["greedy pass@1"]
-            point[f"{row['benchmark']}_ci95"] = (row["ci95 low"], row["ci95 high"])
-        problems.setdefault(row["benchmark"], row["problems"])
+    panels: dict[str, list[str]] = {}
+    for kind, kind_rows in (("greedy", rows), ("sampled", sampled)):
+        for row in kind_rows:
+            point = by_stage.setdefault(row["stage"], {"stage": row["stage"]})
+            score = row[f"{kind} pass@1"]
+            if score is None:
+                continue
+            series = row["benchmark"] if kind == "greedy" else f"{row['benchmark']} (sampled)"
+            point[series], point[f"{series}_ci95"] = score, (row["ci95 low"], row["ci95 high"])
+            problems.setdefault(row["benchmark"], row["problems"])
+            names = panels.setdefault(f"{kind}, with its 95% interval", [])
+            names += [] if series in names else [series]
     counts = ", ".join(f"{benchmark} {n}" for benchmark, n in problems.items())
     plot_curves(
         list(by_stage.values()),
         path,
         x="stage",
-        panels={"with its 95% Wilson interval": list(problems)},
-        title=f"greedy pass@1 after each stage\n(problems: {counts})",
+        panels=panels or {"greedy, with its 95% interval": []},
+        title=f"pass@1 after each stage\n(problems: {counts})",
         error_bars=True,
         y_from_zero=True,
     )

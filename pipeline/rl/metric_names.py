@@ -31,7 +31,17 @@ class Data:
     SAMPLING_ROUNDS: Final = "data/sampling_rounds"  # dynamic sampling's rounds
     GROUPS_SAMPLED: Final = "data/groups_sampled"  # prompts sampled
     GROUPS_TRAINED: Final = "data/groups_trained"  # informative groups the update used
-    GROUPS_DROPPED: Final = "data/groups_dropped"  # groups whose rewards were all equal
+    GROUPS_DROPPED: Final = "data/groups_dropped"  # uniform under the run's metric: not trained
+    # Groups sampled whose metric is the same for every sample, under each metric (whatever the
+    # run's metric is): what `pass`, `tests` and `reward` would drop, on the same groups.
+    GROUPS_UNIFORM_PASS: Final = "data/groups_uniform/pass"
+    GROUPS_UNIFORM_TESTS: Final = "data/groups_uniform/tests"
+    GROUPS_UNIFORM_REWARD: Final = "data/groups_uniform/reward"
+    GROUPS_UNIFORM: Final = {
+        "pass": GROUPS_UNIFORM_PASS,
+        "tests": GROUPS_UNIFORM_TESTS,
+        "reward": GROUPS_UNIFORM_REWARD,
+    }
     SCHEDULE_BATCHES: Final = "data/schedule_batches"  # prompt batches drawn so far (resume)
     EPOCH: Final = "data/epoch"  # passes over the problems so far
 

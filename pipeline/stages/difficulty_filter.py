@@ -5,22 +5,36 @@ A problem the model always fails, or always passes, gives every group the same r
 teaches nothing under a group baseline; keeping those with a pass rate strictly inside
 ``(min_pass_rate, max_pass_rate)`` spends RL's samples where there is signal. The kept problems
 are published as a problem file (each record with its pass rate) plus a manifest, so the RL
-stage and the DPO rollouts can take them as their problems. Layout of ``out_dir``::
+stage and the DPO rollouts can take them as their problems.
 
-    rollouts/rollouts.parquet  rollouts/scored.parquet   (the work, resumable)
-    problems/problems.jsonl  problems/pass_rates.json  problems/manifest.json   (published)
+A weak model passes most of the problems it can solve rarely: k samples miss a problem of pass
+rate p with probability (1 - p)^k. With ``max_samples`` the filter samples adaptively: k for
+every problem, then k more, round after round, for the problems with no pass yet, until one
+passes or the problem has ``max_samples`` (the rounds' counts are in the manifest: how many
+problems each round added). ``held_out_fraction`` sets a seeded share of the kept problems
+aside (``held_out.jsonl``), stratified by pass rate: the stages after it train on the rest,
+and an evaluation can measure both. Layout of ``out_dir``::
+
+    rollouts/rollouts.parquet  rollouts/scored.parquet   (round 1, resumable)
+    rollouts/round-02/{problems.jsonl,rollouts.parquet,scored.parquet}  ...   (later rounds)
+    problems/problems.jsonl  problems/held_out.jsonl  problems/pass_rates.json
+    problems/manifest.json   (published)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import math
+import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...verifiers.problems import MBPP
+from .. import atomic
 from ..checkpoints.manifest import CheckpointManifest, publish, sha256_file
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle
@@ -42,6 +56,7 @@ log = logging.getLogger(__name__)
 
 STAGE = "difficulty-filter"
 PROBLEMS_FILE = "problems.jsonl"
+HELD_OUT_FILE = "held_out.jsonl"
 PASS_RATES_FILE = "pass_rates.json"
 
 
@@ -61,6 +76,21 @@ class DifficultyFilterConfig(BaseModel):
     scoring: ScoreConfig = Field(default_factory=ScoreConfig)
     min_pass_rate: float = Field(0.0, ge=0, le=1, description="keep pass rates above this")
     max_pass_rate: float = Field(1.0, ge=0, le=1, description="keep pass rates below this")
+    max_samples: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="adaptive sampling: problems with no pass yet get sampling.num_generations "
+        "more samples per round until one passes or they have this many; null: one round",
+    )
+    held_out_fraction: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="share of the kept problems set aside (seeded, stratified by pass rate) in "
+        "held_out.jsonl; the stages after the filter train on the rest",
+    )
+    seed: int = Field(0, description="of the held-out split")
 
     @model_validator(mode="after")
     def _a_range(self) -> DifficultyFilterConfig:
@@ -69,14 +99,30 @@ class DifficultyFilterConfig(BaseModel):
                 f"min_pass_rate={self.min_pass_rate} must be below max_pass_rate="
                 f"{self.max_pass_rate}: no pass rate lies strictly between them"
             )
+        if self.max_samples is not None and self.max_samples < self.sampling.num_generations:
+            raise ValueError(
+                f"max_samples={self.max_samples} is below the first round's "
+                f"sampling.num_generations={self.sampling.num_generations}"
+            )
         check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
         return self
 
+    @property
+    def rounds(self) -> int:
+        """Sampling rounds at most: the first for every problem, then the adaptive ones."""
+        k = self.sampling.num_generations
+        return (self.max_samples or k) // k
 
-def filtered_problem_set(out_dir: Path, like: ProblemSet) -> ProblemSet:
-    """The problems a finished filter kept, as a problem set with ``like``'s order and limit."""
+
+Part = Literal["train", "held_out"]
+
+
+def filtered_problem_set(out_dir: Path, like: ProblemSet, part: Part = "train") -> ProblemSet:
+    """The problems a finished filter kept (``part``: those to train on, or those held out), as
+    a problem set with ``like``'s order and limit."""
+    name = PROBLEMS_FILE if part == "train" else HELD_OUT_FILE
     return like.model_copy(
-        update={"source": str(Path(out_dir) / "problems" / PROBLEMS_FILE), "split": "all"}
+        update={"source": str(Path(out_dir) / "problems" / name), "split": "all"}
     )
 
 
@@ -96,50 +142,65 @@ def select_problems(
     }
 
 
+def held_out_split(rates: dict[str, float], fraction: float, seed: int) -> set[str]:
+    """The task ids of ``rates`` (task -> pass rate) to hold out: ``fraction`` of them, spread
+    evenly over the pass rates (every 1/fraction-th in pass-rate order, ties in a seeded order),
+    so the held-out problems are as hard as those trained on. At least one stays to train."""
+    order = sorted(rates)
+    random.Random(seed).shuffle(order)
+    order.sort(key=rates.__getitem__)  # stable: the seeded order breaks ties
+    count = min(round(fraction * len(order)), len(order) - 1)
+    return {order[math.floor((i + 0.5) * len(order) / count)] for i in range(count)}
+
+
 def run_difficulty_filter(config: DifficultyFilterConfig, out_dir: Path) -> Path:
     """Rate ``config.problems`` with the model and publish the ones in range; returns the
-    problem file. Reused when already published for this config; sampling and scoring resume
-    from their files."""
+    problem file (of the problems to train on). Reused when already published for this config;
+    every round's sampling and scoring resume from their files."""
     out_dir = Path(out_dir)
     published = out_dir / "problems"
     if already_published(published, STAGE, config):
         return published / PROBLEMS_FILE
     problems = load_problem_set(config.problems)
-    work = out_dir / "rollouts"
-    sample = SampleStageConfig(
-        model=config.model,
-        problems=config.problems,
-        prompt_style=config.prompt_style,
-        sampling=config.sampling,
-        engine=config.engine,
-    )
-    rollouts = run_sample(sample, work)
-    scored = run_score(config.scoring, rollouts, config.problems, work)
-    rates = select_problems(problem_counts(read_rows(scored, TO_COUNT)), config)
+    rows, rounds = _sample_rounds(config, problems, out_dir / "rollouts")
+    rates = select_problems(problem_counts(rows), config)
     kept = [task for task in problems if rates[task]["kept"]]
     if not kept:
         raise ValueError(
             f"{STAGE}: no problem of {len(problems)} has a pass rate in "
             f"({config.min_pass_rate}, {config.max_pass_rate}) with "
-            f"{config.sampling.num_generations} samples each; widen the range or sample more"
+            f"{config.max_samples or config.sampling.num_generations} samples at most; widen "
+            "the range or sample more"
         )
+    held_out = held_out_split(
+        {task: rates[task]["pass_rate"] for task in kept}, config.held_out_fraction, config.seed
+    )
+    for task in kept:
+        rates[task]["held_out"] = task in held_out
     histogram = _histogram([r["pass_rate"] for r in rates.values()])
     metrics = {
         "problems": len(problems),
         "kept": len(kept),
+        "train": len(kept) - len(held_out),
+        "held_out": len(held_out),
+        "samples": len(rows),
+        "rounds": rounds,
         "never_passed": sum(r["passed"] == 0 for r in rates.values()),
         "always_passed": sum(r["passed"] == r["samples"] for r in rates.values()),
         "mean_pass_rate": sum(r["pass_rate"] for r in rates.values()) / len(rates),
         "kept_mean_pass_rate": sum(rates[t]["pass_rate"] for t in kept) / len(kept),
     }
-    data = {"problems": fingerprint(problems), "scored": sha256_file(scored)}
+    data = {"problems": fingerprint(problems), "scored": _digest_of(out_dir / "rollouts")}
 
     def write(folder: Path) -> None:
-        with (folder / PROBLEMS_FILE).open("w") as stream:
-            for task in kept:
-                record = problems[task].model_dump(mode="json", exclude_none=True)
-                stream.write(json.dumps({**record, "pass_rate": rates[task]["pass_rate"]}) + "\n")
-        report = {"histogram": histogram, "problems": rates}
+        for name, part in ((PROBLEMS_FILE, False), (HELD_OUT_FILE, True)):
+            with (folder / name).open("w") as stream:
+                for task in kept:
+                    if (task in held_out) == part:
+                        record = problems[task].model_dump(mode="json", exclude_none=True)
+                        record["pass_rate"] = rates[task]["pass_rate"]
+                        stream.write(json.dumps(record) + "\n")
+        report = {"histogram": histogram, "rounds": rounds, "problems": rates}
         (folder / PASS_RATES_FILE).write_text(json.dumps(report, indent=2) + "\n")
 
     manifest = CheckpointManifest(
@@ -152,14 +213,81 @@ def run_difficulty_filter(config: DifficultyFilterConfig, out_dir: Path) -> Path
     )
     publish(published, write, manifest)
     log.info(
-        "%s: kept %d of %d problems (never passed %d, always passed %d)",
+        "%s: kept %d of %d problems (%d to train on, %d held out; never passed %d, always "
+        "passed %d; %d samples in %d rounds)",
         STAGE,
         len(kept),
         len(problems),
+        metrics["train"],
+        metrics["held_out"],
         metrics["never_passed"],
         metrics["always_passed"],
+        len(rows),
+        len(rounds),
     )
     return published / PROBLEMS_FILE
+
+
+def _sample_rounds(
+    config: DifficultyFilterConfig, problems: dict[str, Any], work: Path
+) -> tuple[list[dict[str, Any]], list[dict[str, int]]]:
+    """Every round's scored rows (``TO_COUNT`` columns) and what each round did: round 1
+    samples every problem, each later one the problems with no pass yet and room left under
+    ``max_samples``. A round's files are reused when they are there (the stage resumes)."""
+    rows: list[dict[str, Any]] = []
+    rounds: list[dict[str, int]] = []
+    for number in range(1, config.rounds + 1):
+        passed = {row["prompt_id"] for row in rows if row["passed"]}
+        todo = [task for task in problems if task not in passed]
+        if not todo:
+            break
+        folder = work if number == 1 else work / f"round-{number:02d}"
+        problem_set = config.problems
+        if number > 1:  # the problems still without a pass, as a problem file of the round
+            problem_set = ProblemSet(source=str(folder / PROBLEMS_FILE), split="all")
+            if not (folder / PROBLEMS_FILE).is_file():
+                folder.mkdir(parents=True, exist_ok=True)
+                atomic.write_text(
+                    folder / PROBLEMS_FILE,
+                    "".join(
+                        json.dumps(problems[t].model_dump(mode="json", exclude_none=True)) + "\n"
+                        for t in todo
+                    ),
+                )
+        sample = SampleStageConfig(
+            model=config.model,
+            problems=problem_set,
+            prompt_style=config.prompt_style,
+            sampling=config.sampling.model_copy(update={"seed": config.sampling.seed + number - 1}),
+            engine=config.engine,
+        )
+        rollouts = run_sample(sample, folder)
+        scored = read_rows(run_score(config.scoring, rollouts, problem_set, folder), TO_COUNT)
+        rows += scored
+        first_passes = {row["prompt_id"] for row in scored if row["passed"]}
+        rounds.append(
+            {
+                "round": number,
+                "problems_sampled": len(todo),
+                "samples": len(scored),
+                "problems_added": len(first_passes),  # their first pass came in this round
+            }
+        )
+        log.info(
+            "%s: round %d sampled %d problems x %d: %d of them passed for the first time",
+            STAGE,
+            number,
+            len(todo),
+            config.sampling.num_generations,
+            len(first_passes),
+        )
+    return rows, rounds
+
+
+def _digest_of(work: Path) -> str:
+    """One digest of every round's scored rollouts (the filter's lineage)."""
+    files = sorted(work.rglob("scored.parquet"))
+    return hashlib.sha256("".join(sha256_file(f) for f in files).encode()).hexdigest()
 
 
 def _histogram(rates: list[float], bins: int = 10) -> dict[str, int]:
@@ -176,8 +304,8 @@ def _stage(config: DifficultyFilterConfig, inputs: Artifacts, out_dir: Path) -> 
 
 
 def kept_problems(config: Any, problems: str | None) -> Any:
-    """``config`` with the problems a filter kept (``problems``, its published folder), in the
-    order and limit of ``config.problems``; unchanged without a filter."""
+    """``config`` with the problems a filter kept to train on (``problems``, its published
+    folder), in the order and limit of ``config.problems``; unchanged without a filter."""
     if problems is None:
         return config
     kept = filtered_problem_set(Path(problems).parent, config.problems)

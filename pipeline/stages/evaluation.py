@@ -12,7 +12,7 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
@@ -38,6 +38,11 @@ class EvalConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     problems: ProblemSet = Field(default_factory=ProblemSet, description="default: HumanEval")
+    problems_from: Literal["train", "held_out"] | None = Field(
+        None,
+        description="in a run: the problems a filter stage kept instead (train: those the "
+        "stages after it train on; held_out: those it set aside), in `problems`' order and limit",
+    )
     prompt_style: PromptStyle = "chat"
     greedy: bool = Field(True, description="greedy pass@1")
     num_samples: int = Field(0, ge=0, le=1024, description="sampled completions per problem")
@@ -248,6 +253,15 @@ def _headline(results: EvaluationResults) -> str:
 def _stage(config: EvalConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
     if inputs.checkpoint is None:
         raise ValueError("evaluate: no checkpoint to evaluate")
+    if config.problems_from is not None:
+        from .difficulty_filter import filtered_problem_set  # it imports this module
+
+        if inputs.problems is None:
+            raise ValueError(f"evaluate: problems_from={config.problems_from!r} needs a filter")
+        problems = filtered_problem_set(
+            Path(inputs.problems).parent, config.problems, config.problems_from
+        )
+        config = config.model_copy(update={"problems": problems})
     run_evaluate(config, inputs.checkpoint, out_dir)
     return Artifacts(evaluation=str(out_dir))
 
@@ -258,6 +272,7 @@ register(
         config=EvalConfig,
         run=_stage,
         needs=("checkpoint",),
+        uses=("problems",),
         makes=("evaluation",),
         description="pass@k of a checkpoint, with intervals",
     )

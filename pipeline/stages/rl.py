@@ -1,11 +1,14 @@
 """The RL stage: ``for each iteration: sample -> score -> update -> refresh``, written once for
 GRPO, RLOO, REINFORCE++ and PPO (CleanRL's ``ppo.py`` shape: read it top to bottom).
 
-Dynamic sampling (DAPO; verl's ``filter_groups``): a group whose rewards are all equal has zero
-advantage under a group baseline, so it is dropped before the update, and more prompts are
+Dynamic sampling (DAPO; verl's ``filter_groups``): a group whose samples all pass, or all fail,
+teaches nothing about passing, so it is dropped before the update, and more prompts are
 sampled, for a bounded number of extra rounds, until the batch holds ``prompts_per_iteration``
-informative groups. On a weak model most groups are uniform; without this most of the update's
-time goes to rows with no gradient.
+informative groups. What "all the same" looks at is ``dynamic_sampling_metric``: the test
+outcome by default (verl's ``filter_groups.metric=acc``), not the total reward, whose small
+format and syntax terms make almost every group differ, so that all-fail groups would train on
+the shaping terms alone. On a weak model most groups are uniform; without this most of the
+update's time goes to rows with no signal about the tests.
 
 The sampler is the process-wide engine (vLLM, or transformers ``generate``), refreshed in
 place with the new weights after every update and checked with a probe. Each iteration
@@ -83,6 +86,14 @@ log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "reward_curve.png"
 
+GroupMetric = Literal["pass", "tests", "reward"]
+# The scored column each dynamic-sampling metric reads.
+GROUP_METRIC_COLUMNS: dict[GroupMetric, str] = {
+    "pass": "passed",
+    "tests": "pass_fraction",
+    "reward": "reward",
+}
+
 
 class RLConfig(BaseModel):
     """An RL run: the model, its problems, how it samples, scores and updates, how long."""
@@ -108,8 +119,15 @@ class RLConfig(BaseModel):
     prompts_per_iteration: int = Field(8, ge=1, le=4096, description="groups (prompts) per update")
     dynamic_sampling: bool = Field(
         True,
-        description="drop groups whose rewards are all equal (zero advantage) before the update "
-        "and sample more prompts to fill the batch with informative groups (DAPO)",
+        description="drop groups whose `dynamic_sampling_metric` is the same for every sample "
+        "before the update and sample more prompts to fill the batch with informative groups "
+        "(DAPO)",
+    )
+    dynamic_sampling_metric: GroupMetric = Field(
+        "pass",
+        description="what must vary within a group for it to train: pass (whether all tests "
+        "passed), tests (the fraction of tests passed) or reward (the total reward, whose "
+        "format and syntax terms make all-fail groups differ too)",
     )
     max_sampling_rounds: int = Field(
         3,
@@ -238,9 +256,20 @@ def group_rows(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return list(groups.values())
 
 
-def is_informative(group: Sequence[dict[str, Any]]) -> bool:
-    """Whether a group's rewards differ: only then does a group baseline give any advantage."""
-    return len({row["reward"] for row in group}) > 1
+def is_informative(group: Sequence[dict[str, Any]], metric: GroupMetric = "pass") -> bool:
+    """Whether ``metric`` differs within a group: under ``pass`` a group trains only when some
+    samples pass and some fail (the update then learns what passing takes)."""
+    column = GROUP_METRIC_COLUMNS[metric]
+    return len({float(row[column]) for row in group}) > 1
+
+
+def uniform_groups(groups: Sequence[Sequence[dict[str, Any]]]) -> dict[str, float]:
+    """How many of ``groups`` each metric would drop (``data/groups_uniform/<metric>``): the
+    metrics compared on the same groups."""
+    return {
+        Data.GROUPS_UNIFORM[metric]: float(sum(not is_informative(g, metric) for g in groups))
+        for metric in GROUP_METRIC_COLUMNS
+    }
 
 
 def run_rl(config: RLConfig, out_dir: Path) -> Path:
@@ -288,6 +317,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
         phases = Phases()
         scored: list[dict[str, Any]] = []
         groups: list[list[dict[str, Any]]] = []
+        seen: list[list[dict[str, Any]]] = []  # every new group sampled, kept or not
         dropped = rounds = 0
         while rounds < config.max_sampling_rounds and len(groups) < config.prompts_per_iteration:
             task_ids = next(schedule)
@@ -311,7 +341,12 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             # A prompt drawn again in a later round (the schedule wraps) stays one group.
             taken = {group[0]["prompt_id"] for group in groups}
             sampled = [group for group in group_rows(new) if group[0]["prompt_id"] not in taken]
-            kept = [g for g in sampled if is_informative(g)] if config.dynamic_sampling else sampled
+            seen += sampled
+            kept = (
+                [g for g in sampled if is_informative(g, config.dynamic_sampling_metric)]
+                if config.dynamic_sampling
+                else sampled
+            )
             groups += kept
             dropped += len(sampled) - len(kept)
             if not config.dynamic_sampling:
@@ -344,6 +379,7 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             Data.GROUPS_SAMPLED: float(len({row["prompt_id"] for row in scored})),
             Data.GROUPS_TRAINED: float(len(groups)) if trained else 0.0,
             Data.GROUPS_DROPPED: float(dropped),
+            **uniform_groups(seen),
             Data.SCHEDULE_BATCHES: float(batches_drawn),
             Data.EPOCH: batches_drawn * config.prompts_per_iteration / len(problems),
             Sampler.ENGINES: float(engines),
@@ -374,15 +410,17 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
         metrics.update(phases.seconds)
         _record(out_dir, metrics)
         log.info(
-            "iteration %d/%d: reward %.3f, pass rate %.3f, groups trained %d (dropped %d, "
-            "%d rounds), sampler/trainer |dlogp| %.2g, %s",
+            "iteration %d/%d: reward %.3f, pass rate %.3f, groups trained %d (dropped %d under "
+            "%s, %d rounds; uniform in reward %d), sampler/trainer |dlogp| %.2g, %s",
             iteration,
             iterations,
             metrics[Reward.MEAN],
             metrics[Reward.PASS_RATE],
             metrics[Data.GROUPS_TRAINED],
             dropped,
+            config.dynamic_sampling_metric,
             rounds,
+            metrics[Data.GROUPS_UNIFORM_REWARD],
             metrics.get(Sampler.LOGPROB_DIFF_MEAN, float("nan")),
             ", ".join(f"{k} {v:.1f}" for k, v in phases.seconds.items()),
         )
@@ -566,7 +604,12 @@ def _record(out_dir: Path, metrics: dict[str, Any]) -> None:
         x=ITERATION,
         panels={
             "reward and pass rate": [Reward.MEAN, Reward.PASS_RATE],
-            "groups per update": [Data.GROUPS_SAMPLED, Data.GROUPS_TRAINED, Data.GROUPS_DROPPED],
+            "groups per update": [
+                Data.GROUPS_SAMPLED,
+                Data.GROUPS_TRAINED,
+                Data.GROUPS_DROPPED,
+                Data.GROUPS_UNIFORM_REWARD,
+            ],
             "sampler vs trainer": [Sampler.LOGPROB_DIFF_MEAN, Update.KL_REF, Update.APPROX_KL],
             "seconds per phase": list(Time.PHASES),
         },

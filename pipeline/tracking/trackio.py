@@ -1,6 +1,7 @@
 """trackio: local runs in the project ``TRACKIO_PROJECT`` (default ``codepost``), the run and
 one run per stage in one group; stored under ``TRACKIO_DIR`` (default here:
-``<run>/tracking/trackio``; trackio reads it when first imported). ``trackio show`` opens the
+``<run>/tracking/trackio``). trackio reads ``TRACKIO_DIR`` once, when it is first imported, so
+the run side passes the store it really writes to on to the stages. ``trackio show`` opens the
 dashboard."""
 
 from __future__ import annotations
@@ -34,14 +35,19 @@ class Trackio(Tracker):
         cls, folder: Path, name: str, params: Mapping[str, str]
     ) -> tuple[Tracker, dict[str, Any]]:
         os.environ.setdefault("TRACKIO_DIR", str((folder / "trackio").resolve()))
+        from trackio import utils
+
         project = os.environ.get("TRACKIO_PROJECT", "codepost")
         run = _init(project=project, name=name, group=name, config=dict(params))
         group = run.name  # trackio makes a taken name unique
-        return cls(project, group, group, run), {"project": project, "group": group}
+        attach = {"project": project, "group": group, "dir": str(utils.TRACKIO_DIR)}
+        return cls(project, group, group, run), attach
 
     @classmethod
     def start_stage(cls, attach: Mapping[str, Any], stage: str) -> Tracker:
-        # Its run starts on the first log: TRL's callback starts the same one itself.
+        # Before trackio's first import in the stage's process; its run starts on the first
+        # log, since TRL's callback starts the same one itself.
+        os.environ["TRACKIO_DIR"] = attach["dir"]
         return cls(attach["project"], f"{attach['group']}/{stage}", attach["group"])
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
