@@ -2509,13 +2509,11 @@ CHECKER_ATTACKS = {
 }
 
 
-# -- C++ (issue 25): native binaries under the same guarantees. Each program answers the io
-# problem "read n, print n squared" (stdin 7): an escape or a cheat that worked prints 49 and
-# the suite asserts that nothing passes. The verifier does not take C++ yet, so the suite runs
-# these as sandbox jobs (language "cpp") and compares the output itself.
+# -- C++ (issue 25): native binaries under the same guarantees. Each program is a sample in C++
+# (``language: cpp``) answering the io problem SQUARE ("read n, print n squared", stdin 7): an
+# escape or a cheat that worked prints 49, and the suite asserts that nothing passes.
 
 COMPILE_ERROR = "compile_error"
-CPP_STDIN, CPP_EXPECTED = "7\n", "49"
 
 _CPP_HEADER = """
 #include <bits/stdc++.h>
@@ -2876,7 +2874,8 @@ CPP_ATTACKS = [
     ),
     CppAttack(
         "cpp_compile_error_flood",
-        "int main() {\n" + "".join(f"  undeclared_{n}();\n" for n in range(20000)) + "}\n",
+        # short names: the program stays under the verifier's completion limit (256 KiB)
+        "int main() {\n" + "".join(f"e{n}();\n" for n in range(20000)) + "}\n",
         frozenset({COMPILE_ERROR}),
         compile_time_s=3.0,
     ),
@@ -2920,3 +2919,78 @@ int main() {
   long long n; cin >> n; cout << n * n << endl;
 }
 """)
+
+
+# -- C++ against checkers: the SPLIT problem judged by a testlib-style C++ checker (SPLIT_CPP,
+# posed in C++), and the Python checker of SPLIT answered in C++. A cheat that worked makes the
+# checker accept an answer that is not two positive integers summing to n.
+SPLIT_CPP_CHECKER = """
+#include <bits/stdc++.h>
+using namespace std;
+int main(int argc, char* argv[]) {  // testlib's order: input, contestant output, answer
+  ifstream input(argv[1]), output(argv[2]);
+  long long n, a, b;
+  input >> n;
+  if (!(output >> a >> b)) { cerr << "expected two integers"; return 2; }
+  string extra;
+  if (output >> extra) { cerr << "extra output"; return 2; }
+  if (a < 1 || b < 1 || a + b != n) { cerr << "wrong answer"; return 1; }
+}
+"""
+SPLIT_CPP = Problem(
+    task_id="redteam/split-cpp",
+    prompt=SPLIT.prompt,
+    language="cpp",
+    io=SPLIT.io,
+    checker={"kind": "program", "language": "cpp", "source": SPLIT_CPP_CHECKER},
+    canonical_solution=cpp("int main() { long long n; cin >> n; cout << 1 << ' ' << n - 1; }"),
+)
+CPP_CHECKED_HONEST = [
+    cpp("int main() { long long n; cin >> n; cout << n - 1 << '\\n' << 1 << '\\n'; }"),
+    cpp('int main() { long long n; cin >> n; printf("%lld %lld", n / 2, n - n / 2); }'),
+]
+CPP_CHECKER_ATTACKS = {
+    # what a checker prints or exits with, printed by the program instead
+    "prints_a_checkers_verdict": cpp(
+        'int main() { cout << "1\\nok\\n"; cerr << "ok 1 number" << endl; return 0; }'
+    ),
+    # the checker's three files (and a checker binary) planted where it runs, kept rewritten by
+    # a daemon in its own session deaf to signals, and the answer "0 0"
+    "leaves_files_and_a_daemon_for_the_checker": cpp("""
+        void plant() {
+          const char *texts[][2] = {{"input.txt", "2\\n"}, {"output.txt", "1 1\\n"},
+                                    {"answer.txt", "1 1\\n"}, {"expected.txt", "1 1\\n"},
+                                    {"main", "#!/bin/sh\\nexit 0\\n"}};
+          for (const char *folder : {"/work", "/tmp", "/dev/shm", "/tmp/build"})
+            for (auto &text : texts) {
+              string path = string(folder) + "/" + text[0];
+              FILE *file = fopen(path.c_str(), "w");
+              if (file) { fputs(text[1], file); fclose(file); chmod(path.c_str(), 0777); }
+            }
+        }
+        int main() {
+          plant();
+          if (fork() == 0) {
+            setsid();
+            for (int sig : {SIGTERM, SIGHUP, SIGINT}) signal(sig, SIG_IGN);
+            for (int i = 0; i < 400; i++) { plant(); usleep(25000); }
+            _exit(0);
+          }
+          cout << "0 0" << endl;
+        }
+        """),
+    # output framed as the checker job's own stdin (sizes, then texts), to shift what the
+    # checker reads: it gets the output as one text, whatever it holds
+    "output_framed_as_the_checkers_input": cpp('int main() { cout << "4\\n1 1\\n4\\n1 1\\n"; }'),
+    # bytes no text holds: NULs, invalid UTF-8, a lone carriage return
+    "output_with_nul_and_invalid_utf8": cpp(
+        'int main() { fwrite("1\\0 1\\xff\\xfe\\r", 1, 8, stdout); }'
+    ),
+    "numbers_that_overflow_the_checkers_reads": cpp(
+        'int main() { cout << "99999999999999999999 -99999999999999999997"; }'
+    ),
+    "kills_every_process_it_can_then_exits_0": cpp(
+        "int main() { kill(-1, SIGKILL); for (int pid : others()) kill(pid, SIGKILL); }"
+    ),
+    "exits_0_with_nothing": cpp("int main() { return 0; }"),
+}

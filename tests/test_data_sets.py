@@ -1,6 +1,7 @@
 """Each shipped sample set, in the record shape of a public data set, through ``codepost verify``
-in the real sandbox: its references pass, its mutants fail as their ``expect`` says (wrong
-answers, and programs over the problem's own time or memory limit)."""
+in the real sandbox: its references pass (C++ ones too), its mutants fail as their ``expect``
+says (wrong answers, programs that do not compile, programs over the problem's own time or
+memory limit)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,11 @@ def test_references_pass_and_mutants_fail(name, tmp_path):
     ]
     assert not wrong, wrong
     assert {row["expect"] for row in rows} >= {"passed", "failed"}
-    if any(p.canonical_solution for p in load_problems(name).values()):  # not LiveCodeBench
+    problems = load_problems(name).values()
+    references = [[]] if any(p.canonical_solution for p in problems) else []  # LiveCodeBench: none
+    references += [["--language", "cpp"]] if any("cpp" in p.references for p in problems) else []
+    for options in references:  # the problems' own references, then their C++ ones
         output = tmp_path / "reference.jsonl"
-        assert verify("--reference", "--problems", name, "--output", str(output)) == 0
+        assert verify("--reference", "--problems", name, "--output", str(output), *options) == 0
         rows = [json.loads(line) for line in output.read_text().splitlines()]
         assert all(row["passed"] for row in rows), [r["result"] for r in rows if not r["passed"]]

@@ -22,11 +22,10 @@ from redteam_samples import (
     CHECKER,
     CHECKER_ATTACKS,
     CPP_ATTACKS,
-    CPP_EXPECTED,
+    CPP_CHECKED_HONEST,
+    CPP_CHECKER_ATTACKS,
     CPP_HONEST,
     CPP_LEAVER,
-    CPP_STDIN,
-    FAILED,
     HONEST,
     JUDGE_CACHE_ATTACKER,
     JUDGE_CACHE_TESTS,
@@ -35,9 +34,10 @@ from redteam_samples import (
     LEAVERS,
     LEFTOVERS,
     NOT_PASSED,
-    PASSED,
     PROBLEMS,
     SPLIT,
+    SPLIT_CPP,
+    SQUARE,
     STATE_ATTACKS,
     STATE_VICTIM,
     TIMEOUT,
@@ -179,67 +179,44 @@ CPP_LIMITS = dataclasses.replace(LIMITS, compile_time_s=5.0)
 
 
 def run_cpp(
-    pool: SandboxPool, program: str, limits: Limits = CPP_LIMITS
-) -> tuple[ExecutionResult, float]:
-    """A C++ program on the io problem "print n squared" (stdin 7), timed and bounded by HANG_S."""
-    started = time.monotonic()
-    job = Job(program=program, stdin_cases=(CPP_STDIN,), limits=limits, language="cpp")
-    try:
-        result = pool.submit(job).result(timeout=HANG_S)
-    except concurrent.futures.TimeoutError:
-        pytest.fail(f"no result after {HANG_S:.0f} s: the job hangs the pool")
-    return result, time.monotonic() - started
-
-
-def cpp_status(result: ExecutionResult) -> str:
-    """compile_error (or another job status), the case's status, or passed / failed by its
-    answer."""
-    if result.status is not ExecStatus.COMPLETED:
-        return result.status.value
-    (case,) = result.cases
-    if case.status is not ExecStatus.COMPLETED:
-        return case.status.value
-    return PASSED if case.stdout.split() == [CPP_EXPECTED] else FAILED
-
-
-def describe_cpp(result: ExecutionResult, took: float) -> str:
-    compiled = result.compile and (result.compile.status.value, result.compile.stderr[:300])
-    cases = [(c.status.value, c.exit_code, c.stdout[:100], c.stderr[-200:]) for c in result.cases]
-    return (
-        f"status={cpp_status(result)} took={took:.2f}s attempts={result.attempts} "
-        f"error={(result.error or '')[:300]!r} compile={compiled} cases={cases}"
-    )
+    pool: SandboxPool, verifier: Verifier, program: str, limits: Limits = CPP_LIMITS
+) -> Run:
+    """A C++ program through the verifier: a sample in C++ answering the io problem SQUARE
+    (stdin 7, print 49), timed and bounded by HANG_S."""
+    sample = {"task_id": SQUARE.task_id, "completion": program, "language": "cpp"}
+    (run,) = run_samples(pool, verifier, [sample], limits)
+    return run
 
 
 @pytest.mark.parametrize("attack", CPP_ATTACKS, ids=[attack.id for attack in CPP_ATTACKS])
-def test_cpp_attack_is_contained(pool, attack):
+def test_cpp_attack_is_contained(pool, verifier, attack):
     limits = dataclasses.replace(CPP_LIMITS, compile_time_s=attack.compile_time_s)
-    result, took = run_cpp(pool, attack.program, limits)
-    status = cpp_status(result)
-    print(f"{attack.id}: {status} in {took:.2f} s")
+    run = run_cpp(pool, verifier, attack.program, limits)
+    status = run.verdict.status.value
+    print(f"{attack.id}: {status} in {run.took:.2f} s")
     broken = []
     if status not in attack.expect:
         broken.append(f"status {status!r}, expected {sorted(attack.expect)}")
+    if run.verdict.reward != 0.0:
+        broken.append(f"reward {run.verdict.reward}")
     stretch = pool.config.wall_stretch
     longest = (limits.compile_time_s + limits.wall_time_s) * stretch + MARGIN_S
-    if took > longest:
-        broken.append(f"took {took:.2f} s, at most {longest} s")
-    if result.attempts != 1:
-        broken.append(f"needed {result.attempts} attempts: the attack broke its container")
-    after, after_took = run_cpp(pool, CPP_HONEST)
-    if cpp_status(after) != PASSED or after.attempts != 1:
-        broken.append(f"the honest program right after failed: {describe_cpp(after, after_took)}")
-    assert not broken, f"{attack.id}: {'; '.join(broken)}\n{describe_cpp(result, took)}"
+    if run.took > longest:
+        broken.append(f"took {run.took:.2f} s, at most {longest} s")
+    if run.result.attempts != 1:
+        broken.append(f"needed {run.result.attempts} attempts: the attack broke its container")
+    after = run_cpp(pool, verifier, CPP_HONEST)
+    if not after.verdict.passed or after.result.attempts != 1:
+        broken.append(f"the honest program right after failed: {after.describe()}")
+    assert not broken, f"{attack.id}: {'; '.join(broken)}\n{run.describe()}"
 
 
 def test_nothing_a_cpp_program_leaves_reaches_the_next_program(pool, verifier):
     """The C++ leaver on every container, then the checker on every container (each job is
     slow enough that no container takes two)."""
     with concurrent.futures.ThreadPoolExecutor(POOL_SIZE) as threads:
-        left = list(threads.map(lambda _: run_cpp(pool, CPP_LEAVER), range(POOL_SIZE)))
-    assert all(cpp_status(result) == PASSED for result, _ in left), [
-        describe_cpp(*run) for run in left
-    ]
+        left = list(threads.map(lambda _: run_cpp(pool, verifier, CPP_LEAVER), range(POOL_SIZE)))
+    assert all(run.verdict.passed for run in left), [run.describe() for run in left]
     check = {"task_id": LEFTOVERS.task_id, "completion": f"```python\n{CHECKER}```\n"}
     checked = run_samples(pool, verifier, [check] * POOL_SIZE)
     leftovers = [run.describe() for run in checked if not run.verdict.passed]
@@ -377,3 +354,30 @@ def test_a_checker_program_judges_alone(pool):
         assert not any(test.passed for test in verdict.tests), (name, verdict.tests)
     again = verifier.verify(problems, samples[:1])
     assert again[0].passed, again[0].result
+
+
+def test_cpp_cannot_forge_a_checkers_verdict(pool):
+    """A testlib-style C++ checker accepts right answers other than the expected one; no C++
+    program's output, exit status, files or processes make it, or the Python checker of the
+    same problem, accept; honest programs pass after the attacks, in the same pool."""
+    verifier = Verifier(pool, limits=CPP_LIMITS)
+    problems = {problem.task_id: problem for problem in (SPLIT, SPLIT_CPP)}
+    honest = [
+        *({"task_id": SPLIT_CPP.task_id, "completion": code} for code in CPP_CHECKED_HONEST),
+        {"task_id": SPLIT.task_id, "completion": CPP_CHECKED_HONEST[0], "language": "cpp"},
+    ]
+    verdicts = verifier.verify(problems, honest)
+    assert all(v.passed for v in verdicts), [v.result for v in verdicts]
+    attacks = [
+        (name, {"task_id": problem.task_id, "completion": code, "language": "cpp"})
+        for name, code in CPP_CHECKER_ATTACKS.items()
+        for problem in (SPLIT_CPP, SPLIT)
+    ]
+    verdicts = verifier.verify(problems, [sample for _, sample in attacks])
+    for (name, sample), verdict in zip(attacks, verdicts, strict=True):
+        where = (name, sample["task_id"], verdict.result)
+        assert verdict.status.value in NOT_PASSED and verdict.reward == 0.0, where
+        assert not any(test.passed for test in verdict.tests), where
+    victim = {"task_id": SPLIT_CPP.task_id, "completion": SPLIT_CPP.canonical_solution}
+    after = verifier.verify(problems, [victim] * (2 * POOL_SIZE) + honest[-1:])
+    assert all(v.passed for v in after), [v.result for v in after]

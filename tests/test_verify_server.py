@@ -39,11 +39,13 @@ from sandbox_fusion import RunCodeRequest, RunStatus, run_code
 from servers import STARTUP_S, Server, codepost, free_port
 
 from codepost.verifiers import cli
+from codepost.verifiers.problems import packaged_path
 
 pytestmark = pytest.mark.docker
 
 HUMANEVAL = read_problems()
 SERVE = codepost("verify-server")
+SAMPLE_SETS = packaged_path("cpp-sample").parent
 
 
 @contextlib.contextmanager
@@ -438,6 +440,33 @@ def test_verify_with_a_server_writes_what_verify_alone_writes(server, tmp_path, 
     )
 
 
+def test_cpp_through_a_server_as_without_one(server, tmp_path, capsys):
+    """C++ samples of a shipped set (sent by name), and the set posed in C++ (its language
+    sent with the name), give the rows a pool of one's own gives."""
+    contests = [
+        json.loads(line)
+        for line in (SAMPLE_SETS / "codecontests-sample.samples.jsonl").read_text().splitlines()
+    ]
+    samples = write_jsonl(
+        tmp_path / "samples.jsonl",
+        [row for row in contests if row.get("language") == "cpp" and row["expect"] != "timeout"],
+    )
+    runs = {
+        "samples": [str(samples), "--problems", "codecontests-sample"],
+        "references": ["--reference", "--problems", "codecontests-sample", "--language", "cpp"],
+    }
+    for name, args in runs.items():
+        rows = {}
+        for where, extra in (("alone", ["--workers", "2"]), ("served", ["--server", server.url])):
+            output = tmp_path / f"{name}-{where}.jsonl"
+            options = ["--output", str(output), "--compile-timeout", "20", "--k", "1"]
+            assert cli.main(["verify", *args, *options, *extra]) == 0, capsys.readouterr().err
+            rows[where] = rows_without_timings(output)
+        assert rows["served"] == rows["alone"], name
+        expected = [row.get("expect", "passed") for row in rows["served"]]
+        assert [row["status"] for row in rows["served"]] == expected, name
+
+
 def test_verify_with_a_server_names_a_bad_sample_before_anything_runs(server, tmp_path, capsys):
     samples = write_jsonl(
         tmp_path / "s.jsonl", [*MIXED[:2], {"task_id": "HumanEval/999", "completion": ""}]
@@ -499,6 +528,18 @@ def test_verify_with_no_server_there_exits_3(tmp_path, capsys):
             b'{"samples": [{"task_id": "x", "completion": ""}], "timeout": 600}',
             422,
             "maximum 60",
+        ),
+        (
+            "/verify",
+            b'{"samples": [{"task_id": "x", "completion": ""}], "compile_timeout": 61}',
+            422,
+            "compile_timeout 61.0 is over the server's maximum 60",
+        ),
+        (
+            "/verify",
+            b'{"samples": [{"task_id": "HumanEval/0", "completion": ""}], "language": "cpp"}',
+            422,
+            "has check tests, which run python programs, not cpp",
         ),
         ("/verify", b'{"samples": []}', 422, "samples"),
         ("/nowhere", b"{}", 404, "Not Found"),

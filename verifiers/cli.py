@@ -41,6 +41,7 @@ from .problems import (
     cap_tests,
     jsonl_records,
     load_problems,
+    posed_in,
 )
 from .rewards import RewardConfig
 from .verdicts import Verdict, VerdictStatus
@@ -95,6 +96,11 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         help="rename the problem set's columns first (statement=question,tests=input_output)",
     )
     parser.add_argument(
+        "--language",
+        help="pose every problem in this language (cpp: CodeContests' C++ solutions are the "
+        "references); default: each problem's own. A sample's own 'language' field wins",
+    )
+    parser.add_argument(
         "--max-tests",
         type=_positive(int),
         help="run at most N tests per problem, the longest inputs (as rllm caps training "
@@ -125,6 +131,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         type=_positive(float),
         default=Limits.wall_time_s,
         help=f"wall and CPU seconds per program (default {Limits.wall_time_s})",
+    )
+    parser.add_argument(
+        "--compile-timeout",
+        type=_positive(float),
+        default=Limits.compile_time_s,
+        help="seconds a compiled language's program (C++) may take to compile, once per job "
+        f"(default {Limits.compile_time_s})",
     )
     parser.add_argument(
         "--memory-mb",
@@ -221,7 +234,12 @@ def run(args: argparse.Namespace) -> int:
     if args.samples is not None and output.resolve() == args.samples.resolve():
         err.print(f"[red]error:[/] the output {output} would overwrite the samples")
         return EXIT_BAD_INPUT
-    limits = Limits(wall_time_s=args.timeout, cpu_time_s=args.timeout, memory_mb=args.memory_mb)
+    limits = Limits(
+        wall_time_s=args.timeout,
+        cpu_time_s=args.timeout,
+        memory_mb=args.memory_mb,
+        compile_time_s=args.compile_timeout,
+    )
     options: dict[str, Any] = {
         "limits": limits,
         "reward_config": RewardConfig(
@@ -237,6 +255,7 @@ def run(args: argparse.Namespace) -> int:
             args.problems,
             token=args.server_token,
             max_tests=args.max_tests,
+            language=args.language,
             **options,
         ) as remote:
             return _verify(args, remote, output, err)
@@ -277,7 +296,8 @@ def _verify(
     args: argparse.Namespace, verifier: Verifier | RemoteVerifier, output: Path, err: Console
 ) -> int:
     try:
-        problems = cap_tests(load_problems(args.problems, columns=args.columns), args.max_tests)
+        problems = load_problems(args.problems, columns=args.columns)
+        problems = cap_tests(posed_in(problems, args.language), args.max_tests)
         if args.reference:
             samples = reference_samples(problems)
             lines = list(range(1, len(samples) + 1))

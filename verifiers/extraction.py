@@ -1,7 +1,10 @@
 """From a model's completion to the program that runs in the sandbox.
 
 Two styles: a *continuation* is raw code that follows the prompt (HumanEval with a base
-model); a *chat* answer wraps code in markdown fences among prose and ``<think>`` blocks.
+model); a *chat* answer wraps code in markdown fences among prose and ``<think>`` blocks. A chat
+answer's code is the block in the problem's language (``languages``): Python's is read with its
+AST (the block that defines the entry point; the prompt's imports go first), any other
+language's block is taken whole.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .languages import PYTHON, source_language
 from .problems import Problem
 from .python_ast import is_docstring, parse_python
 
@@ -21,7 +25,7 @@ CompletionStyle = Literal["auto", "continuation", "chat"]
 # (a 10 MB completion took 3.3 GB), and no honest answer comes near this.
 MAX_COMPLETION_CHARS = 256 * 1024
 COMPLETION_STYLES: tuple[str, ...] = ("auto", "continuation", "chat")
-PYTHON_LANGUAGES = frozenset({"", "python", "py", "python3", "py3"})
+PYTHON_LANGUAGES = frozenset(source_language(PYTHON).fences)
 
 _THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|\Z)", re.DOTALL)
 _QUOTE_OR_COMMENT = re.compile(r"[#'\"]")
@@ -166,19 +170,21 @@ def defines(code: str, name: str) -> bool:
     return False
 
 
-def extract_code(text: str, entry_point: str | None = None) -> str:
-    """The code of a chat answer.
+def extract_code(text: str, entry_point: str | None = None, language: str = PYTHON) -> str:
+    """The code of a chat answer in ``language``.
 
-    Among the fenced Python blocks outside ``<think>``: the last one that defines the entry
-    point, else the longest (the last of equals). No Python block: any block; no block at
-    all: the whole answer, as a model that skips the fences writes bare code.
+    Among the fenced blocks of that language outside ``<think>`` (``cpp``, ``c++``, ``cc`` or
+    ``cxx`` for C++): for Python, the last one that defines the entry point, else the longest
+    (the last of equals). No block of the language: any block; no block at all: the whole
+    answer, as a model that skips the fences writes bare code.
     """
     text = strip_think(text)
     blocks = find_code_blocks(text)
-    candidates = [block for block in blocks if block.is_python] or blocks
+    tags = source_language(language).fences
+    candidates = [block for block in blocks if block.language in tags] or blocks
     if not candidates:
         return text
-    if entry_point:
+    if entry_point and language == PYTHON:
         defining = [block for block in candidates if defines(block.code, entry_point)]
         if defining:
             return defining[-1].code
@@ -237,6 +243,7 @@ class Program:
     code: str  # the model's own code (rule rewards look at this, not at the trusted prompt)
     style: Literal["continuation", "chat"]
     code_line: int = 1  # the line of ``source`` where ``code`` starts
+    language: str = PYTHON
 
 
 def prompt_code(problem: Problem) -> str:
@@ -273,14 +280,18 @@ def build_program(problem: Problem, completion: str, style: CompletionStyle = "a
     """The candidate program for a completion.
 
     continuation: prompt + completion when the prompt is code, else the completion.
-    chat: the extracted code after ``prompt_code`` (the answer's definitions come later and
-    win), its own ``from __future__`` imports first.
+    chat: the extracted code; for Python, after ``prompt_code`` (the answer's definitions come
+    later and win), its own ``from __future__`` imports first.
     """
     resolved = resolve_style(completion, style)
+    language = problem.language
     if resolved == "continuation":
         prefix = problem.prompt if problem.prompt_is_code else ""
-        return Program(prefix + completion, completion, resolved, prefix.count("\n") + 1)
-    code = extract_code(completion, problem.entry_point)
+        start = prefix.count("\n") + 1
+        return Program(prefix + completion, completion, resolved, start, language)
+    code = extract_code(completion, problem.entry_point, language)
+    if language != PYTHON:
+        return Program(code, code, resolved, language=language)
     prefix = prompt_code(problem)
     prefix = prefix.rstrip("\n") + "\n\n\n" if prefix.strip() else ""
     if prefix:

@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from .forms import FormTests, describe_validation, form_of, split_fields, tests_from
+from .languages import PYTHON, canonical_language
 from .schemas import ProblemFormatError, problem_fields, rename_columns
 
 HUMANEVAL = "humaneval"
@@ -50,11 +51,19 @@ PACKAGED: dict[str, str] = {
     "livecodebench-sample": "livecodebench-sample.jsonl",
     "kodcode-sample": "kodcode-sample.jsonl",
     "synthetic1-sample": "synthetic1-sample.jsonl",
+    "cpp-sample": "cpp-sample.jsonl",
 }
 NAMED_PROBLEMS = (HUMANEVAL, *PACKAGED)  # the sets any codepost can load by name
 _FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet")
 
-__all__ = ["Problem", "ProblemFormatError", "cap_tests", "load_problems", "problem_from_record"]
+__all__ = [
+    "Problem",
+    "ProblemFormatError",
+    "cap_tests",
+    "load_problems",
+    "posed_in",
+    "problem_from_record",
+]
 
 
 class Problem(BaseModel):
@@ -70,8 +79,11 @@ class Problem(BaseModel):
     prompt: str
     prompt_is_code: bool = False  # a completion continues the prompt's code (HumanEval)
     entry_point: str | None = None  # the name under test; helps pick a chat code block
-    canonical_solution: str | None = None
-    language: str = "python"  # the language programs for it are written in
+    canonical_solution: str | None = None  # in the problem's language
+    language: str = PYTHON  # the language programs for it are written in
+    # Reference solutions in other languages, by language (CodeContests carries C++ ones):
+    # ``in_language`` poses the problem in one of them.
+    references: dict[str, str] = Field(default_factory=dict)
     time_limit_s: float | None = Field(None, gt=0)  # the problem's own, per test
     memory_limit_mb: int | None = Field(None, gt=0)  # the problem's own, per program
     tests: SerializeAsAny[FormTests]
@@ -87,6 +99,16 @@ class Problem(BaseModel):
     @classmethod
     def _tests(cls, value: Any) -> FormTests:
         return tests_from(value)
+
+    @field_validator("language")
+    @classmethod
+    def _language_name(cls, name: str) -> str:
+        return canonical_language(name)
+
+    @field_validator("references")
+    @classmethod
+    def _reference_languages(cls, references: dict[str, str]) -> dict[str, str]:
+        return {canonical_language(language): code for language, code in references.items()}
 
     @field_validator("entry_point")
     @classmethod
@@ -111,6 +133,29 @@ class Problem(BaseModel):
     def test_form(self) -> str:
         return self.tests.form
 
+    def in_language(self, language: str) -> Problem:
+        """The problem posed in ``language`` (its reference solution in that language, if it
+        has one); ValueError when its tests do not run programs in that language."""
+        language = canonical_language(language)
+        if language == self.language:
+            return self
+        runs = form_of(self).languages
+        if language not in runs:
+            raise ValueError(
+                f"problem {self.task_id!r} has {self.test_form} tests, which run "
+                f"{', '.join(runs)} programs, not {language}"
+            )
+        references = dict(self.references)
+        if self.canonical_solution is not None:
+            references[self.language] = self.canonical_solution
+        return self.model_copy(
+            update={
+                "language": language,
+                "canonical_solution": references.pop(language, None),
+                "references": references,
+            }
+        )
+
 
 def cap_tests(problems: Mapping[str, Problem], max_tests: int | None) -> dict[str, Problem]:
     """Each problem with at most ``max_tests`` tests (None: all), chosen deterministically by
@@ -121,6 +166,18 @@ def cap_tests(problems: Mapping[str, Problem], max_tests: int | None) -> dict[st
         task_id: problem.model_copy(update={"tests": problem.tests.capped(max_tests)})
         for task_id, problem in problems.items()
     }
+
+
+def posed_in(problems: Mapping[str, Problem], language: str | None) -> dict[str, Problem]:
+    """Each problem posed in ``language`` (None: its own): the C++ variant of a CodeContests
+    problem has its C++ solution as reference. ProblemFormatError names a problem whose
+    tests cannot run that language."""
+    if language is None:
+        return dict(problems)
+    try:
+        return {task_id: problem.in_language(language) for task_id, problem in problems.items()}
+    except ValueError as exc:
+        raise ProblemFormatError(str(exc)) from None
 
 
 # -- records -> problems

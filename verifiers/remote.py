@@ -34,16 +34,18 @@ class RemoteVerifier:
         *,
         token: str | None = None,
         max_tests: int | None = None,
+        language: str | None = None,
         limits: Limits | None = None,
         reward_config: RewardConfig | None = None,
         completion_style: CompletionStyle = "auto",
     ) -> None:
         """``source`` is what the problems were loaded from: a set the server ships is sent by
-        name (and ``max_tests``, which the server applies), any other problem inline with the
-        samples that need it."""
+        name (and ``max_tests`` and ``language``, which the server applies), any other problem
+        inline with the samples that need it."""
         self.url = url.rstrip("/")
         self.source = source
         self.max_tests = max_tests
+        self.language = language
         self.limits = limits or Limits()
         # checks samples and holds the options; never starts a pool
         self.local = Verifier(reward_config=reward_config, completion_style=completion_style)
@@ -100,9 +102,11 @@ class RemoteVerifier:
             "problems": sent,
             "completion_style": self.local.completion_style,
             "timeout": self.limits.wall_time_s,
+            "compile_timeout": self.limits.compile_time_s,
             "memory_mb": self.limits.memory_mb,
             "exclude_sandbox_errors": self.local.reward_config.sandbox_errors == "exclude",
             "max_tests": self.max_tests,
+            "language": self.language if self.source in NAMED_PROBLEMS else None,
         }
         return self._request("POST", "/verify", body)["verdicts"]
 

@@ -21,6 +21,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .extraction import Program, find_code_blocks, parse, strip_think
+from .languages import PYTHON, source_language
 
 TEST = "test"  # the verdict's term; the others are registered below
 # (config, completion, program, length) -> value; length counts RewardConfig.length_unit
@@ -121,18 +122,21 @@ def think_closed(completion: str) -> bool:
     return closing >= 0 and opening < closing and completion.count("<think>") <= 1
 
 
-def format_reward(completion: str, require_think: bool = False) -> float:
-    """1 for exactly one closed, non-empty Python code block outside ``<think>`` (and a closed
-    think block when required), else 0."""
+def format_reward(completion: str, require_think: bool = False, language: str = PYTHON) -> float:
+    """1 for exactly one closed, non-empty code block of ``language`` outside ``<think>`` (and
+    a closed think block when required), else 0."""
     if require_think and not think_closed(completion):
         return 0.0
     blocks = find_code_blocks(strip_think(completion))
-    ok = len(blocks) == 1 and blocks[0].closed and blocks[0].is_python and blocks[0].code.strip()
-    return float(bool(ok))
+    tags = source_language(language).fences
+    ok = len(blocks) == 1 and blocks[0].closed and blocks[0].language in tags
+    return float(ok and bool(blocks[0].code.strip()))
 
 
-def syntax_reward(source: str) -> float:
-    return float(parse(source) is not None)
+def syntax_reward(source: str, language: str = PYTHON) -> float:
+    """1 when a Python program parses. A program in a compiled language is judged by its
+    compiler in the sandbox: 1 here, and the verifier makes it 0 on ``compile_error``."""
+    return float(language != PYTHON or parse(source) is not None)
 
 
 def length_penalty(length: int, budget: int, buffer: int) -> float:
@@ -144,7 +148,11 @@ def length_penalty(length: int, budget: int, buffer: int) -> float:
 def find_forbidden(program: Program, imports: tuple[str, ...], calls: tuple[str, ...]) -> list[str]:
     """Forbidden imports and calls in the model's own code, with import aliases resolved
     (``from os import system as s; s()`` is ``os.system``). The trusted prompt is not looked at.
+    The names are Python's: a program in another language has none (the sandbox contains what
+    it does).
     """
+    if program.language != PYTHON:
+        return []
     tree, first_line = parse(program.source), program.code_line
     if tree is None:
         tree, first_line = parse(program.code), 1
@@ -200,9 +208,13 @@ def _dotted(node: ast.expr) -> str | None:
 
 
 reward_term("format")(
-    lambda config, completion, program, length: format_reward(completion, config.require_think)
+    lambda config, completion, program, length: format_reward(
+        completion, config.require_think, program.language
+    )
 )
-reward_term("syntax")(lambda config, completion, program, length: syntax_reward(program.source))
+reward_term("syntax")(
+    lambda config, completion, program, length: syntax_reward(program.source, program.language)
+)
 reward_term("length", floor=-1.0)(
     lambda config, completion, program, length: length_penalty(
         length, config.length_budget, config.length_buffer

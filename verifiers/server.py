@@ -69,6 +69,7 @@ from .problems import (
     ProblemFormatError,
     cap_tests,
     load_problems,
+    posed_in,
     problems_from_records,
 )
 from .rewards import RewardConfig
@@ -473,10 +474,16 @@ class VerifyRequest(BaseModel):
     )
     completion_style: CompletionStyle = "auto"
     timeout: float = Field(Limits.wall_time_s, gt=0)
+    compile_timeout: float = Field(
+        Limits.compile_time_s, gt=0, description="a compiled language's compile (C++), per job"
+    )
     memory_mb: int = Field(Limits.memory_mb, gt=0)
     exclude_sandbox_errors: bool = False
     max_tests: int | None = Field(
         None, ge=1, description="at most this many tests per problem, the longest inputs"
+    )
+    language: str | None = Field(
+        None, description="pose every problem in this language (default: each its own)"
     )
 
 
@@ -488,7 +495,11 @@ def named_problems(name: str) -> dict[str, Problem]:
 def request_problems(request: VerifyRequest, config: ServerConfig) -> dict[str, Problem]:
     """The request's problems, at most ``max_tests`` tests each and within the server's time
     and memory caps. Run off the event loop: inline test code is parsed here."""
-    problems = cap_tests(named_or_inline(request.problems, config), request.max_tests)
+    try:
+        problems = posed_in(named_or_inline(request.problems, config), request.language)
+    except ProblemFormatError as exc:
+        raise HTTPException(422, f"language: {exc}") from None
+    problems = cap_tests(problems, request.max_tests)
     for task_id, problem in problems.items():
         count = problem.tests.count()
         if isinstance(request.problems, list) and count > config.max_problem_tests:
@@ -596,6 +607,7 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
     async def verify(request: VerifyRequest) -> JSONAnswer:
         for name, value, cap in (
             ("timeout", request.timeout, config.max_timeout_s),
+            ("compile_timeout", request.compile_timeout, config.max_timeout_s),
             ("memory_mb", request.memory_mb, config.max_memory_mb),
         ):
             if value > cap:
@@ -608,6 +620,7 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
                 cpu_time_s=request.timeout,
                 memory_mb=request.memory_mb,
                 job_time_s=config.max_job_s,
+                compile_time_s=request.compile_timeout,
             ),
             reward_config=RewardConfig(
                 sandbox_errors="exclude" if request.exclude_sandbox_errors else "fail"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -18,6 +19,7 @@ class VerdictStatus(str, Enum):
     PASSED = "passed"
     FAILED = "failed"
     SYNTAX_ERROR = "syntax_error"
+    COMPILE_ERROR = "compile_error"  # a compiled language's program did not compile (or in time)
     RUNTIME_ERROR = "runtime_error"
     TIMEOUT = "timeout"
     MEMORY_LIMIT = "memory_limit"
@@ -88,8 +90,13 @@ def conclude(
 ) -> Assessment:
     """Status rules, the same for every form: a non-completed sandbox status stands as
     reported (load failures, limits, sandbox errors); otherwise passed when all ``expected``
-    tests passed, else ``failure_status`` (the first failing test's)."""
+    tests passed, else ``failure_status`` (the first failing test's). A program that did not
+    compile shows the compiler's messages (their head: the first errors) as its stderr."""
     passed_count = sum(test.passed for test in tests)
+    if result.status is ExecStatus.COMPILE_ERROR and result.compile is not None:
+        stderr = result.compile.stderr[:EXCERPT_CHARS]
+    else:
+        stderr = stderr[-EXCERPT_CHARS:]
     if result.status is not ExecStatus.COMPLETED:
         status = VerdictStatus(result.status.value)
         reason = _last_line(result.error or result.stderr) or status.value
@@ -104,7 +111,7 @@ def conclude(
         pass_fraction=passed_count / expected if expected else 0.0,
         reason=reason,
         stdout=stdout[:EXCERPT_CHARS],
-        stderr=stderr[-EXCERPT_CHARS:],
+        stderr=stderr,
     )
 
 
@@ -149,8 +156,15 @@ def assess_cases(
 
 
 def case_error(outcome: CaseOutcome) -> str:
-    """Why a case that did not complete failed: its status and its last line of stderr."""
+    """Why a case that did not complete failed: its status and its last line of stderr, or
+    the signal that killed it (a native program's crash often says nothing)."""
     detail = _last_line(outcome.stderr)
+    code = outcome.exit_code
+    if not detail and code is not None and code < 0:
+        try:
+            detail = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            detail = f"killed by signal {-code}"
     return f"{outcome.status.value}: {detail}" if detail else outcome.status.value
 
 

@@ -174,6 +174,13 @@ class Verifier:
         problem = problems.get(task_id)
         if problem is None:
             raise SampleError(index, f"unknown task_id {task_id!r}")
+        language = sample.get("language", problem.language)  # a sample may answer in another
+        if not isinstance(language, str):
+            raise SampleError(index, f"field 'language': expected a name, got {language!r}")
+        try:
+            problem = problem.in_language(language)
+        except ValueError as exc:
+            raise SampleError(index, str(exc)) from None
         languages = form_of(problem).languages
         if problem.language not in languages:
             raise SampleError(
@@ -250,6 +257,8 @@ class Verifier:
             ),
             **rule_components(config, prepared.completion, prepared.program, prepared.length),
         }
+        if "syntax" in components and assessment.status is VerdictStatus.COMPILE_ERROR:
+            components["syntax"] = 0.0  # a compiled language's syntax is its compiler's to judge
         return Verdict(
             sample=dict(prepared.sample),
             task_id=prepared.problem.task_id,

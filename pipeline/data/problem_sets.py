@@ -1,5 +1,5 @@
-"""Which problems a stage uses: a source (HumanEval, the packaged MBPP, a local file, a hub id)
-and a split.
+"""Which problems a stage uses: a source (HumanEval, the packaged MBPP, a local file, a hub id),
+or several mixed, and a split.
 
 MBPP's splits are task-id ranges (its README): prompt 1-10, test 11-510, validation 511-600,
 train 601-974. The packaged MBPP and any local MBPP file are split by those ranges; a hub id is
@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...verifiers import Problem, load_problems
-from ...verifiers.problems import HUMANEVAL, cap_tests, packaged_path
+from ...verifiers.problems import HUMANEVAL, cap_tests, packaged_path, posed_in
 from ..config_walk import settings_of
 
 Split = Literal["train", "validation", "test", "prompt", "all"]
@@ -43,6 +43,16 @@ class ProblemSet(BaseModel):
     shuffle_seed: int | None = Field(
         None, description="shuffle before the limit; None = keep order"
     )
+    more_sources: list[str] = Field(
+        default_factory=list,
+        description="further sources read as source is, their problems joined to its (a mixed "
+        "set; task ids must not repeat)",
+    )
+    language: str | None = Field(
+        None,
+        description="pose every problem in this language ('cpp': io problems only; "
+        "CodeContests' C++ solutions are the references); None = each problem's own",
+    )
     columns: dict[str, str] = Field(
         default_factory=dict,
         description="rename a data set's own columns to a known schema's ({statement: question})",
@@ -57,25 +67,20 @@ class ProblemSet(BaseModel):
 
 def load_problem_set(problem_set: ProblemSet) -> dict[str, Problem]:
     """The problems of ``problem_set``, by task id."""
-    source, split = problem_set.source, problem_set.split
-    is_local = packaged_path(source).exists()
-    problems = load_problems(
-        source, split="train" if split == "all" else split, columns=problem_set.columns
-    )
-    if is_local and split != "all" and _is_mbpp(problems):
-        ids = MBPP_SPLITS[split]
-        problems = {k: p for k, p in problems.items() if int(k) in ids}
-    elif is_local and split not in ("all", "test"):
-        raise ValueError(
-            f"{source}: a local file other than MBPP has no {split!r} split (use 'all' or 'test')"
-        )
+    problems: dict[str, Problem] = {}
+    for source in (problem_set.source, *problem_set.more_sources):
+        for task_id, problem in _load_split(source, problem_set).items():
+            if task_id in problems:
+                raise ValueError(f"{source}: task id {task_id!r} is in an earlier source too")
+            problems[task_id] = problem
+    problems = posed_in(problems, problem_set.language)
     keys = list(problems)
     if problem_set.shuffle_seed is not None:
         random.Random(problem_set.shuffle_seed).shuffle(keys)
     if problem_set.limit is not None:
         keys = keys[: problem_set.limit]
     if not keys:
-        raise ValueError(f"{source} split {split!r}: no problems")
+        raise ValueError(f"{problem_set.source} split {problem_set.split!r}: no problems")
     return cap_tests({k: problems[k] for k in keys}, problem_set.max_tests)
 
 
@@ -83,10 +88,30 @@ def check_problem_files(config: BaseModel) -> int:
     """Load every local problems file ``config`` names (its stages', its evaluations'): a
     malformed line is refused before the first stage starts, not when a stage reaches it an
     hour in. A hub data set is checked when it is loaded. Returns how many sets it loaded."""
-    local = [s for s in settings_of(config, ProblemSet) if packaged_path(s.source).exists()]
+    local = [
+        problem_set
+        for problem_set in settings_of(config, ProblemSet)
+        if all(packaged_path(s).exists() for s in (problem_set.source, *problem_set.more_sources))
+    ]
     for problem_set in local:
         load_problem_set(problem_set)
     return len(local)
+
+
+def _load_split(source: str, problem_set: ProblemSet) -> dict[str, Problem]:
+    split = problem_set.split
+    is_local = packaged_path(source).exists()
+    problems = load_problems(
+        source, split="train" if split == "all" else split, columns=problem_set.columns
+    )
+    if is_local and split != "all" and _is_mbpp(problems):
+        ids = MBPP_SPLITS[split]
+        return {k: p for k, p in problems.items() if int(k) in ids}
+    if is_local and split not in ("all", "test"):
+        raise ValueError(
+            f"{source}: a local file other than MBPP has no {split!r} split (use 'all' or 'test')"
+        )
+    return problems
 
 
 def _is_mbpp(problems: dict[str, Problem]) -> bool:

@@ -5,10 +5,11 @@ format the verifier will read. Two styles:
 
 * ``continuation``: the problem's own code prompt, raw (HumanEval with a base model); the
   completion continues it.
-* ``chat``: a user turn through the tokenizer's chat template asking for one fenced Python
-  block; the verifier extracts the code. Problems whose prompt is prose are always chat; the
-  problem's test form says what the turn adds to the statement (an MBPP assert, an io
-  example, a starter code, the module a pytest file imports).
+* ``chat``: a user turn through the tokenizer's chat template asking for one fenced block in
+  the problem's language (```` ```python ````, ```` ```cpp ````); the verifier extracts the
+  code. Problems whose prompt is prose are always chat; the problem's test form says what the
+  turn adds to the statement (an MBPP assert, an io example, a starter code, the module a
+  pytest file imports).
 """
 
 from __future__ import annotations
@@ -18,10 +19,16 @@ from typing import Any, Literal
 
 from ...verifiers import Problem
 from ...verifiers.forms import form_of
+from ...verifiers.languages import source_language
 
 PromptStyle = Literal["chat", "continuation"]
 
-ANSWER_FORMAT = "Answer with the complete solution in one ```python code block."
+
+def answer_format(problem: Problem) -> str:
+    """The last line of a chat request: the whole solution in one block of its language."""
+    language = source_language(problem.language)
+    what = "solution" if language.name == "python" else f"{language.title} program"
+    return f"Answer with the complete {what} in one ```{language.fences[0]} code block."
 
 
 @dataclass(frozen=True)
@@ -38,9 +45,13 @@ def user_message(problem: Problem) -> str:
     if problem.prompt_is_code:
         return (
             "Complete the following Python function.\n\n"
-            f"```python\n{problem.prompt.rstrip()}\n```\n\n{ANSWER_FORMAT}"
+            f"```python\n{problem.prompt.rstrip()}\n```\n\n{answer_format(problem)}"
         )
-    parts = [problem.prompt.strip(), *form_of(problem).instructions(problem), ANSWER_FORMAT]
+    parts = [
+        problem.prompt.strip(),
+        *form_of(problem).instructions(problem),
+        answer_format(problem),
+    ]
     return "\n\n".join(parts)
 
 
@@ -74,4 +85,4 @@ def reference_answer(problem: Problem, style: PromptStyle = "chat") -> str | Non
     if style == "continuation":
         return solution
     code = problem.prompt + solution if problem.prompt_is_code else solution
-    return f"```python\n{code.strip()}\n```"
+    return f"```{source_language(problem.language).fences[0]}\n{code.strip()}\n```"

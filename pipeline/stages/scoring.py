@@ -74,6 +74,9 @@ class ScoreConfig(BaseModel):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     workers: int = Field(4, ge=1, le=256, description="sandbox containers (executions in flight)")
     timeout_s: float = Field(10.0, gt=0, le=600, description="per program (call) or io case")
+    compile_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="a compiled language's compile (C++), once per program"
+    )
     memory_mb: int = Field(512, ge=64, le=16384, description="address space per program")
     sandbox_retries: int = Field(2, ge=0, le=10, description="re-runs of a sandbox_error")
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
@@ -90,7 +93,10 @@ class ScoreConfig(BaseModel):
 
     def limits(self) -> Limits:
         return Limits(
-            wall_time_s=self.timeout_s, cpu_time_s=self.timeout_s, memory_mb=self.memory_mb
+            wall_time_s=self.timeout_s,
+            cpu_time_s=self.timeout_s,
+            memory_mb=self.memory_mb,
+            compile_time_s=self.compile_timeout_s,
         )
 
 

@@ -9,11 +9,16 @@ judged by the problem's checker.
   same lines, each compared so: LiveCodeBench's ``grade_stdio`` (stripped lines, as many as
   expected, each equal as text or as a list of ``Decimal``), which rllm applies to TACO, APPS,
   CodeContests and SYNTHETIC-1 as well.
-* ``program``: a Python checker, run as ``python3 checker.py input.txt expected.txt
-  output.txt`` (the order of open-r1's Codeforces and IOI graders: input, correct output,
-  contestant output) in a job of its own, after the program's, in the sandbox and under the
-  problem's limits. It accepts with exit status 0 (testlib's ``_ok``); when its first line
-  of output is a number, as CMS and open-r1's checkers print a score, that number must be 1.
+* ``program``: a checker program in a job of its own, after the program's, in the sandbox and
+  under the problem's limits, once per case the program completed. In Python it runs as
+  ``python3 checker.py input.txt expected.txt output.txt`` (the order of open-r1's Codeforces
+  and IOI graders: input, correct output, contestant output) and accepts with exit status 0;
+  when its first line of output is a number, as CMS and open-r1's checkers print a score,
+  that number must be 1. In C++ it is a testlib checker (testlib.h: ``check.exe <Input_File>
+  <Output_File> <Answer_File>``, the contestant's output before the jury's answer), compiled
+  once per checker job, and its exit status is testlib's: 0 accepts; 1 wrong answer, 2
+  presentation error, 3 the checker failed, anything else rejects too. ``files`` are written
+  beside it (``testlib.h`` for a Codeforces checker: the sandbox image has none).
 
 Expected outputs never enter the program's job; a checker sees them in its own.
 """
@@ -25,12 +30,14 @@ import decimal
 import json
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...sandbox import CaseOutcome, ExecStatus, ExecutionResult, Job, Limits
+from ...sandbox.api import check_path
 from ..judges import longest_first
+from ..languages import PYTHON, canonical_language
 from ..verdicts import Assessment, VerdictStatus, assess_cases, case_error, clip, conclude
 from . import Form, FormTests, register
 
@@ -41,7 +48,17 @@ if TYPE_CHECKING:
 # spaces and CRLF line ends cost bytes), so a problem with several large expected outputs
 # does not fail its later cases on a budget the earlier ones used up.
 OUTPUT_PER_EXPECTED_BYTE = 2
-CHECKER_FILES = ("input.txt", "expected.txt", "output.txt")
+CHECKER_FILES = ("input.txt", "expected.txt", "output.txt")  # a Python checker's argv
+TESTLIB_FILES = ("input.txt", "output.txt", "answer.txt")  # a C++ checker's: testlib's order
+# testlib.h's exit codes (OK_EXIT_CODE 0, WA 1, PE 2, FAIL 3, DIRT 4, POINTS 7, UNEXPECTED_EOF 8)
+TESTLIB_RESULTS = {
+    1: "wrong answer",
+    2: "presentation error",
+    3: "the checker failed",
+    4: "wrong output format",
+    7: "partial points",
+    8: "unexpected end of file",
+}
 # Decimal arithmetic for tolerances: no rounding that matters, no trap on a huge exponent.
 _CONTEXT = decimal.Context(
     prec=100, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN, traps=[], flags=[]
@@ -74,16 +91,36 @@ class CheckerProgram(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["program"] = "program"
-    source: str  # Python: argv input, expected and actual output files; exit 0 accepts
+    source: str
+    # python: argv input, expected and actual output files; cpp: testlib's input, actual
+    # output, expected answer. Exit 0 accepts.
+    language: Literal["python", "cpp"] = "python"
+    files: dict[str, str] = Field(default_factory=dict)  # beside it: testlib.h, a helper module
 
-    @field_validator("source")
+    @field_validator("language", mode="before")
     @classmethod
-    def _compiles(cls, source: str) -> str:
-        try:
-            compile(source, "checker.py", "exec", dont_inherit=True)
-        except (SyntaxError, ValueError) as exc:
-            raise ValueError(f"the checker is not valid Python: {exc}") from None
-        return source
+    def _language_name(cls, name: Any) -> Any:
+        return canonical_language(name) if isinstance(name, str) else name
+
+    @field_validator("files")
+    @classmethod
+    def _file_names(cls, files: dict[str, str]) -> dict[str, str]:
+        for path in files:
+            check_path(path)
+            if path in CHECKER_FILES + TESTLIB_FILES:
+                raise ValueError(f"files: {path!r} is the name of a file the checker reads")
+        return files
+
+    @model_validator(mode="after")
+    def _compiles(self) -> CheckerProgram:
+        """A Python checker must compile here; a C++ one compiles in the sandbox (one that
+        does not fails every sample: ``codepost verify --reference`` shows it)."""
+        if self.language == PYTHON:
+            try:
+                compile(self.source, "checker.py", "exec", dont_inherit=True)
+            except (SyntaxError, ValueError) as exc:
+                raise ValueError(f"the checker is not valid Python: {exc}") from None
+        return self
 
 
 Checker = Annotated[ExactOutput | TokenOutput | CheckerProgram, Field(discriminator="kind")]
@@ -112,6 +149,7 @@ class IOTests(FormTests):
 class IOForm(Form):
     tests_model = IOTests
     marker = "io"
+    languages = (PYTHON, "cpp")
     per_case_limits = True
 
     def instructions(self, problem: Problem) -> list[str]:
@@ -131,6 +169,7 @@ class IOForm(Form):
             stdin_cases=tuple(case.input for case in cases),
             limits=dataclasses.replace(limits, output_bytes=budget),
             stop_at_failure=not all_cases,
+            language=problem.language,
         )
 
     def next_job(
@@ -143,29 +182,26 @@ class IOForm(Form):
         checked = _completed(problem, results[0])
         if not checked:
             return None
-        return Job(
-            program=checker_program(checker.source),
-            stdin_cases=tuple(
-                json.dumps(dict(zip(CHECKER_FILES, (case.input, case.output, actual), strict=True)))
-                for case, actual in checked
-            ),
-            limits=jobs[0].limits,
-        )
+        return checker_job(checker, checked, jobs[0].limits)
 
     def assess(
         self, problem: Problem, jobs: Sequence[Job], results: Sequence[ExecutionResult]
     ) -> Assessment:
         run, expected = results[0], len(problem.io)
         checker = problem.checker
-        if len(results) > 1 and results[1].status is ExecStatus.SANDBOX_ERROR:
-            return conclude(results[1], [], expected, VerdictStatus.FAILED, None, "", "")
-        verdicts = iter(results[1].cases if len(results) > 1 else ())
+        checked = results[1] if len(results) > 1 else None
+        if checked is not None and checked.status is ExecStatus.SANDBOX_ERROR:
+            return conclude(checked, [], expected, VerdictStatus.FAILED, None, "", "")
+        verdicts = iter(checked.cases if checked is not None else ())
         judged = []
         for index, (case, outcome) in enumerate(zip(problem.io, run.cases, strict=False)):
             if outcome.status is not ExecStatus.COMPLETED:
                 error: str | None = case_error(outcome)
             elif isinstance(checker, CheckerProgram):
-                error = checker_error(next(verdicts, None))
+                if checked is not None and checked.status is ExecStatus.COMPILE_ERROR:
+                    error = f"the checker {checked.error or 'did not compile'}"
+                else:
+                    error = checker_error(next(verdicts, None), checker.language)
             elif outputs_match(outcome.stdout, case.output, checker):
                 error = None
             else:
@@ -239,9 +275,33 @@ def _numbers_match(actual: str, expected: str, checker: TokenOutput) -> bool:
 # -- checker programs
 
 
+def checker_job(checker: CheckerProgram, checked: list[tuple[IOCase, str]], limits: Limits) -> Job:
+    """The checker's job: one case per ``(case, the program's output)``, each writing the
+    checker's three files from its stdin, then running the checker on them."""
+    if checker.language == PYTHON:
+        program = checker_program(checker.source)
+        stdin = [
+            json.dumps(dict(zip(CHECKER_FILES, (case.input, case.output, actual), strict=True)))
+            for case, actual in checked
+        ]
+    else:
+        program = TESTLIB_HARNESS + checker.source
+        stdin = [
+            "".join(f"{len(text.encode())}\n{text}" for text in (case.input, actual, case.output))
+            for case, actual in checked
+        ]
+    return Job(
+        program=program,
+        stdin_cases=tuple(stdin),
+        limits=limits,
+        files={path: text.encode() for path, text in checker.files.items()},
+        language=checker.language,
+    )
+
+
 def checker_program(source: str) -> str:
-    """The program a checker job runs for each case: the case's files written from its stdin,
-    then the checker as ``checker.py`` with its own ``__future__`` flags and namespace."""
+    """The program a Python checker job runs for each case: the case's files written from its
+    stdin, then the checker as ``checker.py`` with its own ``__future__`` flags and namespace."""
     return (
         "import json, sys\n"
         "case = json.loads(sys.stdin.read())\n"
@@ -256,12 +316,60 @@ def checker_program(source: str) -> str:
     )
 
 
-def checker_error(outcome: CaseOutcome | None) -> str | None:
-    """None when the checker accepted the output, else why not."""
+# Put before a C++ checker: before main (and before the checker's own globals), it writes the
+# three files from stdin (each "<bytes>\n<text>"), makes the input its stdin, and runs the
+# binary again as testlib runs a checker: ``checker input.txt output.txt answer.txt``. The
+# checker's source follows unchanged (``#line``: its errors name its own lines), and
+# ``<bits/stdc++.h>`` first keeps the image's precompiled header in use.
+TESTLIB_HARNESS = (
+    """#include <bits/stdc++.h>
+#include <fcntl.h>
+#include <unistd.h>
+namespace codepost_checker {
+static std::string read_part() {
+    unsigned long size = 0;
+    if (std::scanf("%lu", &size) != 1 || std::getchar() != '\\n') std::_Exit(3);
+    std::string text(size, '\\0');
+    if (size && std::fread(&text[0], 1, size, stdin) != size) std::_Exit(3);
+    return text;
+}
+static void write_file(const char* name, const std::string& text) {
+    std::FILE* file = std::fopen(name, "wb");
+    if (!file || std::fwrite(text.data(), 1, text.size(), file) != text.size()) std::_Exit(3);
+    if (std::fclose(file) != 0) std::_Exit(3);
+}
+__attribute__((constructor(101))) static void run_as_testlib(int argc, char** argv) {
+    if (argc > 1) return;
+    static char names[][12] = {"""
+    + ", ".join(f'"{name}"' for name in TESTLIB_FILES)
+    + """};
+    for (char* name : names) write_file(name, read_part());
+    int input = open(names[0], O_RDONLY);
+    if (input < 0 || dup2(input, 0) < 0) std::_Exit(3);
+    close(input);
+    char* args[] = {argv[0], names[0], names[1], names[2], nullptr};
+    execv("/proc/self/exe", args);
+    std::_Exit(3);
+}
+}  // namespace codepost_checker
+#line 1 "checker.cpp"
+"""
+)
+
+
+def checker_error(outcome: CaseOutcome | None, language: str = PYTHON) -> str | None:
+    """None when the checker accepted the output, else why not (a C++ checker's exit status
+    read as testlib's)."""
     if outcome is None:
         return "the checker did not run"
     if outcome.status is not ExecStatus.COMPLETED:
-        return f"the checker rejected the output ({case_error(outcome)})"
+        result = TESTLIB_RESULTS.get(outcome.exit_code or 0) if language != PYTHON else None
+        if result is None or outcome.status is not ExecStatus.RUNTIME_ERROR:
+            return f"the checker rejected the output ({case_error(outcome)})"
+        detail = outcome.stderr.strip().splitlines()
+        return f"the checker rejected the output: {result}" + (
+            f" ({clip(detail[-1].strip())})" if detail else ""
+        )
     first = outcome.stdout.strip().split("\n", 1)[0].strip()
     try:
         score = float(first)

@@ -1,8 +1,11 @@
 """CodeContests: ``name``, ``description``, ``public_tests`` / ``private_tests`` /
 ``generated_tests`` (``{"input": [...], "output": [...]}``), ``solutions`` (``{"language":
-[...], "solution": [...]}``, language 3 is Python 3), ``time_limit`` (``{"seconds", "nanos"}``)
-and ``memory_limit_bytes``: the problem's limits. Outputs are compared as rllm compares
-CodeContests (LiveCodeBench's line rule).
+[...], "solution": [...]}``, language 2 is C++, 3 is Python 3), ``time_limit`` (``{"seconds",
+"nanos"}``) and ``memory_limit_bytes``: the problem's limits. Outputs are compared as rllm
+compares CodeContests (LiveCodeBench's line rule).
+
+A problem is posed in Python, its first Python 3 solution the reference; its first C++ solution
+is the reference of its C++ variant (``Problem.in_language("cpp")``, ``--language cpp``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 from . import ProblemFormatError, Schema, first, register, stdin_tests, zip_cases
 
 TEST_KEYS = ("public_tests", "private_tests", "generated_tests")
-PYTHON3 = 3  # CodeContests' Language enum
+CPP, PYTHON3 = 2, 3  # CodeContests' Language enum
 
 
 def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
@@ -33,18 +36,24 @@ def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
     return {
         "task_id": first(record, ("name", "task_id")),
         "prompt": first(record, ("description", "prompt")),
-        "canonical_solution": _python3_solution(record.get("solutions")),
+        "canonical_solution": _first_solution(record.get("solutions"), PYTHON3),
+        "references": _references(record.get("solutions")),
         "time_limit_s": seconds or None,
         "memory_limit_mb": int(memory) >> 20 if memory else None,
         **stdin_tests(cases),
     }
 
 
-def _python3_solution(solutions: Any) -> str | None:
+def _first_solution(solutions: Any, language: int) -> str | None:
     if not isinstance(solutions, Mapping):
         return None
     pairs = zip(solutions.get("language") or [], solutions.get("solution") or [], strict=False)
-    return next((code for language, code in pairs if language == PYTHON3), None)
+    return next((code for number, code in pairs if number == language), None)
+
+
+def _references(solutions: Any) -> dict[str, str]:
+    cpp = _first_solution(solutions, CPP)
+    return {"cpp": cpp} if cpp is not None else {}
 
 
 register(

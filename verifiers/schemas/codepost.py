@@ -22,6 +22,7 @@ PROBLEM_KEYS = (
     "entry_point",
     "prompt_is_code",
     "language",
+    "references",
     "time_limit_s",
     "memory_limit_mb",
     "tests",

@@ -1,7 +1,8 @@
 """SYNTHETIC-1's coding problems (PrimeIntellect/verifiable-coding-problems): ``problem_id``,
 ``prompt``, ``gold_standard_solution`` (a fenced answer), ``verification_info`` (a JSON string:
 ``language`` and ``test_cases`` of ``{fn_name, input, output, type}``, the type
-``stdin_stdout`` or ``function_call``), ``metadata`` (a JSON string).
+``stdin_stdout`` or ``function_call``), ``metadata`` (a JSON string). ``language`` (``python``,
+``cpp``...) is the language of the problem and of its gold solution's fenced block.
 
 rllm's ``primeintellect_check_correctness`` runs them through TACO's harness: function calls
 compared as APPS compares them, stdin as rllm compares TACO's.
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..extraction import extract_code
+from ..languages import canonical_language
 from . import (
     ProblemFormatError,
     Schema,
@@ -35,11 +37,12 @@ def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
     metadata = json_field(record, "metadata") if record.get("metadata") else {}
     metadata = metadata if isinstance(metadata, Mapping) else {}
     gold = record.get("gold_standard_solution")
+    language = canonical_language(str(info.get("language") or "python"))
     out: dict[str, Any] = {
         "task_id": first(record, ("problem_id", "task_id")),
         "prompt": first(record, ("prompt",)),
-        "language": str(info.get("language") or "python"),
-        "canonical_solution": extract_code(gold) if isinstance(gold, str) else None,
+        "language": language,
+        "canonical_solution": extract_code(gold, None, language) if isinstance(gold, str) else None,
         "time_limit_s": seconds(metadata.get("time_limit")),
         "memory_limit_mb": megabytes(metadata.get("memory_limit")),
     }
