@@ -112,7 +112,7 @@ def test_a_program_that_does_not_compile_is_a_compile_error_of_the_model():
         error="did not compile: /tmp/main.cpp:1:21: error: 'missing' was not declared",
         compile=CompileOutcome(ExecStatus.COMPILE_ERROR, "", compiler, 1, 0.2),
     )
-    rewards = RewardConfig(format_weight=0.5, syntax_weight=0.5)
+    rewards = RewardConfig(weights={"test": 1.0, "format": 0.5, "syntax": 0.5})
     verifier = Verifier(CannedExecutor(result), reward_config=rewards)
     sample = {"task_id": "echo", "completion": "```cpp\nint main() { return missing; }\n```"}
     (verdict,) = verifier.verify({"echo": echo_problem(language="cpp")}, [sample])
@@ -131,7 +131,7 @@ def test_format_and_syntax_terms_read_the_programs_language():
     assert format_reward(f"```python\n{CPP}```", language="cpp") == 0.0
     assert format_reward(f"```cpp\n{CPP}```") == 0.0  # a Python problem asks for python
     passed = ExecutionResult(ExecStatus.COMPLETED, cases=())
-    rewards = RewardConfig(syntax_weight=1.0, forbidden_weight=1.0)
+    rewards = RewardConfig(weights={"test": 1.0, "syntax": 1.0, "forbidden": 1.0})
     sample = {
         "task_id": "echo",
         "completion": '```cpp\n#include <cstdlib>\nint main() { std::system("x"); }\n```',
