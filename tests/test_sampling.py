@@ -223,6 +223,7 @@ def test_vllm_serves_new_weights_in_place_and_a_refresh_that_did_not_take_fails(
 
     assert sampler.refresh(new, new_probe) < TEST_ENGINE.probe_tolerance
     assert get_sampler(model_config, TEST_ENGINE, checkpoint=str(new)) is sampler  # no restart
+    assert os.environ["VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"] == "3600"  # a slow CPU step is no crash
     rows = sampler.sample(chat_prompts[:1], SamplingConfig(num_generations=2, max_tokens=16))
     for row in rows:
         expected = recomputed_logprobs(new_model, row, 1.0)

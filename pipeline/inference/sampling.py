@@ -201,6 +201,9 @@ class VLLMSampler:
         if self.is_cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(engine.cpu_kv_cache_gib))
             check_free_memory(int(os.environ["VLLM_CPU_KVCACHE_SPACE"]))
+            # One model step of a batch on a loaded 2-core machine took over vLLM's 300 s, and
+            # vLLM ended the engine (EngineDeadError) in the middle of a learning run.
+            os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")
             memory: dict[str, Any] = {}
         else:
             memory = {
