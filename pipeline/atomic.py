@@ -79,11 +79,7 @@ def remove_stale_staging(root: Path) -> list[Path]:
     """Remove the staging files and folders under ``root`` whose writer is gone: those of a
     dead process on this host, and those without an owner (written by an older version).
     Call it holding the lock of the folder: nothing else may be writing there."""
-    stale = [
-        path
-        for path in Path(root).rglob(".*.tmp-*")
-        if _STAGING.fullmatch(path.name) and not _writer_alive(path.name)
-    ]
+    stale = [path for path in Path(root).rglob(".*.tmp-*") if _is_stale(path.name)]
     for path in sorted(stale, key=lambda p: len(p.parts)):  # a stale folder's own leftovers
         _remove(path)
     return stale
@@ -92,26 +88,30 @@ def remove_stale_staging(root: Path) -> list[Path]:
 _STAGING = re.compile(r"\..+\.tmp-(?:(?P<pid>\d+)@(?P<host>[^/]+)-)?[a-z0-9_]+")
 
 
-def _writer_alive(name: str) -> bool:
+def _is_stale(name: str) -> bool:
+    """A staging name whose writer is gone: a dead process on this host, or no owner at all
+    (an older version's name)."""
     match = _STAGING.fullmatch(name)
-    if match is None or match["pid"] is None:
-        return False
+    if match is None:
+        return False  # not a staging name
+    if match["pid"] is None:
+        return True
     if match["host"] != socket.gethostname():
-        return True  # another machine's writer (a shared run folder): not ours to judge
+        return False  # another machine's writer (a shared run folder): not ours to judge
     try:
         os.kill(int(match["pid"]), 0)
     except ProcessLookupError:
-        return False
-    except PermissionError:
         return True
-    return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _staging(target: Path, folder: bool) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     prefix = f".{target.name}.tmp-"
     for leftover in target.parent.glob(glob.escape(prefix) + "*"):
-        if _STAGING.fullmatch(leftover.name) and not _writer_alive(leftover.name):
+        if _is_stale(leftover.name):
             _remove(leftover)
     prefix += f"{os.getpid()}@{socket.gethostname()}-"
     if folder:
