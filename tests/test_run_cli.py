@@ -100,6 +100,7 @@ def test_a_config_that_is_not_yaml_is_refused_naming_the_file_and_line(tmp_path,
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.docker  # the run checks the sandbox before it starts
 def test_a_failing_stage_ends_the_run_with_its_error_and_how_to_resume(
     prefect_api, tmp_path, capsys
 ):
