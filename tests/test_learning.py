@@ -70,11 +70,15 @@ def code_reward_fn(sandbox_pool):
         completion_style="continuation",
     )
 
+    rewards: dict[str, float] = {}  # the verdict of a program is its own: each runs once
+
     def reward_fn(prompts: list[str], completions: list[str]) -> list[float]:
-        samples = [{"task_id": problem.task_id, "completion": c} for c in completions]
+        new = sorted(set(completions) - rewards.keys())
+        samples = [{"task_id": problem.task_id, "completion": c} for c in new]
         verdicts = verifier.verify({problem.task_id: problem}, samples)
         assert not any(v.status == "sandbox_error" for v in verdicts)
-        return [v.reward for v in verdicts]
+        rewards.update(zip(new, (v.reward for v in verdicts), strict=True))
+        return [rewards[c] for c in completions]
 
     return reward_fn
 
