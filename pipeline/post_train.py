@@ -39,6 +39,7 @@ from .progress import RunSteps
 from .reporting.report import stage_rows, write_report
 from .rl.policy_update import UpdateConfig
 from .run_lock import run_folder_lock
+from .settings import Settings
 from .stages import STAGES, Artifacts, Stage, get_stage, run_stage
 from .stages.dpo import DPOStageConfig
 from .stages.evaluation import EvalConfig
@@ -86,10 +87,8 @@ else:
     ]
 
 
-class PostTrainConfig(BaseModel):
+class PostTrainConfig(Settings):
     """One post-training run."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     run_dir: str = Field("runs/post-train", description="where every artifact of the run goes")
     model: ModelConfig = Field(default_factory=ModelConfig, description="the base model")

@@ -29,10 +29,10 @@ import textwrap
 import types
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
 M = TypeVar("M", bound=BaseModel)
@@ -276,6 +276,60 @@ def _parse(raw: str | None, annotation: Any, flag: str) -> Any:
     if get_origin(inner) is list and value is not None and not isinstance(value, list):
         return [value]
     return value
+
+
+# --------------------------------------------------------------------------------------------
+# Nested settings given in part
+# --------------------------------------------------------------------------------------------
+
+
+class Settings(BaseModel):
+    """A config class whose nested settings, given in part, keep the rest at *its* defaults.
+
+    RL scores with format and syntax weights of its own (``ScoreConfig``'s are 0); YAML, a
+    Prefect form or a Python dict that gives ``scoring: {sandbox: {...}}`` alone keeps RL's
+    weights, where pydantic alone would build a fresh ``ScoreConfig`` and drop them. A nested
+    class lists in ``starts_anew_with`` the fields that name a different thing (a problem
+    set's ``source``): given one, the rest are that class's own defaults (another source does
+    not inherit MBPP's split). Only plain nested models merge: a mapping, a list or a choice
+    among classes (an advantage estimator) is taken as given, and so is a model instance built
+    in Python."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    starts_anew_with: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nested_settings_keep_these_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        merged = dict(data)
+        for name, value in data.items():
+            field = cls.model_fields.get(name)
+            if field is None or not isinstance(value, dict) or _of(field)[0] != "model":
+                continue
+            try:
+                default = field.get_default(call_default_factory=True)
+            except ValueError:  # a default computed from the other fields
+                continue
+            if isinstance(default, BaseModel):
+                merged[name] = _over(_of(field)[1], default.model_dump(exclude_unset=True), value)
+        return merged
+
+
+def _over(model: type[BaseModel], default: dict[str, Any], given: dict[str, Any]) -> dict:
+    """``given`` over ``default`` (the fields a default set), into nested models too."""
+    if any(name in given for name in getattr(model, "starts_anew_with", ())):
+        return given
+    merged = {**default, **given}
+    for name, value in given.items():
+        field = model.model_fields.get(name)
+        if field is None or not (isinstance(value, dict) and isinstance(default.get(name), dict)):
+            continue
+        kind, nested = _of(field)
+        if kind == "model":
+            merged[name] = _over(nested, default[name], value)
+    return merged
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from codepost.flows import cli
 from codepost.pipeline.command_line import EXIT_BAD_INPUT
@@ -178,3 +179,56 @@ def test_a_section_given_a_value_names_its_settings(capsys):
         SettingsError, match=r"--model holds settings: set one, e\.g\. --model\.name"
     ):
         _run_config("--model", "x")
+
+
+def _stage_default_sections() -> list[tuple[type, str]]:
+    """(config class, field) wherever a config's nested section differs from its class's own
+    defaults: RL's reward weights, DPO's learning rate, an evaluation's temperature..."""
+    from codepost.pipeline.stages.registry import STAGES
+
+    found = []
+    for config in {stage.config for stage in STAGES.values()} | {EvalConfig, PostTrainConfig}:
+        for name, field in config.model_fields.items():
+            try:
+                default = field.get_default(call_default_factory=True)
+            except ValueError:  # computed from other fields
+                continue
+            if isinstance(default, BaseModel) and default != type(default)():
+                found.append((config, name))
+    return found
+
+
+def test_a_section_given_in_part_keeps_the_rest_at_the_enclosing_config_s_defaults():
+    """The red team's case: ``scoring: {sandbox: ...}`` alone set RL's format and syntax
+    weights to ScoreConfig's 0."""
+    from codepost.pipeline.stages.rl import RLConfig
+
+    sections = _stage_default_sections()
+    assert (RLConfig, "scoring") in sections and len(sections) >= 10
+    for config, name in sections:
+        assert getattr(config.model_validate({name: {}}), name) == getattr(config(), name), name
+    run = PostTrainConfig.model_validate(
+        {"stages": [{"stage": "rl", "config": {"scoring": {"sandbox": {"cpus": 0.5}}}}]}
+    )
+    rl = run.stages[0].config
+    assert rl.scoring.sandbox.cpus == 0.5
+    assert rl.scoring.reward.weights == RLConfig().scoring.reward.weights != {"test": 1.0}
+    deeper = RLConfig.model_validate({"scoring": {"reward": {"test_reward": "pass_fraction"}}})
+    assert deeper.scoring.reward.weights == RLConfig().scoring.reward.weights
+    assert RLConfig.model_validate(
+        {"problems": {"limit": 5}}
+    ).problems == RLConfig().problems.model_copy(update={"limit": 5})
+
+
+def test_a_section_that_names_another_thing_starts_from_its_own_defaults():
+    from codepost.pipeline.data.problem_sets import ProblemSet
+    from codepost.pipeline.stages.rl import RLConfig
+
+    assert RLConfig().problems.split == "train"  # MBPP's training split
+    assert RLConfig.model_validate({"problems": {"source": "humaneval"}}).problems == ProblemSet()
+    # a choice among classes is taken as given: PPO's estimator, not GRPO's with PPO's name
+    ppo = RLConfig.model_validate({"update": {"algorithm": "ppo"}}).update
+    assert (
+        isinstance(ppo.advantage, GAEParams)
+        and ppo.mask_truncated == RLConfig().update.mask_truncated
+    )

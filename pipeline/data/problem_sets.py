@@ -13,11 +13,12 @@ import json
 import random
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from ...verifiers import Problem, load_problems
 from ...verifiers.problems import HUMANEVAL, cap_tests, packaged_path, posed_in
 from ..config_walk import settings_of
+from ..settings import Settings
 
 Split = Literal["train", "validation", "test", "prompt", "all"]
 MBPP_SPLITS: dict[str, range] = {
@@ -28,10 +29,10 @@ MBPP_SPLITS: dict[str, range] = {
 }
 
 
-class ProblemSet(BaseModel):
+class ProblemSet(Settings):
     """A set of problems: where they come from, which split, how many."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    starts_anew_with = ("source",)  # another source's split, limit... are not this one's
 
     source: str = Field(
         HUMANEVAL,

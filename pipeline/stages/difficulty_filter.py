@@ -31,7 +31,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from ...verifiers.problems import MBPP
 from .. import atomic
@@ -42,6 +42,7 @@ from ..data.rows import TO_COUNT, read_rows
 from ..inference.sampling import EngineConfig, SamplingConfig, check_room
 from ..model_config import ModelConfig
 from ..reporting.evaluations import problem_counts
+from ..settings import Settings
 from ..training import already_published, stage_version
 from .registry import HELD_OUT_FILE, PROBLEMS_FILE, Artifacts, Stage, register, with_weights
 from .rollouts import SampleStageConfig, run_sample
@@ -53,10 +54,8 @@ STAGE = "difficulty-filter"
 PASS_RATES_FILE = "pass_rates.json"
 
 
-class DifficultyFilterConfig(BaseModel):
+class DifficultyFilterConfig(Settings):
     """Which problems to rate, how many samples each, and the pass-rate range kept."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: ModelConfig = Field(default_factory=ModelConfig, description="the model that rates")
     problems: ProblemSet = Field(default_factory=lambda: ProblemSet(source=MBPP, split="train"))

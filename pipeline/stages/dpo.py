@@ -21,6 +21,7 @@ from trl import DPOConfig, DPOTrainer
 
 from ..checkpoints.manifest import read_manifest
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
+from ..settings import Settings
 from ..training import (
     StepProgress,
     TrainingSettings,
@@ -42,10 +43,8 @@ EVAL_METRICS = (
 )
 
 
-class DPOStageConfig(BaseModel):
+class DPOStageConfig(Settings):
     """Preference training on mined pairs: which model, which loss, how strong the KL anchor."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: ModelConfig = Field(
         default_factory=ModelConfig,

@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from ..atomic import staged
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
@@ -28,6 +28,7 @@ from ..reporting.evaluations import (
     RunResult,
     pass_at_k_of_rows,
 )
+from ..settings import Settings
 from .registry import Artifacts, Stage, filtered_problem_set, register
 from .scoring import ScoreConfig, score_rollouts
 
@@ -41,10 +42,9 @@ def _default_ks(data: dict[str, Any]) -> list[int]:
     return [k for k in (1, 8) if k <= n] or [1]
 
 
-class EvalConfig(BaseModel):
+class EvalConfig(Settings):
     """What to evaluate on and how: greedy pass@1 and/or sampled pass@k."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     # Spellings of earlier versions, refused with the new one's name.
     renamed: ClassVar[dict[str, str]] = {
         "num_samples": "sampled: true, with sampling.num_generations",

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ...verifiers.problems import MBPP
 from ..data.problem_sets import ProblemSet
+from ..settings import Settings
 from .registry import Artifacts, Stage, kept_problems, register
 from .scoring import ScoreConfig, run_score
 
 
-class RescoreConfig(BaseModel):
+class RescoreConfig(Settings):
     """The problems the rollouts were sampled from, and the scoring to apply."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     problems: ProblemSet = Field(
         default_factory=lambda: ProblemSet(source=MBPP, split="train", shuffle_seed=0),

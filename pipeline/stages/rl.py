@@ -45,7 +45,7 @@ import pyarrow as pa
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.utils import broadcast_object_list, gather_object
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from ...verifiers import Problem, RewardConfig
 from ...verifiers.problems import MBPP
@@ -83,6 +83,7 @@ from ..rl.trainer_state import (
     has_trainer_state,
     load_trainer_state,
 )
+from ..settings import Settings
 from ..tracking import log_stage_metrics
 from ..training import already_published
 from .registry import Artifacts, Stage, kept_problems, register, with_weights
@@ -105,10 +106,8 @@ GROUP_METRIC_COLUMNS: dict[GroupMetric, str] = {
 }
 
 
-class RLConfig(BaseModel):
+class RLConfig(Settings):
     """An RL run: the model, its problems, how it samples, scores and updates, how long."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     problems: ProblemSet = Field(
@@ -618,11 +617,9 @@ def merge_rollouts(out_dir: Path) -> Path:
     return write_table(merged, Path(out_dir) / "rollouts.parquet", SCORED_COLUMNS)
 
 
-class UpdateStageConfig(BaseModel):
+class UpdateStageConfig(Settings):
     """One policy update on scored rollouts: the RL loop's update as a stage of its own (when
     sampling and scoring run elsewhere, or to replay a rollouts file)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: ModelConfig = Field(
         default_factory=ModelConfig,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from ...verifiers.problems import MBPP
 from ..data.problem_sets import ProblemSet, load_problem_set
@@ -14,14 +14,13 @@ from ..data.rows import write_rows
 from ..inference.engines import get_sampler
 from ..inference.sampling import EngineConfig, SamplingConfig, check_room
 from ..model_config import ModelConfig, load_tokenizer
+from ..settings import Settings
 from .registry import Artifacts, Stage, kept_problems, register, with_weights
 from .scoring import ScoreConfig, run_score
 
 
-class SampleStageConfig(BaseModel):
+class SampleStageConfig(Settings):
     """The sampling stage on its own: G completions per problem from one checkpoint."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     problems: ProblemSet = Field(

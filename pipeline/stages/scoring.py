@@ -37,6 +37,7 @@ from ..data.rows import (
 from ..progress import track
 from ..resources import on_close
 from ..rl.metric_names import Data, Reward, reward_component, status_count
+from ..settings import Settings
 
 
 class SandboxSettings(BaseModel):
@@ -66,10 +67,8 @@ class SandboxSettings(BaseModel):
         )
 
 
-class ScoreConfig(BaseModel):
+class ScoreConfig(Settings):
     """How completions are run and rewarded."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     reward: RewardConfig = Field(default_factory=RewardConfig)
     workers: int = Field(4, ge=1, le=256, description="sandbox containers (executions in flight)")

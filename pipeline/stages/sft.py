@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from trl import SFTConfig, SFTTrainer
 
 from ...verifiers import Problem
@@ -21,6 +21,7 @@ from ...verifiers.problems import MBPP
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle, build_prompt, reference_answer
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
+from ..settings import Settings
 from ..training import (
     StepProgress,
     TrainingSettings,
@@ -34,10 +35,8 @@ from ..training import (
 from .registry import Artifacts, Stage, register, with_weights
 
 
-class SFTStageConfig(BaseModel):
+class SFTStageConfig(Settings):
     """The SFT warm start: which model, on which problems' references, how to optimise."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: ModelConfig = Field(default_factory=ModelConfig, description="the model to fine-tune")
     problems: ProblemSet = Field(
