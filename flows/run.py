@@ -1,11 +1,12 @@
 """The ``codepost run`` command: its settings checked, then every outside service it needs
-(the Docker engines, a sample server, the run folder's lock) before Prefect starts, so that a
+(the Docker engines, a sample server) and the run folder's lock before Prefect starts, so that a
 run that cannot finish is refused at once; then the ``post-train`` flow and its pass@1 table.
 Imported by :mod:`.commands` once the environment Prefect and TRL read is set."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,16 @@ def run(args: argparse.Namespace) -> int:
     refused = _check_services(config, err)
     if refused:
         return refused
+    with contextlib.ExitStack() as held:
+        try:  # from before Prefect starts to the end, for the flow's run
+            held.enter_context(run_folder_lock(Path(config.run_dir), for_inner_runs=True))
+        except RunFolderLocked as exc:
+            err.print(f"[red]codepost run[/red]: {exc}")
+            return EXIT_BAD_INPUT
+        return _run_flow(config, args, err)
+
+
+def _run_flow(config: PostTrainConfig, args: argparse.Namespace, err: Console) -> int:
     try:
         start_ephemeral_server()  # stopped with this process, even a SIGKILLed one
     except EphemeralServerError as exc:
@@ -73,12 +84,6 @@ def _check_services(config: PostTrainConfig, err: Console) -> int:
                 check_server(engine.server_url)
     except (ConnectionError, RuntimeError) as exc:
         err.print(f"[red]codepost run: a sample server is unavailable[/red]: {exc}")
-        return EXIT_BAD_INPUT
-    try:
-        with run_folder_lock(Path(config.run_dir)):
-            pass  # refused at once, not after Prefect has started; the run takes it again
-    except RunFolderLocked as exc:
-        err.print(f"[red]codepost run[/red]: {exc}")
         return EXIT_BAD_INPUT
     return 0
 

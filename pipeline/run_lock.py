@@ -1,7 +1,11 @@
 """One run per run folder: a second run on a folder in use is refused at once, naming the
 process that holds it. The lock is an ``flock`` on ``<run_dir>/.lock``: the kernel releases it
 when its process dies, however it dies, so a lock left by a dead run is simply taken over. The
-run that takes it removes what a killed run was still writing (:func:`remove_stale_staging`)."""
+run that takes it removes what a killed run was still writing (:func:`remove_stale_staging`).
+
+``codepost run`` takes it before anything starts and holds it for the run it starts, which then
+does not take it again: two commands started in the same instant cannot both pass a check
+and then race for the lock (one runs, the other is refused)."""
 
 from __future__ import annotations
 
@@ -11,12 +15,17 @@ import logging
 import os
 import socket
 from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 from .atomic import remove_stale_staging
 
 log = logging.getLogger(__name__)
 LOCK_FILE = ".lock"
+# run folders whose lock a caller holds for the runs it starts (in this context)
+_held_for_inner_runs: ContextVar[frozenset[Path]] = ContextVar(
+    "held_run_folders", default=frozenset()
+)
 
 
 class RunFolderLocked(RuntimeError):
@@ -24,7 +33,12 @@ class RunFolderLocked(RuntimeError):
 
 
 @contextlib.contextmanager
-def run_folder_lock(run_dir: Path) -> Iterator[None]:
+def run_folder_lock(run_dir: Path, *, for_inner_runs: bool = False) -> Iterator[None]:
+    """``for_inner_runs``: the runs started inside use this lock instead of taking it again."""
+    held = Path(run_dir).resolve()
+    if held in _held_for_inner_runs.get():
+        yield
+        return
     path = Path(run_dir) / LOCK_FILE
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -47,6 +61,15 @@ def run_folder_lock(run_dir: Path) -> Iterator[None]:
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
         for stale in remove_stale_staging(Path(run_dir)):
             log.info("removed %s: a killed run was writing it", stale)
-        yield
+        inner = (
+            _held_for_inner_runs.set(_held_for_inner_runs.get() | {held})
+            if for_inner_runs
+            else None
+        )
+        try:
+            yield
+        finally:
+            if inner is not None:
+                _held_for_inner_runs.reset(inner)
     finally:
         os.close(fd)  # releases the lock

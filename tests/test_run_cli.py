@@ -245,6 +245,39 @@ def test_a_second_run_on_a_folder_in_use_is_refused_at_once_naming_the_holder(tm
     assert f"in use by pid {os.getpid()} on " in " ".join(capsys.readouterr().err.split())
 
 
+@pytest.mark.docker
+def test_the_run_folder_is_locked_before_prefect_starts_and_stays_locked(tmp_path, monkeypatch):
+    """Two runs started in the same instant both passed a check that took the lock and let it
+    go before Prefect started; the run now holds it from the check to its end."""
+    import threading
+
+    from codepost.flows import run as run_command
+    from codepost.flows.ephemeral import EphemeralServerError
+    from codepost.pipeline.run_lock import RunFolderLocked, run_folder_lock
+
+    run_dir = tmp_path / "run"
+    seen = []
+
+    def try_lock() -> None:  # another run: a thread has a context of its own
+        try:
+            with run_folder_lock(run_dir):
+                seen.append("free")
+        except RunFolderLocked:
+            seen.append("held")
+
+    def prefect_starts() -> None:
+        thread = threading.Thread(target=try_lock)
+        thread.start()
+        thread.join()
+        raise EphemeralServerError("stop here")
+
+    monkeypatch.setattr(run_command, "start_ephemeral_server", prefect_starts)
+    assert cli.main(["run", "--run-dir", str(run_dir)]) == EXIT_BAD_INPUT
+    assert seen == ["held"]
+    try_lock()  # and released when the command ends
+    assert seen == ["held", "free"]
+
+
 def test_every_docker_engine_a_stage_scores_on_is_checked_before_anything_starts(tmp_path, capsys):
     gone_host = f"unix://{tmp_path}/no-engine.sock"
     scoring = {"scoring": {"sandbox": {"docker_hosts": [gone_host]}}}

@@ -5,11 +5,13 @@ folder lock."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import multiprocessing
 import os
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -130,6 +132,26 @@ def test_a_second_run_on_a_folder_is_refused_naming_the_holder(tmp_path):
         pass
     with run_folder_lock(tmp_path):  # released at the end of the first
         pass
+
+
+def test_a_lock_held_for_inner_runs_covers_them_and_no_one_else(tmp_path):
+    """``codepost run`` holds the lock for the flow it starts: the flow's run does not take it
+    again; a run in another context (a thread of its own) is refused."""
+    refused = []
+
+    def elsewhere() -> None:
+        with contextlib.suppress(RunFolderLocked), run_folder_lock(tmp_path):
+            return
+        refused.append(True)
+
+    with run_folder_lock(tmp_path, for_inner_runs=True):
+        with run_folder_lock(tmp_path):  # the run inside
+            thread = threading.Thread(target=elsewhere)
+            thread.start()
+            thread.join()
+        assert refused == [True]
+    with pytest.raises(RunFolderLocked), run_folder_lock(tmp_path), run_folder_lock(tmp_path):
+        pass  # without it, taking it twice is refused as before
 
 
 def _hold_lock(run_dir: str, ready) -> None:
