@@ -7,7 +7,8 @@ events (:mod:`codepost.pipeline.progress`) and shows with the caller's display. 
 runs with the caller's ``CODEPOST_*`` environment variables (the run's trackers and stage). Stopping the worker (the run ends, is
 cancelled, times out or is interrupted) kills its whole process group; the worker also dies with
 the flow run's process, even one killed with SIGKILL. The worker closes its sandbox pool
-when it ends; the containers of a killed one are removed by the next pool that starts.
+when it ends; the containers of a killed one are removed by the pool's guard
+(:mod:`codepost.sandbox.owner_guard`).
 """
 
 from __future__ import annotations

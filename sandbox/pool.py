@@ -35,6 +35,7 @@ import psutil
 import requests.exceptions
 
 from .api import CaseOutcome, CompileOutcome, ExecStatus, ExecutionResult, Job, TestOutcome
+from .owner_guard import guard_containers
 from .runner import languages, source_version
 from .runner.codec import MAX_FRAME_BYTES
 
@@ -119,7 +120,11 @@ def connect_hosts(config: PoolConfig) -> list[docker.DockerClient]:
 
 
 OWNER_LABEL = "codepost.owner"
-_OWNER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _owner() -> str:
+    """This process's label value (called when used: a forked child is an owner of its own)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _remove_orphans(client: docker.DockerClient) -> None:
@@ -174,7 +179,7 @@ class _Container:
                     "kernel.sem": "0 0 0 0",
                     "fs.mqueue.queues_max": "0",
                 },
-                labels={"codepost.sandbox": "1", OWNER_LABEL: _OWNER},
+                labels={"codepost.sandbox": "1", OWNER_LABEL: _owner()},
                 # Every reply also goes to the log: capped, or a pool that runs for a whole
                 # training run fills the disk (~7 MB per sample with large outputs).
                 log_config=docker.types.LogConfig(
@@ -314,6 +319,8 @@ class SandboxPool:
             self._clients = connect_hosts(self.config)
             for client in self._clients:
                 _remove_orphans(client)
+            for host in self.config.docker_hosts or (None,):  # removed when this process dies
+                guard_containers(host, OWNER_LABEL, _owner())
             ready: queue.Queue = queue.Queue()
             for index in range(self.config.size):
                 client = self._clients[index % len(self._clients)]

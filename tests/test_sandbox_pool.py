@@ -10,8 +10,9 @@ import threading
 import time
 
 import docker
+import psutil
 import pytest
-from processes import wait_until
+from processes import gone, wait_until
 
 from codepost.sandbox import (
     ExecStatus,
@@ -350,7 +351,8 @@ def test_honest_programs_can_use_threads_under_the_default_limits(sandbox_pool):
     assert passed(sandbox_pool.run(job)) == [True]
 
 
-def test_the_containers_of_a_killed_process_are_removed_by_the_next_pool():
+def _killed_pool_owner(kill_its_guard: bool) -> str:
+    """Start a process with a pool, SIGKILL it (and its guard): the label of its containers."""
     import signal
     import subprocess
     import sys
@@ -364,16 +366,37 @@ def test_the_containers_of_a_killed_process_are_removed_by_the_next_pool():
     owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert owner.stdout.readline().strip() == "ready"
+        guards = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if "codepost.sandbox.owner_guard" in " ".join(p.info["cmdline"] or ())
+            and str(owner.pid) in (p.info["cmdline"] or ())
+        ]
+        assert len(guards) == 1, guards  # one per process and Docker host
+        if kill_its_guard:
+            guards[0].kill()
+            assert wait_until(lambda: gone(guards[0].pid), 10)
         owner.send_signal(signal.SIGKILL)
         owner.wait()
-        client = docker.from_env()
-        label = f"codepost.owner={socket.gethostname()}:{owner.pid}"
-        assert len(client.containers.list(filters={"label": label})) == 1  # left running
-        with SandboxPool(PoolConfig(size=1)):
-            assert client.containers.list(filters={"label": label}) == []
     finally:
         if owner.poll() is None:
             owner.kill()
+    return f"codepost.owner={socket.gethostname()}:{owner.pid}"
+
+
+def test_the_containers_of_a_killed_process_are_removed_when_it_dies():
+    """A SIGKILLed stage worker's containers ran on until the next run's pool (minutes)."""
+    label = _killed_pool_owner(kill_its_guard=False)
+    client = docker.from_env()
+    assert wait_until(lambda: client.containers.list(all=True, filters={"label": label}) == [], 20)
+
+
+def test_the_containers_of_a_killed_process_and_guard_are_removed_by_the_next_pool():
+    label = _killed_pool_owner(kill_its_guard=True)
+    client = docker.from_env()
+    assert len(client.containers.list(filters={"label": label})) == 1  # left running
+    with SandboxPool(PoolConfig(size=1)):
+        assert client.containers.list(filters={"label": label}) == []
 
 
 def mine(client: docker.DockerClient) -> set[str]:
