@@ -19,6 +19,7 @@ from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.rl.metric_names import is_declared
 from codepost.pipeline.rl.policy_update import UpdateConfig
 from codepost.pipeline.rl.trainer_state import SCALARS, TENSORS
+from codepost.pipeline.stages.registry import StaleOutputError
 from codepost.pipeline.stages.rl import (
     METRICS_FILE,
     RLConfig,
@@ -26,6 +27,7 @@ from codepost.pipeline.stages.rl import (
     group_rows,
     is_informative,
     iteration_dir,
+    merge_rollouts,
     run_rl,
     run_update,
     uniform_groups,
@@ -115,6 +117,17 @@ def test_save_total_limit_keeps_the_newest_iterations_and_a_rerun_resumes(tiny_m
     assert checkpoints.read_manifest(iteration_dir(out, 3)).parent == str(iteration_dir(out, 2))
     assert checkpoints.verify(iteration_dir(out, 3)) == []
     assert [row["iteration"] for row in metrics(out)] == [1, 2, 3]
+    # Every iteration's rollouts are covered by the newest checkpoint's manifest (iteration 1's
+    # checkpoint is gone): a truncated file is refused naming it, by the merge that makes the
+    # stage's `scored` output and by a run extended past it.
+    merge_rollouts(out)
+    first = out / "rollouts" / "iteration-0001.parquet"
+    first.write_bytes(first.read_bytes()[:100])
+    with pytest.raises(StaleOutputError, match=r"iteration-0001\.parquet: differs from its digest"):
+        merge_rollouts(out)
+    with pytest.raises(StaleOutputError, match=r"iteration-0001\.parquet"):
+        run_rl(config.model_copy(update={"iterations": 4}), out)
+    assert kept() == ["iteration-0003"]
 
 
 @pytest.mark.slow

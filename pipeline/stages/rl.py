@@ -51,6 +51,7 @@ from ...verifiers import Problem, RewardConfig
 from ...verifiers.problems import MBPP
 from .. import atomic
 from ..checkpoints.manifest import (
+    MANIFEST,
     CheckpointManifest,
     is_published,
     read_manifest,
@@ -86,13 +87,14 @@ from ..rl.trainer_state import (
 from ..settings import Settings
 from ..tracking import log_stage_metrics
 from ..training import already_published
-from .registry import Artifacts, Stage, kept_problems, register, with_weights
+from .registry import Artifacts, Stage, StaleOutputError, kept_problems, register, with_weights
 from .scoring import ScoreConfig, score_rollouts, summarize
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
+ROLLOUTS = "rollouts"  # each iteration's scored rollouts, in out_dir
 
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "reward_curve.png"
@@ -319,6 +321,9 @@ class _Run:
     resumed_after: int  # the last iteration published before this run (0: none)
     parent: str  # the checkpoint the next iteration trains from
     batches_drawn: int  # prompt batches the schedule has handed out, over the whole run
+    # each iteration's scored rollouts file (relative to out_dir) -> its sha256: every
+    # checkpoint's manifest holds all of them so far, so a resume or the merge checks the files
+    rollout_digests: dict[str, str]
 
     @property
     def main(self) -> bool:
@@ -369,6 +374,7 @@ def _start(config: RLConfig, out_dir: Path) -> _Run:
         resumed_after=start,
         parent=parent,
         batches_drawn=batches_drawn,
+        rollout_digests=checked_rollouts(out_dir, Path(parent)) if start and main else {},
     )
 
 
@@ -454,8 +460,9 @@ def fill_batch(run: _Run, iteration: int, phases: Phases) -> Batch:
     for row in batch.trained:
         row["trained"] = True
     if run.main:
-        rollouts = run.out_dir / "rollouts" / f"iteration-{iteration:04d}.parquet"
+        rollouts = run.out_dir / ROLLOUTS / f"iteration-{iteration:04d}.parquet"
         write_rows(batch.scored, rollouts, SCORED_COLUMNS)
+        run.rollout_digests[f"{ROLLOUTS}/{rollouts.name}"] = sha256_file(rollouts)
     return batch
 
 
@@ -485,7 +492,7 @@ def publish(run: _Run, iteration: int, metrics: dict[str, Any], phases: Phases) 
         version=f"iteration-{iteration:04d}",
         parent=run.parent,
         config=config.model_dump(mode="json"),
-        data={"problems": fingerprint(run.problems)},
+        data={"problems": fingerprint(run.problems), **run.rollout_digests},
         metrics=metrics,
     )
     run.parent = str(target)
@@ -605,10 +612,33 @@ def _batches_drawn(checkpoint: Path) -> int:
     return int(drawn) if drawn is not None else int(manifest.version.removeprefix("iteration-"))
 
 
+def checked_rollouts(out_dir: Path, checkpoint: Path) -> dict[str, str]:
+    """The rollouts files ``checkpoint``'s manifest records (older runs': none), each checked
+    against its digest: a truncated or edited one is refused, naming it, before a resumed or
+    extended run builds on it."""
+    recorded = {
+        name: sha for name, sha in read_manifest(checkpoint).data.items()
+        if name.startswith(f"{ROLLOUTS}/")
+    }  # fmt: skip
+    for name, sha in recorded.items():
+        path = out_dir / name
+        if not path.is_file() or sha256_file(path) != sha:
+            state = "missing" if not path.is_file() else "differs from its digest"
+            raise StaleOutputError(
+                f"{path}: {state} in {checkpoint / MANIFEST} (the rollouts RL sampled): it was "
+                f"corrupted or edited. Delete {out_dir} to run RL again."
+            )
+    return recorded
+
+
 def merge_rollouts(out_dir: Path) -> Path:
     """Every iteration's scored rollouts as one Parquet file (``rollouts.parquet``), e.g. to
-    mine DPO pairs from what RL sampled."""
-    files = sorted((Path(out_dir) / "rollouts").glob("iteration-*.parquet"))
+    mine DPO pairs from what RL sampled; each checked against the digest the last checkpoint
+    holds."""
+    last = last_published_iteration(Path(out_dir))
+    if last:
+        checked_rollouts(Path(out_dir), iteration_dir(Path(out_dir), last))
+    files = sorted((Path(out_dir) / ROLLOUTS).glob("iteration-*.parquet"))
     if not files:
         raise FileNotFoundError(f"{out_dir}/rollouts: no RL rollouts to merge")
     # Files of older runs lack the `trained` column: null there.
