@@ -197,13 +197,28 @@ def test_hub_ids_go_to_datasets_load_dataset(monkeypatch):
         return [HUMANEVAL_ROW, {**HUMANEVAL_ROW, "task_id": "X/1"}]
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
-    problems = load_problems("openai_humaneval")
+    problems = load_problems("openai/openai_humaneval")
     assert list(problems) == ["X/0", "X/1"]
     load_problems("google-research-datasets/mbpp:sanitized", split="train")
     assert calls == [
-        ("openai_humaneval", None, "test"),
+        ("openai/openai_humaneval", None, "test"),
         ("google-research-datasets/mbpp", "sanitized", "train"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("source", "close"), [("mbpp-sample", "'mbpp-sanitized'"), ("human-eval", "'humaneval'")]
+)
+def test_a_misspelt_set_is_refused_naming_the_close_names_without_asking_the_hub(
+    monkeypatch, source, close
+):
+    """``mbpp-sample`` went to the hub, which failed after a minute of retries."""
+    asked = []
+    hub = types.SimpleNamespace(load_dataset=lambda *args, **kwargs: asked.append(args))
+    monkeypatch.setitem(sys.modules, "datasets", hub)
+    with pytest.raises(ValueError, match=f"no problem set '{source}'.*did you mean .*{close}"):
+        load_problems(source)
+    assert asked == []
 
 
 def test_hub_rows_errors_name_the_row(monkeypatch):

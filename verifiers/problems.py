@@ -14,6 +14,7 @@ KodCode, SYNTHETIC-1 and codepost's own.
 
 from __future__ import annotations
 
+import difflib
 import gzip
 import json
 import keyword
@@ -217,10 +218,8 @@ def load_problems(
     path = packaged_path(str(source))
     if path.exists():
         records = _read_parquet(path) if path.suffix == ".parquet" else _read_file(path)
-    elif str(source).endswith(_FILE_SUFFIXES):
-        raise FileNotFoundError(f"no problem file at {path}")
     else:
-        records = _read_hub(str(source), split)
+        records = _read_hub(check_source(str(source)), split)
     if columns:
         records = ((where, _renamed(record, columns)) for where, record in records)
     return problems_from_records(records)
@@ -240,6 +239,26 @@ def packaged_path(source: str) -> Path:
     if source in PACKAGED:
         return Path(str(files("codepost.verifiers") / "data" / PACKAGED[source]))
     return Path(source)
+
+
+def check_source(source: str) -> str:
+    """``source`` when it can name problems: a problem set by name, a file that exists, or a
+    hub id (``owner/name[:config]``). Otherwise an error that names the close names: a
+    misspelt set (``mbpp-sample``) went to the hub and failed there after a minute of
+    retries."""
+    if packaged_path(source).exists():
+        return source
+    if source.endswith(_FILE_SUFFIXES):
+        raise FileNotFoundError(f"no problem file at {packaged_path(source)}")
+    name = source.partition(":")[0]
+    if name.count("/") == 1 and all(name.split("/")):
+        return source
+    close = difflib.get_close_matches(source, NAMED_PROBLEMS, n=3, cutoff=0.6)
+    raise ValueError(
+        f"no problem set {source!r}: not a set shipped with codepost "
+        f"({', '.join(NAMED_PROBLEMS)}), a file, or a hub id (owner/name[:config])"
+        + (f"; did you mean {' or '.join(map(repr, close))}?" if close else "")
+    )
 
 
 def problems_from_records(records: Iterable[tuple[str, Any]]) -> dict[str, Problem]:

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ...verifiers import Problem, load_problems
-from ...verifiers.problems import HUMANEVAL, cap_tests, packaged_path, posed_in
+from ...verifiers.problems import HUMANEVAL, cap_tests, check_source, packaged_path, posed_in
 from ..config_walk import settings_of
 from ..settings import Settings
 
@@ -88,10 +88,15 @@ def load_problem_set(problem_set: ProblemSet) -> dict[str, Problem]:
 def check_problem_files(config: BaseModel) -> int:
     """Load every local problems file ``config`` names (its stages', its evaluations'): a
     malformed line is refused before the first stage starts, not when a stage reaches it an
-    hour in. A hub data set is checked when it is loaded. Returns how many sets it loaded."""
+    hour in; a name that is neither a set, a file nor a hub id is refused too. A hub data set
+    is checked when it is loaded. Returns how many sets it loaded."""
+    problem_sets = settings_of(config, ProblemSet)
+    for problem_set in problem_sets:
+        for source in (problem_set.source, *problem_set.more_sources):
+            check_source(source)
     local = [
         problem_set
-        for problem_set in settings_of(config, ProblemSet)
+        for problem_set in problem_sets
         if all(packaged_path(s).exists() for s in (problem_set.source, *problem_set.more_sources))
     ]
     for problem_set in local:
