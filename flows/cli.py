@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "serve": (
         "codepost.flows.commands:register_serve",
-        "serve the deployments (nightly post-train, every stage on demand) to a Prefect server",
+        "serve the deployments (nightly series, every flow on demand) to a Prefect server",
     ),
     "checkpoints": (
         "codepost.pipeline.checkpoints.cli:register",

@@ -1,6 +1,6 @@
 """``codepost run``: the whole post-training pipeline as a Prefect flow, with no server to start
 (Prefect's ephemeral mode), from the embedded default or a YAML config. ``codepost serve``:
-the deployments (nightly ``post-train``, every stage on demand) served against a server.
+the deployments (a nightly series, every flow on demand) served against a server.
 
 Prefect and TRL read their settings from the environment when they load, so each command sets
 it before it imports them (the run's config classes load TRL).
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -57,7 +58,7 @@ def _route_logs() -> None:
 def register_serve(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "serve",
-        help="serve the deployments (nightly post-train, every stage on demand) to a Prefect server",
+        help="serve the deployments (nightly series, every flow on demand) to a Prefect server",
         description="Register and serve the deployments against the Prefect server in "
         "PREFECT_API_URL (start one with `prefect server start`). Runs triggered from the UI "
         "or the API, and the nightly schedule's, execute in this process.",
@@ -66,6 +67,15 @@ def register_serve(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--timezone", default="UTC")
     parser.add_argument(
         "--accelerator-slots", type=int, default=1, help="accelerator-bound tasks at once"
+    )
+    parser.add_argument(
+        "--series",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="YAML",
+        help="a nightly series' config (docs/nightly.md), repeated for several series: one "
+        "`nightly/<series>` deployment each; none: `nightly/nightly` with the defaults",
     )
     parser.set_defaults(func=serve)
     return parser
@@ -80,7 +90,20 @@ def serve(args: argparse.Namespace) -> int:
         )
         return EXIT_BAD_INPUT
     _route_logs()
+    from pydantic import ValidationError
+
+    from ..pipeline.nightly import NightlyConfig
+    from ..pipeline.settings import SettingsError, load_config
     from .serve import serve_forever  # after the environment: it loads Prefect
 
-    serve_forever(args.cron, args.timezone, args.accelerator_slots)
+    try:
+        series = [load_config(NightlyConfig, path, []) for path in args.series]
+    except (ValidationError, SettingsError, OSError) as exc:
+        Console(stderr=True).print(f"[red]codepost serve: invalid series config[/red]: {exc}")
+        return EXIT_BAD_INPUT
+    names = [config.series for config in series]
+    if len(set(names)) < len(names):
+        Console(stderr=True).print(f"[red]codepost serve[/red]: a series named twice: {names}")
+        return EXIT_BAD_INPUT
+    serve_forever(args.cron, args.timezone, args.accelerator_slots, series)
     return 0

@@ -1,4 +1,4 @@
-"""Deployments: ``post-train`` on a nightly cron schedule, every stage flow on demand.
+"""Deployments: ``nightly/<series>`` on a cron schedule, one per series, every flow on demand.
 
 ``codepost serve`` registers them with the Prefect server in ``PREFECT_API_URL`` and serves
 them from this process: runs triggered from the UI (with the parameter form) or the API, and
@@ -9,6 +9,7 @@ when a run is created (``enforce_parameter_schema``), and validated again when i
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from prefect import serve
@@ -16,7 +17,9 @@ from prefect.client.orchestration import get_client
 from prefect.deployments.runner import EntrypointType
 from prefect.schedules import Cron
 
-from .post_train import ACCELERATOR, STAGE_FLOWS, post_train
+from ..pipeline.nightly import NightlyConfig
+from .nightly import nightly
+from .post_train import ACCELERATOR, STAGE_FLOWS
 
 NIGHTLY = "0 2 * * *"
 # Runs load their flow by module (`codepost.flows.post_train.sft_flow`), not by file: the
@@ -24,16 +27,22 @@ NIGHTLY = "0 2 * * *"
 MODULE = EntrypointType.MODULE_PATH
 
 
-def deployments(cron: str = NIGHTLY, timezone: str = "UTC") -> list[Any]:
-    """``post-train/nightly`` on ``cron``; ``<stage>/on-demand`` for every flow."""
+def deployments(
+    cron: str = NIGHTLY, timezone: str = "UTC", series: Sequence[NightlyConfig] = ()
+) -> list[Any]:
+    """``nightly/<series>`` on ``cron`` for each of ``series`` (none given: ``nightly/nightly``
+    with the default config), ``<flow>/on-demand`` for every flow."""
     built = [
-        post_train.to_deployment(
-            name="nightly",
+        nightly.to_deployment(
+            name=config.series,
             entrypoint_type=MODULE,
             schedules=[Cron(cron, timezone=timezone)],
-            description=f"The whole pipeline, every night ({cron} {timezone}), or on demand.",
+            parameters={"config": config.model_dump(mode="json")},
+            description=f"A night of the series {config.series!r} ({cron} {timezone}): train "
+            "from the champion, promote only on a significant gain.",
             tags=["codepost", "nightly"],
         )
+        for config in series or [NightlyConfig()]
     ]
     built += [
         flow.to_deployment(
@@ -53,7 +62,12 @@ async def ensure_accelerator_limit(slots: int = 1) -> None:
         await client.create_concurrency_limit(tag=ACCELERATOR, concurrency_limit=slots)
 
 
-def serve_forever(cron: str = NIGHTLY, timezone: str = "UTC", accelerator_slots: int = 1) -> None:
+def serve_forever(
+    cron: str = NIGHTLY,
+    timezone: str = "UTC",
+    accelerator_slots: int = 1,
+    series: Sequence[NightlyConfig] = (),
+) -> None:
     asyncio.run(ensure_accelerator_limit(accelerator_slots))
     # Schedules stay active when this process stops: a restart serves them again.
-    serve(*deployments(cron, timezone), pause_on_shutdown=False)
+    serve(*deployments(cron, timezone, series), pause_on_shutdown=False)

@@ -24,6 +24,7 @@ import datetime as dt
 import functools
 import hashlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
@@ -183,6 +184,9 @@ class RunResult(BaseModel):
     report: str
     rows: list[dict[str, Any]]
     stages: list[dict[str, Any]]
+    evaluations: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="benchmark -> model (base, a stage) -> its folder"
+    )
 
 
 def derive_seed(run_seed: int, label: str) -> int:
@@ -213,12 +217,15 @@ def with_run_model(config: BaseModel, run_model: ModelConfig) -> BaseModel:
 
 
 def run_post_train(
-    config: PostTrainConfig, execute: LaunchingExecutor = execute_launched
+    config: PostTrainConfig,
+    execute: LaunchingExecutor = execute_launched,
+    then: Callable[[RunResult, RunTracking], None] | None = None,
 ) -> RunResult:
     """Every stage of ``config`` in order, each reused when its output is already there
     (:func:`run_stage`), with the evaluations after the base model and every stage that
     trains; then the report. ``execute`` runs each stage, a rank-aware one on
-    ``config.launch``'s processes. The run folder is locked while it runs."""
+    ``config.launch``'s processes. The run folder is locked while it runs; ``then`` (a
+    nightly's promotion gate) runs last, still holding it, with the run's trackers."""
     run_dir = Path(config.run_dir)
     executor = functools.partial(execute, launch=config.launch)
     with (
@@ -293,12 +300,19 @@ def run_post_train(
             _write_run_record(run_dir, config, done)
         report = write_report(run_dir, evaluations)
         trackers.log_artifacts([report, *run_dir.glob("*.png"), *run_dir.glob("*/*/*.png")])
-    return RunResult(
-        checkpoint=str(artifacts.checkpoint),
-        report=str(report),
-        rows=stage_rows(evaluations),
-        stages=done,
-    )
+        result = RunResult(
+            checkpoint=str(artifacts.checkpoint),
+            report=str(report),
+            rows=stage_rows(evaluations),
+            stages=done,
+            evaluations={
+                benchmark: {label: str(folder) for label, folder in folders.items()}
+                for benchmark, folders in evaluations.items()
+            },
+        )
+        if then is not None:
+            then(result, trackers)
+    return result
 
 
 def _applies(evaluation: EvalConfig, problems: str | None, new_problems: bool) -> bool:

@@ -33,8 +33,14 @@ class RunFolderLocked(RuntimeError):
 
 
 @contextlib.contextmanager
-def run_folder_lock(run_dir: Path, *, for_inner_runs: bool = False) -> Iterator[None]:
-    """``for_inner_runs``: the runs started inside use this lock instead of taking it again."""
+def run_folder_lock(
+    run_dir: Path,
+    *,
+    for_inner_runs: bool = False,
+    held_by_another: str = "wait for that run to end, or choose another run_dir",
+) -> Iterator[None]:
+    """``for_inner_runs``: the runs started inside use this lock instead of taking it again;
+    ``held_by_another``: what the refusal tells the user to do."""
     held = Path(run_dir).resolve()
     if held in _held_for_inner_runs.get():
         yield
@@ -53,10 +59,7 @@ def run_folder_lock(run_dir: Path, *, for_inner_runs: bool = False) -> Iterator[
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = path.read_text().strip() or "another process"
-            raise RunFolderLocked(
-                f"{run_dir} is in use by {holder}: wait for that run to end, or choose another "
-                "run_dir"
-            ) from None
+            raise RunFolderLocked(f"{run_dir} is in use by {holder}: {held_by_another}") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
         for stale in remove_stale_staging(Path(run_dir)):

@@ -19,12 +19,14 @@ def plot_curves(
     title: str,
     error_bars: bool = False,
     y_from_zero: bool = False,
+    marks: Mapping[str, Sequence[Any]] | None = None,
 ) -> Path:
     """One panel per entry of ``panels`` (panel title -> metric names), each metric of ``rows``
     against ``x`` (numbers, or names such as stages, shown in the order of ``rows``); missing or
     NaN values are gaps, not zeros. ``error_bars``: a row's ``<metric>_ci95`` (low, high), when
     there, is drawn around the point. ``y_from_zero``: the y axis starts at 0, so that a small
-    difference does not look like a large one."""
+    difference does not look like a large one. ``marks``: a label -> the x values marked with a
+    vertical line in every panel (a series' promotions)."""
     # matplotlib loads when a plot is drawn, on the file backend chosen before pyplot loads
     import matplotlib
 
@@ -53,6 +55,11 @@ def plot_curves(
                 ax.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=3, label=name)
             else:
                 ax.plot(xs, ys, marker="o", label=name)
+        for color, (label, xs_marked) in enumerate((marks or {}).items()):
+            for i, value in enumerate(xs_marked):
+                where = labels.index(value) if names_on_x else value
+                ax.axvline(where, color=f"C{color + len(names)}", linestyle="--", alpha=0.6,
+                           label=label if i == 0 else None)  # fmt: skip
         ax.set_title(panel)
         ax.set_xlabel(x)
         if names_on_x:

@@ -111,6 +111,12 @@ class RunTracking:
         for run in self.runs.values():
             run.log(metrics, step=self._models.index(model))
 
+    def log_metrics(self, metrics: Mapping[str, float]) -> None:
+        """Metrics of the run as a whole (a nightly's promotion decision), at the step of the
+        last model evaluated."""
+        for run in self.runs.values():
+            run.log(dict(metrics), step=max(len(self._models) - 1, 0))
+
     def log_artifacts(self, paths: list[Path]) -> None:
         """The run's files (the report, plots)."""
         for run in self.runs.values():

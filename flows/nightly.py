@@ -1,0 +1,75 @@
+"""The ``nightly`` flow: one night of a series (:mod:`codepost.pipeline.nightly`), its stages as
+tasks, and the gate's decision and the series' history as artifacts, whatever the decision.
+
+A night that finds another night of its series running ends Cancelled, saying so, without
+training; a failed night ends Failed, its decision (the champion kept) published first.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact
+from prefect.states import Cancelled, State
+
+from ..pipeline.nightly import NightFailed, NightlyConfig, NightRecord, run_night
+from ..pipeline.nightly.history import REPORT_FILE
+from ..pipeline.run_lock import RunFolderLocked
+from .post_train import _key, _validated, _with_plots_inlined, execute_as_task
+from .stage_worker import stage_worker
+
+
+@flow(name="nightly")
+def nightly(
+    config: NightlyConfig = NightlyConfig(),  # noqa: B008
+    night: str | None = None,
+) -> dict[str, Any] | State:
+    """A night of ``config.series``: train from the champion, promote only on a significant
+    gain; ``night`` names its folder (default: today's UTC date)."""
+    config = _validated(config, NightlyConfig)
+    night = night or dt.datetime.now(dt.timezone.utc).date().isoformat()
+    try:
+        with stage_worker(config.series_dir / night / "logs" / "stage-worker.log"):
+            record = run_night(config, night, execute_as_task)
+    except RunFolderLocked as exc:
+        return Cancelled(message=f"night {night} of {config.series} did not run: {exc}")
+    except NightFailed as exc:
+        _publish(config, exc.record)
+        raise
+    _publish(config, record)
+    return record.model_dump(mode="json")
+
+
+def _publish(config: NightlyConfig, record: NightRecord) -> None:
+    """The decision with its numbers, and the series' report with its plot."""
+    decision = record.decision
+    assert decision is not None
+    verdict = "promoted" if decision.promoted else "kept the champion"
+    lines = [
+        f"# {config.series}, night {record.night}: {verdict}",
+        "",
+        decision.reason,
+        "",
+        f"- started from: `{record.started_from}`",
+        f"- the night's checkpoint: `{decision.candidate}`",
+        f"- champion now: `{decision.champion}`",
+        f"- alpha: {decision.alpha}",
+    ]
+    lines += [f"- gate: {decision.gate.summary()}"] if decision.gate else []
+    lines += [f"- guard: {guard.summary()}" for guard in decision.guards]
+    lines += [f"- read {d.count} problems of `{d.problems['source']}` ({d.fingerprint})"
+              for d in record.data]  # fmt: skip
+    create_markdown_artifact(
+        "\n".join(lines),
+        key=_key(f"{config.series}-decision"),
+        description=f"{config.series}: the gate's decision on night {record.night}",
+    )
+    report = config.series_dir / REPORT_FILE
+    create_markdown_artifact(
+        _with_plots_inlined(Path(report).read_text(), report.parent),
+        key=_key(f"{config.series}-history"),
+        description=f"{config.series}: every night, pass@1 with its interval, promotions",
+    )

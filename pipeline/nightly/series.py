@@ -1,0 +1,244 @@
+"""A night of a series: a new run folder, trained from the series' champion, then the promotion
+gate, the history and retention. Plain Python; the ``nightly`` flow wraps :func:`run_night`.
+
+The layout of a series folder (its checkpoint registry: the champion is its tag
+``champion``)::
+
+    <root>/<series>/.lock  tags.json  report.md  history.png
+    <root>/<series>/<night>/night.json  run.json  report.md  base/eval/...  sft/<key>/ ...
+
+Nights of one series never overlap: the series folder is locked while a night runs, and a
+night that finds it locked does not run (:class:`~..run_lock.RunFolderLocked`). A night with a
+record whose decision was made is not run again; a failed one is (it resumes its folder).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..checkpoints.manifest import is_published, verify
+from ..checkpoints.registry import resolve, tag
+from ..config_walk import settings_of
+from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
+from ..launch import LaunchingExecutor, execute_launched
+from ..post_train import PostTrainConfig, RunResult, embedded_default, run_post_train
+from ..reporting.report import load_evaluation
+from ..run_lock import run_folder_lock
+from ..tracking import RunTracking
+from .gate import Comparison, GateConfig, compare, decide
+from .history import write_history
+from .records import NIGHT_RECORD, Decision, NightRecord, ProblemsRead, read_history
+from .retention import prune_nights
+
+log = logging.getLogger("codepost.nightly")
+CHAMPION = "champion"
+NIGHT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class NightlyConfig(BaseModel):
+    """A series of nightly runs: the run each night makes, the gate, the retention."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    series: str = Field("nightly", pattern=NIGHT_NAME.pattern, description="the series' name")
+    root: str = Field("runs/series", description="series folders go under it")
+    run: PostTrainConfig = Field(
+        default_factory=embedded_default,
+        description="each night's run: its model is night 1's start (later nights start from "
+        "the champion), its run_dir is replaced by the night's folder",
+    )
+    gate: GateConfig = Field(default_factory=GateConfig)
+    keep_nights: int = Field(
+        3, ge=1, description="keep the checkpoints of the last N nights (and the champion)"
+    )
+
+    @model_validator(mode="after")
+    def _gate_on_the_runs_evaluations(self) -> NightlyConfig:
+        if not self.run.evaluate_base:
+            raise ValueError(
+                "run.evaluate_base: the gate compares each night with the champion it started "
+                "from, evaluated as the night's base: it must be true"
+            )
+        known = list(self.run.evaluations)
+        for name in [self.gate.benchmark, *self.gate.guards]:
+            if name is None:
+                continue
+            if name not in known:
+                raise ValueError(f"gate: {name!r} is not one of run.evaluations ({known})")
+            evaluation = self.run.evaluations[name]
+            if not getattr(evaluation, self.gate.run):
+                raise ValueError(f"gate.run={self.gate.run!r}: run.evaluations.{name} has none")
+            if self.gate.run == "sampled" and self.gate.k not in evaluation.ks:
+                raise ValueError(f"gate.k={self.gate.k}: not in run.evaluations.{name}.ks")
+        return self
+
+    @property
+    def series_dir(self) -> Path:
+        return Path(self.root) / self.series
+
+    @property
+    def benchmark(self) -> str:
+        return self.gate.benchmark or next(iter(self.run.evaluations))
+
+
+class NightFailed(RuntimeError):
+    """The night failed; its record (a decision that kept the champion) is written."""
+
+    def __init__(self, record: NightRecord) -> None:
+        super().__init__(record.decision.reason if record.decision else "the night failed")
+        self.record = record
+
+
+def champion(series_dir: Path) -> str | None:
+    """The champion's folder, None before the first promotion."""
+    if not Path(series_dir).is_dir():
+        return None
+    try:
+        return str(resolve(series_dir, CHAMPION).path)
+    except LookupError:
+        return None
+
+
+def problems_read(config: BaseModel) -> list[ProblemsRead]:
+    """Every problem set of ``config`` read now: its count and content hash."""
+    read = []
+    for problem_set in settings_of(config, ProblemSet):
+        problems = load_problem_set(problem_set)
+        read.append(
+            ProblemsRead(
+                problems=problem_set.model_dump(mode="json"),
+                count=len(problems),
+                fingerprint=fingerprint(problems),
+            )
+        )
+    return read
+
+
+def run_night(
+    config: NightlyConfig, night: str, execute: LaunchingExecutor = execute_launched
+) -> NightRecord:
+    """Night ``night`` of the series: its run from the champion, the gate, the series' history
+    and retention. Raises RunFolderLocked when another night of the series is running, and
+    NightFailed (the champion unchanged, the record written) when the night fails."""
+    if not NIGHT_NAME.fullmatch(night):
+        raise ValueError(f"night {night!r}: letters, digits, '.', '_' and '-' only")
+    series_dir = config.series_dir
+    with run_folder_lock(
+        series_dir,
+        held_by_another="another night of this series is running; this night does not run "
+        "(the nights of a series never overlap)",
+    ):
+        night_dir = series_dir / night
+        done = night_dir / NIGHT_RECORD
+        if done.is_file():
+            previous = NightRecord.read(done)
+            if previous.decision is not None and previous.decision.failed is None:
+                log.info("night %s has run: %s", night, previous.decision.reason)
+                return previous
+        start = champion(series_dir) or config.run.model.name_or_path
+        record = NightRecord(series=config.series, night=night, started_from=start)
+        log.info("night %s of %s from %s", night, config.series, start)
+        decided: list[Decision] = []
+
+        def gate(result: RunResult, trackers: RunTracking) -> None:
+            decided.append(_gate(config, start, result))
+            record.model_copy(update={"decision": decided[0]}).write(night_dir)
+            trackers.log_metrics(_metrics(decided[0]))
+            trackers.log_artifacts([done])
+
+        try:
+            record = record.model_copy(update={"data": problems_read(config.run)})
+            record.write(night_dir)
+            run = config.run.model_copy(
+                update={
+                    "run_dir": str(night_dir),
+                    "model": config.run.model.model_copy(update={"name_or_path": start}),
+                }
+            )
+            run_post_train(run, execute, then=gate)
+            if decided[0].promoted:  # only once the run has ended well
+                tag(config.series_dir, _in_series(config, decided[0].champion), CHAMPION)
+        except Exception as exc:
+            failed = f"{type(exc).__name__}: {exc}"
+            kept = {
+                "promoted": False,
+                "reason": decide(config.gate.alpha, None, [], failed=failed)[1],
+                "champion": start,
+                "failed": failed,
+            }  # the gate's numbers, when it ran, stay
+            decision = decided[0] if decided else Decision(alpha=config.gate.alpha, **kept)
+            record = record.model_copy(update={"decision": decision.model_copy(update=kept)})
+            record.write(night_dir)
+            _after_the_night(config)
+            raise NightFailed(record) from exc
+        record = record.model_copy(update={"decision": decided[0]})
+        _after_the_night(config)
+    log.info("night %s: %s", night, decided[0].reason)
+    return record
+
+
+def _gate(config: NightlyConfig, start: str, result: RunResult) -> Decision:
+    """Compare the night's checkpoint with the champion and decide (the tag moves once the
+    run has ended)."""
+    alpha, candidate = config.gate.alpha, result.checkpoint
+    trained = candidate != start
+    problems = (verify(Path(candidate)) if is_published(Path(candidate)) else ["no manifest"]) \
+        if trained else []  # fmt: skip
+    gate, guards = None, []
+    if trained and not problems:
+        gate = _compare(config.benchmark, config, result)
+        guards = [_compare(name, config, result) for name in config.gate.guards]
+    promoted, reason = decide(alpha, gate, guards, trained=trained, verify_problems=problems)
+    return Decision(
+        promoted=promoted,
+        reason=reason,
+        champion=candidate if promoted else start,
+        candidate=candidate if trained else None,
+        alpha=alpha,
+        gate=gate,
+        guards=guards,
+    )
+
+
+def _in_series(config: NightlyConfig, checkpoint: str) -> str:
+    """``checkpoint``'s folder relative to the series folder (its name in the registry)."""
+    return str(Path(checkpoint).resolve().relative_to(config.series_dir.resolve()))
+
+
+def _compare(benchmark: str, config: NightlyConfig, result: RunResult) -> Comparison:
+    """The night's checkpoint against its base (the champion) on ``benchmark``."""
+    folders = result.evaluations[benchmark]
+    evaluations = {label: load_evaluation(Path(folder)) for label, folder in folders.items()}
+    night = [e for label, e in evaluations.items()
+             if label != "base" and e.results.checkpoint == result.checkpoint][-1]  # fmt: skip
+    return compare(benchmark, evaluations["base"], night, config.gate)
+
+
+def _metrics(decision: Decision) -> dict[str, float]:
+    metrics = {"gate/promoted": float(decision.promoted)}
+    for comparison in [decision.gate] if decision.gate else []:
+        metrics |= {
+            "gate/p_value": comparison.p_value,
+            "gate/difference": comparison.difference,
+            "gate/champion": comparison.champion,
+            "gate/night": comparison.night,
+        }
+    for guard in decision.guards:
+        metrics |= {
+            f"gate/guard/{guard.benchmark}/p_value": guard.p_value,
+            f"gate/guard/{guard.benchmark}/difference": guard.difference,
+        }
+    return metrics
+
+
+def _after_the_night(config: NightlyConfig) -> None:
+    """The series' report, then retention: the checkpoints of nights past the last N go."""
+    history = read_history(config.series_dir)
+    write_history(config.series_dir, history)
+    pruned = prune_nights(config.series_dir, [r.night for r in history], config.keep_nights)
+    for entry in pruned:
+        log.info("retention: deleted %s (%s)", entry.folder, entry.name)
