@@ -191,3 +191,29 @@ def test_scoring_fans_out_in_shards_and_merges_them_in_order(prefect_api, tmp_pa
     assert [row["group_index"] for row in scored] == [0, 1, 2, 3, 4]
     assert [row["passed"] for row in scored] == [True, False, True, False, True]
     assert len(list((tmp_path / "out" / "shards").glob("scored-*-of-0003.parquet"))) == 3
+
+
+def test_a_night_publishes_its_decision_and_a_locked_series_cancels_a_night(prefect_api, tmp_path):
+    """A night already decided is not run again: the flow publishes its decision and the
+    series' history. A night that finds the series locked ends Cancelled, and runs nothing."""
+    from prefect.artifacts import Artifact
+
+    from codepost.flows.nightly import nightly
+    from codepost.pipeline.nightly import Decision, NightlyConfig, NightRecord
+    from codepost.pipeline.nightly.history import write_history
+    from codepost.pipeline.nightly.records import read_history
+    from codepost.pipeline.run_lock import run_folder_lock
+
+    config = NightlyConfig(root=str(tmp_path), series="s", run=PostTrainConfig(stages=[]))
+    decision = Decision(promoted=False, reason="no significant gain", champion="base", alpha=0.05)
+    record = NightRecord(series="s", night="n1", started_from="base", decision=decision)
+    record.write(config.series_dir / "n1")
+    write_history(config.series_dir, read_history(config.series_dir))
+
+    assert nightly(config, night="n1") == record.model_dump(mode="json")
+    assert "# s, night n1: kept the champion" in Artifact.get("s-decision").data
+    assert "data:image/png;base64," in Artifact.get("s-history").data
+    with run_folder_lock(config.series_dir):
+        state = nightly(config, night="n2", return_state=True)
+    assert state.is_cancelled() and "another night of this series is running" in state.message
+    assert not (config.series_dir / "n2").exists()

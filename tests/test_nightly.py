@@ -2,9 +2,7 @@
 the Docker sandbox): night 1 learns six problems it could not solve and is promoted (6 gained,
 0 lost: exact McNemar p = 0.03125); night 2 trains from that champion, gains nothing and keeps
 it; night 3's checkpoint is corrupted after it is published and is not promoted; night 4 fails
-(its problems are gone) and keeps the champion. Then the ``nightly`` flow: a night already
-decided publishes its decision and the series' history, and a night that finds the series
-locked ends Cancelled without running."""
+(its problems are gone) and keeps the champion. The flow around a night: tests/test_flows.py."""
 
 from __future__ import annotations
 
@@ -21,7 +19,6 @@ from codepost.pipeline.launch import execute_launched
 from codepost.pipeline.nightly import NightFailed, NightlyConfig, run_night
 from codepost.pipeline.nightly.history import PLOT_FILE, REPORT_FILE
 from codepost.pipeline.post_train import PostTrainConfig
-from codepost.pipeline.run_lock import run_folder_lock
 from codepost.pipeline.stages.evaluation import EvalConfig
 from codepost.pipeline.stages.scoring import ScoreConfig
 from codepost.pipeline.stages.sft import SFTStageConfig
@@ -87,7 +84,7 @@ def _corrupting(stage, config, inputs, out_dir, label, launch=None):
     return outputs
 
 
-def test_a_series_promotes_a_significant_gain_only(tmp_path, prefect_api):
+def test_a_series_promotes_a_significant_gain_only(tmp_path):
     problems = _problems(tmp_path)
     learn = _series(tmp_path, problems, steps=40, learning_rate=2e-2)
     series_dir = learn.series_dir
@@ -129,16 +126,3 @@ def test_a_series_promotes_a_significant_gain_only(tmp_path, prefect_api):
     report = (series_dir / REPORT_FILE).read_text()
     assert "4 night(s), 1 promotion(s)" in report and (series_dir / PLOT_FILE).is_file()
     assert "+1.0000, +6/-0, p=0.0312" in report and "kept the champion: its checkpoint" in report
-
-    from prefect.artifacts import Artifact
-
-    from codepost.flows.nightly import nightly
-
-    again = nightly(settle, night="n2")  # decided: not run again, its decision published
-    assert again["decision"] == second.decision.model_dump(mode="json")
-    assert "kept the champion" in Artifact.get("ones-decision").data
-    assert "data:image/png;base64," in Artifact.get("ones-history").data
-    with run_folder_lock(series_dir):
-        state = nightly(settle, night="n5", return_state=True)
-    assert state.is_cancelled() and "another night of this series is running" in state.message
-    assert not (series_dir / "n5").exists()
