@@ -96,11 +96,13 @@ def serve(args: argparse.Namespace) -> int:
     from ..pipeline.settings import SettingsError, load_config
     from .serve import serve_forever  # after the environment: it loads Prefect
 
-    try:
-        series = [load_config(NightlyConfig, path, []) for path in args.series]
-    except (ValidationError, SettingsError, OSError) as exc:
-        Console(stderr=True).print(f"[red]codepost serve: invalid series config[/red]: {exc}")
-        return EXIT_BAD_INPUT
+    series = []
+    for path in args.series:
+        try:
+            series.append(load_config(NightlyConfig, path, []))
+        except (ValidationError, SettingsError, OSError) as exc:
+            Console(stderr=True).print(f"[red]codepost serve: invalid series {path}[/red]: {exc}")
+            return EXIT_BAD_INPUT
     names = [config.series for config in series]
     if len(set(names)) < len(names):
         Console(stderr=True).print(f"[red]codepost serve[/red]: a series named twice: {names}")

@@ -24,11 +24,17 @@ from .stage_worker import stage_worker
 
 @flow(name="nightly")
 def nightly(
-    config: NightlyConfig = NightlyConfig(),  # noqa: B008
     night: str | None = None,
+    config: NightlyConfig = NightlyConfig(),  # noqa: B008
 ) -> dict[str, Any] | State:
     """A night of ``config.series``: train from the champion, promote only on a significant
-    gain; ``night`` names its folder (default: today's UTC date)."""
+    gain.
+
+    Args:
+        night: the night's folder in the series; default: today's UTC date (a night that has
+            run is not run again)
+        config: the series: its run, the promotion gate, the retention
+    """
     config = _validated(config, NightlyConfig)
     night = night or dt.datetime.now(dt.timezone.utc).date().isoformat()
     try:

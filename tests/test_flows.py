@@ -210,10 +210,10 @@ def test_a_night_publishes_its_decision_and_a_locked_series_cancels_a_night(pref
     record.write(config.series_dir / "n1")
     write_history(config.series_dir, read_history(config.series_dir))
 
-    assert nightly(config, night="n1") == record.model_dump(mode="json")
+    assert nightly("n1", config) == record.model_dump(mode="json")
     assert "# s, night n1: kept the champion" in Artifact.get("s-decision").data
     assert "data:image/png;base64," in Artifact.get("s-history").data
     with run_folder_lock(config.series_dir):
-        state = nightly(config, night="n2", return_state=True)
+        state = nightly("n2", config, return_state=True)
     assert state.is_cancelled() and "another night of this series is running" in state.message
     assert not (config.series_dir / "n2").exists()

@@ -46,14 +46,14 @@ class NightlyConfig(BaseModel):
 
     series: str = Field("nightly", pattern=NIGHT_NAME.pattern, description="the series' name")
     root: str = Field("runs/series", description="series folders go under it")
+    gate: GateConfig = Field(default_factory=GateConfig)
+    keep_nights: int = Field(
+        3, ge=1, description="keep the checkpoints of the last N nights (and the champion)"
+    )
     run: PostTrainConfig = Field(
         default_factory=embedded_default,
         description="each night's run: its model is night 1's start (later nights start from "
         "the champion), its run_dir is replaced by the night's folder",
-    )
-    gate: GateConfig = Field(default_factory=GateConfig)
-    keep_nights: int = Field(
-        3, ge=1, description="keep the checkpoints of the last N nights (and the champion)"
     )
 
     @model_validator(mode="after")
@@ -186,8 +186,9 @@ def _gate(config: NightlyConfig, start: str, result: RunResult) -> Decision:
     run has ended)."""
     alpha, candidate = config.gate.alpha, result.checkpoint
     trained = candidate != start
-    problems = (verify(Path(candidate)) if is_published(Path(candidate)) else ["no manifest"]) \
-        if trained else []  # fmt: skip
+    problems: list[str] = []
+    if trained:
+        problems = verify(Path(candidate)) if is_published(Path(candidate)) else ["no manifest"]
     gate, guards = None, []
     if trained and not problems:
         gate = _compare(config.benchmark, config, result)
