@@ -126,9 +126,9 @@ def test_retention_keeps_the_last_nights_and_every_tagged_checkpoint():
 def test_the_gate_must_name_evaluations_of_the_run():
     run = PostTrainConfig(stages=[], evaluations={"mbpp": EvalConfig(), "humaneval": EvalConfig()})
     NightlyConfig(run=run, gate=GateConfig(benchmark="mbpp", guards=["humaneval"]))
-    with pytest.raises(ValueError, match="'livecodebench' is not one of run.evaluations"):
+    with pytest.raises(ValueError, match=r"'livecodebench' is not one of run\.evaluations"):
         NightlyConfig(run=run, gate=GateConfig(guards=["livecodebench"]))
-    with pytest.raises(ValueError, match="run.evaluations.mbpp has none"):
+    with pytest.raises(ValueError, match=r"run\.evaluations\.mbpp has none"):
         NightlyConfig(run=run, gate=GateConfig(benchmark="mbpp", run="sampled"))
     with pytest.raises(ValueError, match="evaluate_base"):
         NightlyConfig(run=run.model_copy(update={"evaluate_base": False}))
