@@ -66,6 +66,7 @@ def test_a_run_and_a_stage_in_another_process_reach_the_tracker(tracker, tmp_pat
         with tracking.stage("rl"):  # as the stage worker gets it: the caller's environment
             subprocess.run([sys.executable, "-c", STAGE_SIDE], check=True, env=dict(os.environ))
         run.log_evaluation("rl", "tiny", _evaluation(tmp_path / "e1", 0.5))
+        run.log_metrics({"gate/promoted": 1.0, "gate/p_value": 0.03125})  # a nightly's decision
         report, plot = run_dir / "report.md", run_dir / "pass_at_1.png"
         run_dir.mkdir(exist_ok=True)
         report.write_text("# report\n")
@@ -80,6 +81,7 @@ def test_a_run_and_a_stage_in_another_process_reach_the_tracker(tracker, tmp_pat
     assert logged.runs["run"]["eval/tiny/greedy/pass_at_1_ci95_high"] == pytest.approx(
         {0: 0.9, 1: 0.9}
     )
+    assert logged.runs["run"]["gate/p_value"] == pytest.approx({1: 0.03125})  # the last model
     rl = logged.runs["rl"]
     assert rl["reward/mean"] == pytest.approx({1: 0.1, 2: 0.2})
     assert rl["update/response_length/max"] == pytest.approx({1: 7.0, 2: 7.0})
