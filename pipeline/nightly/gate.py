@@ -15,12 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..reporting.report import Evaluation, check_same_problems, format_p_value
 from ..reporting.stats import Interval, compare_greedy, compare_sampled
+from ..settings import Settings
 
 
-class GateConfig(BaseModel):
+class GateConfig(Settings):
     """When a night's checkpoint becomes the champion."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     benchmark: str | None = Field(
         None,

@@ -18,7 +18,7 @@ import logging
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from ..checkpoints.manifest import is_published, verify
 from ..checkpoints.registry import resolve, tag
@@ -28,6 +28,7 @@ from ..launch import LaunchingExecutor, execute_launched
 from ..post_train import PostTrainConfig, RunResult, embedded_default, run_post_train
 from ..reporting.report import load_evaluation
 from ..run_lock import run_folder_lock
+from ..settings import Settings
 from ..tracking import RunTracking
 from .gate import Comparison, GateConfig, compare, decide
 from .history import write_history
@@ -39,10 +40,8 @@ CHAMPION = "champion"
 NIGHT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
-class NightlyConfig(BaseModel):
+class NightlyConfig(Settings):
     """A series of nightly runs: the run each night makes, the gate, the retention."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     series: str = Field("nightly", pattern=NIGHT_NAME.pattern, description="the series' name")
     root: str = Field("runs/series", description="series folders go under it")
