@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 # Daily, 12 hours from now: the scheduler creates its runs, none of them starts during the module
-# (a scheduled post-train would run the whole default job beside the tests).
+# (a scheduled night would run the whole default job beside the tests).
 CRON = f"0 {(time.gmtime().tm_hour + 12) % 24} * * *"
 
 
@@ -76,7 +76,7 @@ def served(tmp_path_factory):
         serving = _start([codepost, "serve", "--cron", CRON], env, home / "serve.log")
         from codepost.flows.post_train import STAGE_FLOWS
 
-        every = len(STAGE_FLOWS)  # post-train/nightly and each flow's on-demand
+        every = len(STAGE_FLOWS)  # nightly/nightly and each flow's on-demand
         _wait(lambda: _deployment_count(api) >= every, 240, home / "serve.log")
         yield api, env, home, serving.pid
     finally:
