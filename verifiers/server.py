@@ -41,7 +41,15 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ..sandbox import (
     LANGUAGES,
@@ -83,6 +91,7 @@ from .serving import (
 from .verifier import SampleError, Verifier
 
 MAX_ITEMS = 1 << 16  # samples, or inline problems, in one /verify request
+MAX_DEPTH = 32  # lists and objects nested in one sample or inline problem
 
 
 class ServerConfig(HTTPLimits):
@@ -453,6 +462,32 @@ class VerifyRequest(BaseModel):
     language: str | None = Field(
         None, description="pose every problem in this language (default: each its own)"
     )
+
+    @field_validator("samples", "problems")
+    @classmethod
+    def _shallow(cls, items: str | list[dict[str, Any]], info: ValidationInfo) -> Any:
+        if isinstance(items, list):
+            for index, item in enumerate(items):
+                if nesting_depth(item) > MAX_DEPTH:
+                    raise ValueError(
+                        f"{info.field_name}[{index}] is nested over {MAX_DEPTH} levels deep"
+                    )
+        return items
+
+
+def nesting_depth(value: Any) -> int:
+    """How deep lists and objects nest in ``value``, parsed JSON (iteratively: a sample nested
+    900 deep passed the parser, then broke the answer's serialiser after every job had run)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if deepest > MAX_DEPTH:
+                break
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 @functools.cache
