@@ -259,8 +259,10 @@ def closed_within(connection: socket.socket, seconds: float) -> bytes | None:
     return received
 
 
-def test_idle_slow_and_surplus_connections_are_closed():
-    config = ServerConfig(max_connections=6, header_timeout_s=0.5, body_timeout_s=0.5)
+def test_idle_slow_huge_and_surplus_connections_are_closed():
+    config = ServerConfig(
+        max_connections=6, header_timeout_s=2, body_timeout_s=0.5, max_header_bytes=4096
+    )
     with served_in_thread(config) as address:
         host, port = address.split(":")
         idle = [socket.create_connection((host, int(port))) for _ in range(5)]
@@ -271,16 +273,20 @@ def test_idle_slow_and_surplus_connections_are_closed():
         assert answer is not None and answer.startswith(b"HTTP/1.1 503"), answer
         started = time.monotonic()
         dripping.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
-        for _ in range(5):  # a header line every 0.2 s: never whole within 0.5 s
+        for _ in range(12):  # a header line every 0.25 s: never whole within 2 s
             with contextlib.suppress(OSError):
                 dripping.sendall(b"X-Slow: 1\r\n")
-            time.sleep(0.2)
+            time.sleep(0.25)
         assert all(closed_within(c, 3) == b"" for c in [*idle, dripping])
-        assert time.monotonic() - started < 6
+        assert time.monotonic() - started < 8
         slow_body = socket.create_connection((host, int(port)))
         slow_body.sendall(
             b'POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"code"'
         )
         answer = closed_within(slow_body, 5)
         assert answer is not None and answer.startswith(b"HTTP/1.1 408"), answer
+        huge_header = socket.create_connection((host, int(port)))
+        huge_header.sendall(b"GET /health HTTP/1.1\r\nX-Big: " + b"a" * 8192)
+        answer = closed_within(huge_header, 5)  # httptools had buffered 38 MB of one header
+        assert answer is not None and answer.startswith(b"HTTP/1.1 431"), answer
         assert httpx.get(f"http://{address}/health", timeout=5).status_code == 200

@@ -101,6 +101,9 @@ class HTTPLimits(BaseModel):
         description="a connection must send a request's headers whole within this time of "
         "its first byte (or of opening): else it is closed",
     )
+    max_header_bytes: int = Field(
+        64 << 10, ge=1024, description="a request's headers at most: else 431, and it is closed"
+    )
     max_connections: int = Field(
         512, ge=1, description="open connections at once; past it, a new one is answered 503"
     )
@@ -175,30 +178,48 @@ class Guard:
         return receive_limited
 
 
+def _refuse(transport: asyncio.Transport, status: bytes, text: bytes) -> None:
+    """Answer ``status`` below the app, then close: the request never reaches it."""
+    transport.write(
+        b"HTTP/1.1 " + status + b"\r\ncontent-type: text/plain\r\ncontent-length: "
+        + str(len(text)).encode() + b"\r\nconnection: close\r\n\r\n" + text
+    )  # fmt: skip
+    transport.close()
+
+
 def _guarded_protocol(limits: HTTPLimits) -> type[asyncio.Protocol]:
-    """uvicorn's HTTP protocol (httptools, else h11) with a connection cap and a header
-    time-out: the timer starts when a connection opens or, between requests, at the next
-    request's first byte, and closes the connection if no new request's headers are whole by
-    then (uvicorn's own keep-alive time-out covers idle kept-alive connections)."""
+    """uvicorn's HTTP protocol (httptools, else h11) with a connection cap, a cap on a request's
+    header bytes (httptools buffers a header line of any length) and a header time-out: the
+    timer starts when a connection opens or, between requests, at the next request's first
+    byte, and closes the connection if no new request's headers are whole by then (uvicorn's
+    own keep-alive time-out covers idle kept-alive connections)."""
 
     class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[valid-type,misc]
         header_timer: asyncio.TimerHandle | None = None
+        header_bytes = 0  # received since the last request began, none of it a request yet
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             if len(self.connections) > limits.max_connections:
-                transport.write(
-                    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n"
-                    b"content-length: 29\r\nconnection: close\r\n\r\ntoo many connections at once\n"
-                )
-                transport.close()
+                _refuse(transport, b"503 Service Unavailable", b"too many connections at once\n")
                 return
             self.arm_header_timer()
 
         def data_received(self, data: bytes) -> None:
-            if self.cycle is None or self.cycle.response_complete:
+            idle, before = self.cycle is None or self.cycle.response_complete, self.cycle
+            if idle:
                 self.arm_header_timer()
             super().data_received(data)
+            if self.cycle is not before:  # a request began: its headers were whole
+                self.header_bytes = 0
+            elif idle and not self.transport.is_closing():
+                self.header_bytes += len(data)
+                if self.header_bytes > limits.max_header_bytes:
+                    _refuse(
+                        self.transport,
+                        b"431 Request Header Fields Too Large",
+                        b"request headers over %d bytes\n" % limits.max_header_bytes,
+                    )
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self.header_timer is not None:
