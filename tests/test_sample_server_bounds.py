@@ -9,6 +9,7 @@ import json
 import math
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -28,6 +29,8 @@ class FakeEngine:
     """A sampler that records what reaches it, and fails as it is told."""
 
     name = "fake"
+
+    tokenizer = SimpleNamespace(encode=lambda text, add_special_tokens: text.split())
 
     def __init__(self) -> None:
         self.weights = "start"
@@ -100,12 +103,15 @@ def test_bodies_prompts_and_stop_strings_are_bounded():
     def sampling(**fields: Any) -> dict:
         return {"json": {**SAMPLE, "sampling": {"max_tokens": 4, **fields}}}
 
-    huge, chunked, prompts, many, long, empty, fine = answers(
+    too_long = {**PROMPT, "text": "x " * 2048}  # 2048 tokens, a context of 2048
+
+    huge, chunked, prompts, long_prompt, many, long, empty, fine = answers(
         config,
         engine,
         ("POST", "/sample", {"content": b" " * (65 << 10)}),
         ("POST", "/sample", {"content": chunks()}),
         ("POST", "/sample", {"json": {**SAMPLE, "prompts": SAMPLE["prompts"] * 4}}),
+        ("POST", "/sample", {"json": {**SAMPLE, "prompts": [PROMPT, too_long]}}),
         ("POST", "/sample", sampling(stop=["x"] * 17)),
         ("POST", "/sample", sampling(stop=["ok", "y" * 129])),
         ("POST", "/sample", sampling(stop=[""])),
@@ -114,6 +120,8 @@ def test_bodies_prompts_and_stop_strings_are_bounded():
     assert huge.status_code == chunked.status_code == 413, (huge.text, chunked.text)
     assert "over the server's limit of 65536 bytes" in chunked.json()["detail"]
     assert prompts.status_code == 413 and "max_prompts 3" in prompts.json()["detail"]
+    assert long_prompt.status_code == 400, long_prompt.text
+    assert "prompts[1]: 2048 tokens, no room" in long_prompt.json()["detail"]
     assert many.status_code == 422 and "sampling.stop: 17 strings" in many.json()["detail"]
     assert long.status_code == 422 and "sampling.stop[1]: 129 characters" in long.text
     assert empty.status_code == 422 and "sampling.stop[0]: 0 characters" in empty.text

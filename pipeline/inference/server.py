@@ -116,6 +116,7 @@ def create_app(config: SampleServerConfig, sampler: Any) -> FastAPI:
             prompts = [Prompt(**prompt) for prompt in request.prompts]  # type: ignore[arg-type]
         except TypeError as exc:
             raise HTTPException(422, f"prompts: {exc}") from exc
+        check_prompt_lengths(prompts, sampler.tokenizer, config.engine.max_model_len)
         with lock:
             rows = served(
                 lambda: sampler.sample(
@@ -182,6 +183,20 @@ def check_sample_request(request: SampleRequest, config: SampleServerConfig) -> 
                 422,
                 f"sampling.stop[{index}]: {len(text)} characters; a stop string has 1 to "
                 f"{config.max_stop_chars} (the server's max_stop_chars)",
+            )
+
+
+def check_prompt_lengths(prompts: list[Prompt], tokenizer: Any, max_model_len: int) -> None:
+    """Refuse a prompt the engine's context cannot hold with one completion token: vLLM refuses
+    it too, but transformers' ``generate`` would take a prompt of any length (a 16 MB one holds
+    memory until the server dies)."""
+    for index, prompt in enumerate(prompts):
+        length = len(tokenizer.encode(prompt.text, add_special_tokens=False))
+        if length >= max_model_len:
+            raise HTTPException(
+                400,
+                f"prompts[{index}]: {length} tokens, no room for a completion within the "
+                f"engine's max_model_len {max_model_len}",
             )
 
 
