@@ -160,13 +160,16 @@ def test_refresh_reads_only_under_the_checkpoint_root(tmp_path):
         (folder / "config.json").write_text("{}")
     (root / "linked").symlink_to(outside / "model")
     (root / "leaky" / "model.safetensors").symlink_to(outside / "model" / "config.json")
+    (root / "looped").mkdir()
+    (root / "looped" / "config.json").write_text("{}")
+    (root / "looped" / "model.safetensors").symlink_to(root / "looped" / "model.safetensors")
     engine = FakeEngine()
     config = SampleServerConfig(checkpoint_root=root)
 
     def refresh(path: Path | str) -> dict:
         return {"json": {"checkpoint": str(path)}}
 
-    unrooted, *refused, nul, missing, ok = answers(
+    unrooted, *refused, nul, loop, missing, ok = answers(
         SampleServerConfig(), engine, ("POST", "/refresh", refresh(root / "ok"))
     ) + answers(
         config,
@@ -178,6 +181,7 @@ def test_refresh_reads_only_under_the_checkpoint_root(tmp_path):
         ("POST", "/refresh", refresh(root / "leaky")),
         ("POST", "/refresh", refresh("/etc")),
         ("POST", "/refresh", refresh(f"{root}/ok\0")),
+        ("POST", "/refresh", refresh(root / "looped")),
         ("POST", "/refresh", refresh(root / "nothing")),
         ("POST", "/refresh", refresh(root / "ok")),
     )
@@ -187,6 +191,7 @@ def test_refresh_reads_only_under_the_checkpoint_root(tmp_path):
     assert refused[0].json()["detail"].replace("model", "nothing") == refused[1].json()["detail"]
     assert "links to a file outside" in refused[4].json()["detail"]
     assert nul.status_code == 422 and "checkpoint:" in nul.json()["detail"]
+    assert loop.status_code == 422 and "checkpoint:" in loop.json()["detail"]  # was a bare 500
     assert missing.status_code == 404
     assert ok.status_code == 200, ok.text
     assert engine.calls == [("refresh", str(root / "ok"))]

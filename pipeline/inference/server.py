@@ -212,21 +212,23 @@ def checkpoint_folder(name: str, root: Path | None) -> Path:
         )
     try:
         root, folder = root.resolve(), Path(name).resolve()
-    except (OSError, ValueError, RuntimeError) as exc:  # a NUL byte, a symbolic link loop
-        raise HTTPException(422, f"checkpoint: {exc}") from None
-    if not folder.is_relative_to(root):
-        raise HTTPException(403, f"checkpoint: {name} is not under the server's checkpoint root")
-    if not (folder / "config.json").is_file():
-        raise HTTPException(
-            404,
-            f"{name}: no model folder here (the server reads checkpoints from its own "
-            "filesystem: the run folder must be shared, at the same path)",
-        )
-    for entry in folder.iterdir():
-        if not entry.resolve().is_relative_to(root):
+        if not folder.is_relative_to(root):
             raise HTTPException(
-                403, f"checkpoint: {entry} links to a file outside the server's checkpoint root"
+                403, f"checkpoint: {name} is not under the server's checkpoint root"
             )
+        if not (folder / "config.json").is_file():
+            raise HTTPException(
+                404,
+                f"{name}: no model folder here (the server reads checkpoints from its own "
+                "filesystem: the run folder must be shared, at the same path)",
+            )
+        outside = [e for e in folder.iterdir() if not e.resolve().is_relative_to(root)]
+    except (OSError, ValueError, RuntimeError) as exc:  # a NUL byte, a link loop, no access
+        raise HTTPException(422, f"checkpoint: {exc}") from None
+    if outside:
+        raise HTTPException(
+            403, f"checkpoint: {outside[0]} links to a file outside the server's checkpoint root"
+        )
     return Path(name)
 
 
