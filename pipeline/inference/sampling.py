@@ -267,6 +267,7 @@ class VLLMSampler:
         self.weights = checkpoint
         # the start folder's tensors, as the engine holds them (floats in the engine's dtype)
         dtype = self.llm.llm_engine.model_config.dtype
+        assert isinstance(dtype, torch.dtype)  # vLLM resolves "auto" as the engine starts
         self.served = {
             name: (shape, dtype if file_dtype in FLOAT_DTYPES else torch.int64)
             for name, (shape, file_dtype) in (
