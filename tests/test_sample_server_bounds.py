@@ -221,7 +221,9 @@ def test_engine_errors_answer_4xx_and_a_dead_engine_is_unhealthy(tmp_path):
     )  # fmt: skip
     assert broken.status_code == 409 and "the served weights are unknown" in broken.text
     assert health.status_code == sample.status_code == probe.status_code == 503
-    assert "Input/output error" in health.json()["detail"]
+    assert health.json() == {"status": "unhealthy"}  # open to all: it says nothing more
+    assert "the engine can no longer serve: a refresh from" in sample.json()["detail"]
+    assert "Input/output error" in probe.json()["detail"]
 
     app = create_app(config, engine)  # one app: the state carries from call to call
     engine.raises = OSError("[Errno 5] Input/output error")
