@@ -45,9 +45,10 @@ def staged(target: Path, *, folder: bool = False) -> Iterator[Path]:
             shutil.rmtree(target)
         os.replace(staging, target)
     except BaseException as exc:
+        named = _named(exc, target) if isinstance(exc, Exception) else None  # while still full
         _remove(staging)
-        if isinstance(exc, Exception):
-            raise _named(exc, target) from exc
+        if named is not None:
+            raise named from exc
         raise
 
 
@@ -138,7 +139,7 @@ def _named(exc: Exception, target: Path) -> Exception:
         nearly_full = shutil.disk_usage(target.parent).free < _NEARLY_FULL_BYTES
     except OSError:
         nearly_full = False
-    if nearly_full:
+    if nearly_full or os.strerror(errno.ENOSPC) in str(exc):  # safetensors: "... (os error 28)"
         return WriteError(
             errno.ENOSPC, f"No space left on device (writing {target}: {exc})", str(target)
         )

@@ -7,6 +7,7 @@ test session, refreshed to whichever weights a test asks for.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -46,17 +47,23 @@ def perturbed_copy(model: ModelConfig, target: Path, scale: float, seed: int = 0
     return target
 
 
-def one_tensor_copy(source: Path, target: Path) -> Path:
-    """A model folder with ``source``'s config and only the first tensor of its weights: the
-    right model by its config, weights that do not fit it."""
+def changed_copy(
+    source: Path, target: Path, change: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+) -> Path:
+    """A model folder with ``source``'s config and its (first file's) weights as ``change``
+    makes them: the right model by its config, weights that may not fit it."""
     from safetensors.torch import load_file, save_file
 
     target.mkdir(parents=True)
     shutil.copy(source / "config.json", target / "config.json")
     [weights, *_] = sorted(source.glob("*.safetensors"))
-    name, tensor = next(iter(load_file(weights).items()))
-    save_file({name: tensor}, target / "model.safetensors")
+    save_file(change(load_file(weights)), target / "model.safetensors")
     return target
+
+
+def one_tensor_copy(source: Path, target: Path) -> Path:
+    """Only the first tensor of ``source``'s weights."""
+    return changed_copy(source, target, lambda tensors: dict([next(iter(tensors.items()))]))
 
 
 @torch.no_grad()

@@ -38,7 +38,12 @@ def served(tiny, tmp_path_factory):
     """A vLLM sample-server on the tiny model, configured from a YAML file."""
     folder = tmp_path_factory.mktemp("sample-server")
     config = folder / "server.yaml"
-    config.write_text(json.dumps({"model": tiny.model_dump(), "engine": TEST_ENGINE.model_dump()}))
+    settings = {
+        "model": tiny.model_dump(),
+        "engine": TEST_ENGINE.model_dump(),
+        "checkpoint_root": str(tmp_path_factory.getbasetemp()),  # every test's tmp_path
+    }
+    config.write_text(json.dumps(settings))
     with running_server("sample-server", folder, "--config", str(config)) as server:
         yield server
     close_samplers()  # this process's client of it
@@ -77,6 +82,12 @@ def test_a_served_engine_samples_and_serves_new_weights_that_the_probe_checks(
 
     with pytest.raises(RuntimeError, match=r"no model folder here .* shared, at the same path"):
         sampler.refresh(tmp_path / "nowhere")
+    long_prompt = {"task_id": "a", "text": "x " * 1100, "completion_style": "continuation"}
+    refused = httpx.post(
+        f"{served.url}/sample", json={"prompts": [long_prompt], "sampling": {"max_tokens": 4}}
+    )  # vLLM's own validation: the caller's error, and the engine serves on
+    assert refused.status_code == 400 and "longer than the maximum model length" in refused.text
+    assert httpx.get(f"{served.url}/health").json() == {"status": "ok"}
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ weights refreshed in place and checked (vLLM on the CPU with the real SmolLM2; t
 
 from __future__ import annotations
 
+import logging
 import os
 from types import SimpleNamespace
 
@@ -13,6 +14,7 @@ import torch
 from engines import (
     ROLLOUT_KEYS,
     TEST_ENGINE,
+    changed_copy,
     one_tensor_copy,
     perturbed_copy,
     recomputed_logprobs,
@@ -88,7 +90,9 @@ def test_hf_sampler_rows_and_refresh(tiny_checkpoints):
     assert sampler.weights == str(second)
 
 
-def test_a_refused_refresh_leaves_the_served_weights_as_they_were(tiny_checkpoints, tmp_path):
+def test_a_refused_refresh_leaves_the_served_weights_as_they_were(
+    tiny_checkpoints, tmp_path, caplog
+):
     first, second = tiny_checkpoints
     sampler = HFSampler(
         str(first), ModelConfig(name_or_path=str(first)), EngineConfig(backend="hf")
@@ -106,6 +110,23 @@ def test_a_refused_refresh_leaves_the_served_weights_as_they_were(tiny_checkpoin
     os.mkfifo(fifo / "model.safetensors")  # opened, it would wait for a writer for good
     with pytest.raises(WeightSyncError, match="not a regular file"):
         sampler.refresh(fifo)
+    integers = changed_copy(
+        second, tmp_path / "integers", lambda ts: {n: t.to(torch.int32) for n, t in ts.items()}
+    )
+    with pytest.raises(WeightSyncError, match=r"not floating point \[\('.*', 'I32', 'torch"):
+        sampler.refresh(integers)
+    cut = changed_copy(second, tmp_path / "cut", lambda ts: ts)
+    (cut / "model.safetensors").write_bytes((cut / "model.safetensors").read_bytes()[:12])
+    with pytest.raises(WeightSyncError, match=r"unreadable .* nothing was loaded"):
+        sampler.refresh(cut)
+    assert sampler.probe_logprobs() == before and sampler.weights == str(first)
+    halves = changed_copy(
+        second, tmp_path / "bf16", lambda ts: {n: t.to(torch.bfloat16) for n, t in ts.items()}
+    )
+    with caplog.at_level(logging.WARNING):
+        sampler.refresh(halves)  # floats of another precision: cast, and said
+    assert "bf16: cast on load, BF16 -> float32" in caplog.text
+    assert sampler.model.dtype == torch.float32 and sampler.weights == str(halves)
 
 
 @torch.no_grad()

@@ -141,6 +141,7 @@ def test_io_files_go_in_before_each_case_and_come_back_after(sandbox_pool):
         "print(data.upper() + sys.stdin.read())\n"
         "open('out.txt', 'w').write(data + '!')\n"
         "os.mkfifo('fifo')\n"  # opening it must not block the read-back
+        "os.mkdir('folder')\n"  # named, and the other files still come back
         "os.symlink('/proc/1/environ', 'root-only')\n"  # read as the sandbox user: refused
         "open('big', 'wb').write(b'x' * 5000)\n"
         "os.remove('in/data.txt')\n"
@@ -150,7 +151,7 @@ def test_io_files_go_in_before_each_case_and_come_back_after(sandbox_pool):
         stdin_cases=("a", "b"),
         limits=Limits(wall_time_s=2.0, cpu_time_s=2.0, output_bytes=4000),
         files={"in/data.txt": b"abc"},
-        fetch_files=("out.txt", "fifo", "root-only", "missing", "big", "in/data.txt"),
+        fetch_files=("out.txt", "fifo", "folder", "root-only", "missing", "big", "in/data.txt"),
     )
     result = sandbox_pool.run(job)
     assert [case.stdout for case in result.cases] == ["ABCa\n", "ABCb\n"]
@@ -158,6 +159,7 @@ def test_io_files_go_in_before_each_case_and_come_back_after(sandbox_pool):
         assert case.status is ExecStatus.COMPLETED, case
         assert case.files == {"out.txt": b"abc!"}
         assert "left out: big" in case.stderr
+        assert "fetch_files: not regular files, left out: fifo, folder" in case.stderr
 
 
 def test_io_files_at_a_time_limit_are_those_left_then(sandbox_pool):

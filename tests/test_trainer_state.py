@@ -4,6 +4,7 @@ never unpickled."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shlex
@@ -12,18 +13,22 @@ from pathlib import Path
 import pytest
 import torch
 from engines import saved_tiny_model
+from safetensors import SafetensorError
 from stage_helpers import rollout, write_rollouts
 from update_cases import tiny_case, weights
 
+from codepost.pipeline.atomic import WriteError
 from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish, write_model
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.inference.sampling import EngineConfig
 from codepost.pipeline.model_config import ModelNotFoundError, load_causal_lm, load_tokenizer
+from codepost.pipeline.rl import trainer_state
 from codepost.pipeline.rl.policy_update import UpdateConfig
 from codepost.pipeline.rl.trainer_state import (
     PICKLED,
     SCALARS,
     TENSORS,
+    TrainerState,
     gather_trainer_state,
     load_trainer_state,
 )
@@ -144,3 +149,24 @@ def test_a_checkpoint_whose_weights_are_a_pickle_is_refused_never_unpickled(tmp_
     with pytest.raises(ModelNotFoundError, match=r"no file named model\.safetensors"):
         load_causal_lm(model)
     assert not marker.exists()
+
+
+def test_a_full_disk_at_the_trainer_state_save_names_the_file(tmp_path, monkeypatch):
+    """safetensors reports ENOSPC in its own error, and the partial file is removed before the
+    error is read, so the disk no longer looks full: the message must still name the file.
+    (A real full tmpfs: ``tests/test_atomic.py``; here the disk has room after the removal.)"""
+
+    def fills_the_disk(tensors: dict, path: str | os.PathLike) -> None:
+        Path(path).write_bytes(b"\0" * 4096)  # what was written before the disk filled up
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setattr(trainer_state, "save_file", fills_the_disk)
+    state = TrainerState({"generator": torch.zeros(8)}, {"format": 1})
+    with pytest.raises(WriteError) as caught:
+        state.save(tmp_path / "iteration-0001")
+    assert caught.value.errno == errno.ENOSPC
+    target = tmp_path / "iteration-0001" / TENSORS
+    assert f"No space left on device (writing {target}: Error while" in str(caught.value)
+    assert not list(target.parent.iterdir())  # the partial file is gone

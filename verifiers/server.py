@@ -23,19 +23,16 @@ import base64
 import binascii
 import contextlib
 import functools
-import hmac
 import json
 import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import PlainTextResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -44,8 +41,15 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ..sandbox import (
     LANGUAGES,
@@ -73,35 +77,24 @@ from .problems import (
     problems_from_records,
 )
 from .rewards import RewardConfig
+from .serving import (
+    ASGIApp,
+    Guard,
+    HTTPLimits,
+    JSONAnswer,
+    Receive,
+    Scope,
+    Send,
+    answer_errors_plainly,
+    http_server,
+)
 from .verifier import SampleError, Verifier
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-BEARER_REFUSED = "missing or wrong bearer token (Authorization: Bearer ...)"
 MAX_ITEMS = 1 << 16  # samples, or inline problems, in one /verify request
-MAX_ERRORS = 10  # validation errors named in one answer, each in at most MAX_ERROR_CHARS
-MAX_ERROR_CHARS = 300
+MAX_DEPTH = 32  # lists and objects nested in one sample or inline problem
 
 
-class JSONAnswer(JSONResponse):
-    """JSON with every character past ASCII escaped, so that text a caller sent, echoed back
-    (a lone surrogate in a sample's field), can always be written."""
-
-    def render(self, content: Any) -> bytes:
-        return json.dumps(content, allow_nan=False, separators=(",", ":")).encode()
-
-
-def bearer_token_matches(authorization: str, token: str) -> bool:
-    """Whether an ``Authorization`` header carries ``token`` (compared in constant time)."""
-    scheme, _, given = authorization.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token.encode())
-
-
-class ServerConfig(BaseModel):
+class ServerConfig(HTTPLimits):
     """What the server listens on, how many containers it runs, and what it accepts."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -115,7 +108,6 @@ class ServerConfig(BaseModel):
         description="jobs accepted and not answered yet (running or queued); past it, 429 at "
         "once. Keep a trainer's own concurrency (verl's max_concurrent) within it",
     )
-    max_body_bytes: int = Field(16 << 20, ge=1024, description="largest request body")
     max_pending_bytes: int = Field(
         256 << 20,
         ge=1024,
@@ -144,7 +136,6 @@ class ServerConfig(BaseModel):
         "server stops anyway (a body being sent slowly would otherwise keep it up)",
     )
     retry_after_s: int = Field(1, ge=1, description="Retry-After of a 429 answer")
-    token: str | None = Field(None, description="bearer token every request but /health needs")
 
     @model_validator(mode="after")
     def _one_body_fits(self) -> ServerConfig:
@@ -245,17 +236,12 @@ class Metrics:
             Gauge(name, text, registry=self.registry).set_function(read)
 
 
-class Gate:
-    """ASGI middleware in front of every route: the bearer token, the body size limit (a
-    declared length is refused before the body is read, a chunked body as soon as it passes
-    the limit), the bytes of bodies held at once (a declared length is counted before the body
-    is read, a chunked body as it arrives, until the answer is sent), and the request counts
-    and latency."""
+class Counted:
+    """ASGI middleware around everything else: the request counts and latency, by endpoint and
+    status code, refusals included."""
 
-    def __init__(
-        self, app: ASGIApp, *, config: ServerConfig, metrics: Metrics, admission: Admission
-    ) -> None:
-        self.app, self.config, self.metrics, self.admission = app, config, metrics, admission
+    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
         self.routes = {"/run_code", "/verify", "/health", "/metrics"}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -272,66 +258,57 @@ class Gate:
                 code = message["status"]
             await send(message)
 
-        held = [0]  # bytes of this request's body counted in the admission
         try:
-            refusal = self.refusal(scope, held)
-            if refusal is not None:
-                await refusal(scope, receive, counted_send)
-            else:
-                # Every body is JSON, whatever its declared type (curl -d says a form).
-                headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
-                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
-                await self.app(scope, self.limited(receive, held), counted_send)
+            await self.app(scope, receive, counted_send)
         finally:
-            self.admission.pending_bytes -= held[0]
             self.metrics.requests.labels(endpoint, str(code)).inc()
             self.metrics.latency.labels(endpoint, str(code)).observe(time.perf_counter() - started)
 
-    def refusal(self, scope: Scope, held: list[int]) -> JSONAnswer | None:
-        headers = dict(scope["headers"])
-        token = self.config.token
-        authorization = headers.get(b"authorization", b"").decode("latin-1")
-        if (
-            token is not None
-            and scope["path"] != "/health"
-            and not bearer_token_matches(authorization, token)
-        ):
-            return JSONAnswer(
-                {"detail": BEARER_REFUSED}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
-            )
-        length = headers.get(b"content-length", b"0")
-        if length.isdigit() and int(length) > self.config.max_body_bytes:
-            return JSONAnswer(
-                {"detail": self.too_large()}, status_code=413, headers={"Connection": "close"}
-            )
-        if length.isdigit():
-            try:
-                self.admission.hold_bytes(int(length))
-            except HTTPException as busy:
-                return JSONAnswer(
-                    {"detail": busy.detail}, status_code=busy.status_code, headers=busy.headers
-                )
-            held[0] = int(length)
-        return None
 
-    def too_large(self) -> str:
-        return f"request body over the server's limit of {self.config.max_body_bytes} bytes"
+class Admitted:
+    """ASGI middleware behind the :class:`~.serving.Guard`: the bytes of bodies held at once (a
+    declared length is counted before the body is read, a chunked body as it arrives, until the
+    answer is sent). Every body is JSON, whatever its declared type (curl -d says a form)."""
 
-    def limited(self, receive: Receive, held: list[int]) -> Receive:
+    def __init__(self, app: ASGIApp, *, admission: Admission) -> None:
+        self.app, self.admission = app, admission
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        held = [0]  # bytes of this request's body counted in the admission
+        try:
+            length = dict(scope["headers"]).get(b"content-length", b"")
+            if length.isdigit():
+                try:
+                    self.admission.hold_bytes(int(length))
+                except HTTPException as busy:
+                    refusal = JSONAnswer(
+                        {"detail": busy.detail}, status_code=busy.status_code, headers=busy.headers
+                    )
+                    await refusal(scope, receive, send)
+                    return
+                held[0] = int(length)
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+            await self.app(scope, self.counted(receive, held), send)
+        finally:
+            self.admission.pending_bytes -= held[0]
+
+    def counted(self, receive: Receive, held: list[int]) -> Receive:
         received = 0
 
-        async def receive_limited() -> MutableMapping[str, Any]:
+        async def receive_counted() -> MutableMapping[str, Any]:
             nonlocal received
             message = await receive()
             received += len(message.get("body", b""))
-            if received > self.config.max_body_bytes:
-                raise HTTPException(413, self.too_large())
             if received > held[0]:  # no Content-Length, or more than it said
                 self.admission.hold_bytes(received - held[0])
                 held[0] = received
             return message
 
-        return receive_limited
+        return receive_counted
 
 
 # -- /run_code: SandboxFusion's schema
@@ -486,6 +463,32 @@ class VerifyRequest(BaseModel):
         None, description="pose every problem in this language (default: each its own)"
     )
 
+    @field_validator("samples", "problems")
+    @classmethod
+    def _shallow(cls, items: str | list[dict[str, Any]], info: ValidationInfo) -> Any:
+        if isinstance(items, list):
+            for index, item in enumerate(items):
+                if nesting_depth(item) > MAX_DEPTH:
+                    raise ValueError(
+                        f"{info.field_name}[{index}] is nested over {MAX_DEPTH} levels deep"
+                    )
+        return items
+
+
+def nesting_depth(value: Any) -> int:
+    """How deep lists and objects nest in ``value``, parsed JSON (iteratively: a sample nested
+    900 deep passed the parser, then broke the answer's serialiser after every job had run)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if deepest > MAX_DEPTH:
+                break
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
 
 @functools.cache
 def named_problems(name: str) -> dict[str, Problem]:
@@ -568,27 +571,11 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
         default_response_class=JSONAnswer,
     )
     app.state.admission = admission
-    app.add_middleware(Gate, config=config, metrics=metrics, admission=admission)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def refused(request: Request, exc: StarletteHTTPException) -> JSONAnswer:
-        return JSONAnswer({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError) -> JSONAnswer:
-        errors = exc.errors()
-        if errors and errors[0]["type"] == "json_invalid":
-            detail = (
-                f"malformed JSON: {errors[0]['ctx']['error']} at position {errors[0]['loc'][1]}"
-            )
-            return JSONAnswer({"detail": detail}, status_code=400)
-        parts = [
-            f"{'.'.join(map(str, error['loc'][1:])) or 'body'}: {error['msg']}"[:MAX_ERROR_CHARS]
-            for error in errors[:MAX_ERRORS]
-        ]
-        if len(errors) > MAX_ERRORS:
-            parts.append(f"and {len(errors) - MAX_ERRORS} more errors")
-        return JSONAnswer({"detail": "; ".join(parts)}, status_code=422)
+    # The last added runs first: counted, then the token and body limits, then admitted.
+    app.add_middleware(Admitted, admission=admission)
+    app.add_middleware(Guard, limits=config)
+    app.add_middleware(Counted, metrics=metrics)
+    answer_errors_plainly(app)
 
     @app.exception_handler(SandboxUnavailable)
     async def unavailable(request: Request, exc: SandboxUnavailable) -> JSONAnswer:
@@ -719,14 +706,12 @@ def serve(config: ServerConfig) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     pool = SandboxPool(PoolConfig(size=config.workers))
     app = create_app(config, pool)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host=config.host,
-            port=config.port,
-            access_log=False,
-            timeout_graceful_shutdown=config.shutdown_timeout_s,
-        )
+    server = http_server(
+        app,
+        host=config.host,
+        port=config.port,
+        limits=config,
+        shutdown_timeout_s=config.shutdown_timeout_s,
     )
     try:
         pool.start()

@@ -10,18 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..data.prompts import Prompt
-from .sampling import SamplingConfig, WeightSyncError
+from .sampling import PROBE_LENGTH, SamplingConfig, WeightSyncError
 
 TOKEN_ENV = "CODEPOST_SAMPLER_TOKEN"
+MAX_PROMPTS = 1 << 16  # in one request: a list is refused by its length before its items
 
 
 class SampleRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    prompts: list[dict[str, str]]
+    prompts: list[dict[str, str]] = Field(max_length=MAX_PROMPTS)
     sampling: SamplingConfig
     policy_version: int = 0
 
@@ -30,7 +31,7 @@ class RefreshRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     checkpoint: str
-    expected_probe: list[float] | None = None
+    expected_probe: list[float] | None = Field(None, max_length=PROBE_LENGTH)
 
 
 class RemoteSampler:

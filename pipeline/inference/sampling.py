@@ -12,6 +12,7 @@ backend produces the same rows on machines without vLLM.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from typing import Any, Literal, Protocol
 import psutil
 import torch
 from pydantic import BaseModel, ConfigDict, Field
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
 from ..data.prompts import Prompt
@@ -29,6 +30,8 @@ from ..data.rows import Completion, rollout_rows
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer, safetensors_only
 from ..progress import tqdm_class
 from .generate import HF_GENERATE_SAMPLER, generate_rollouts
+
+log = logging.getLogger(__name__)
 
 # A fixed, tokenizer-independent probe: token ids spread over the vocabulary.
 PROBE_LENGTH = 48
@@ -143,36 +146,71 @@ def check_probe(engine: list[float], trainer: list[float], tolerance: float) -> 
     return diff
 
 
-def checkpoint_shapes(folder: str | Path) -> dict[str, tuple[int, ...]]:
-    """Name and shape of every tensor in a folder's safetensors files, read from the files'
-    headers: a refresh checks a checkpoint against the served model before it loads anything."""
-    shapes: dict[str, tuple[int, ...]] = {}
+# safetensors' names of the floating-point dtypes (the others: integers and bool)
+FLOAT_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
+
+
+def checkpoint_tensors(folder: str | Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Name, shape and dtype of every tensor in a folder's safetensors files, read from the
+    files' headers: a refresh checks a checkpoint against the served model before it loads
+    anything."""
+    tensors: dict[str, tuple[tuple[int, ...], str]] = {}
     for file in sorted(Path(folder).glob("*.safetensors")):
         if not file.is_file():  # a FIFO would block the reader, a device never end
-            raise WeightSyncError(f"{file}: not a regular file")
-        with safe_open(file, "pt") as tensors:
-            for name in tensors.keys():  # noqa: SIM118 (a safe_open handle is not iterable)
-                shapes[name] = tuple(tensors.get_slice(name).get_shape())
-    return shapes
+            raise WeightSyncError(f"{file}: not a regular file: nothing was loaded")
+        try:
+            with safe_open(file, "pt") as opened:
+                for name in opened.keys():  # noqa: SIM118 (a safe_open handle is not iterable)
+                    header = opened.get_slice(name)
+                    tensors[name] = (tuple(header.get_shape()), header.get_dtype())
+        except (OSError, SafetensorError) as exc:  # a header cut short, or not JSON
+            raise WeightSyncError(f"{file}: unreadable ({exc}): nothing was loaded") from None
+    return tensors
 
 
 def check_weights_fit(
     checkpoint: str | Path,
-    found: dict[str, tuple[int, ...]],
-    served: dict[str, tuple[int, ...]],
+    found: dict[str, tuple[tuple[int, ...], str]],
+    served: dict[str, tuple[tuple[int, ...], torch.dtype]],
     optional: frozenset[str] = frozenset({"lm_head.weight"}),  # tied to the embeddings
-) -> None:
+) -> str | None:
     """Refuse, before any tensor is copied, a checkpoint whose tensors are not the served
-    model's (missing, extra or of another shape): a refresh is all or nothing."""
+    model's (missing, extra, of another shape, or not floating point where the model's are):
+    a refresh is all or nothing. Floating-point tensors of another precision are cast to the
+    model's on load (a bf16 checkpoint into an fp32 engine): returns what is cast, else None."""
     missing = sorted(set(served) - set(found) - optional)
     unexpected = sorted(set(found) - set(served))
-    reshaped = sorted(name for name in set(found) & set(served) if found[name] != served[name])
-    if missing or unexpected or reshaped:
+    common = sorted(set(found) & set(served))
+    reshaped = [name for name in common if found[name][0] != served[name][0]]
+    retyped = [
+        name
+        for name in common
+        if served[name][1].is_floating_point and found[name][1] not in FLOAT_DTYPES
+    ]
+    if missing or unexpected or reshaped or retyped:
+        shapes = [(n, found[n][0], served[n][0]) for n in reshaped[:3]]
+        dtypes = [(n, found[n][1], str(served[n][1])) for n in retyped[:3]]
         raise WeightSyncError(
             f"{checkpoint}: weights do not fit the model (missing {missing[:3]}, unexpected "
-            f"{unexpected[:3]}, other shapes {[(n, found[n], served[n]) for n in reshaped[:3]]}"
-            f"; {len(missing)}/{len(unexpected)}/{len(reshaped)} in all): nothing was loaded"
+            f"{unexpected[:3]}, other shapes {shapes}, not floating point {dtypes}; "
+            f"{len(missing)}/{len(unexpected)}/{len(reshaped)}/{len(retyped)} in all): "
+            "nothing was loaded"
         )
+    cast = sorted(
+        {
+            f"{found[name][1]} -> {str(served[name][1]).removeprefix('torch.')}"
+            for name in common
+            if FLOAT_DTYPES.get(found[name][1], served[name][1]) != served[name][1]
+        }
+    )
+    return f"{checkpoint}: cast on load, {', '.join(cast)}" if cast else None
 
 
 def check_free_memory(kv_cache_gib: int) -> None:
@@ -227,7 +265,15 @@ class VLLMSampler:
         self.tokenizer = self.llm.get_tokenizer()
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         self.weights = checkpoint
-        self.served_shapes = checkpoint_shapes(checkpoint) if Path(checkpoint).is_dir() else {}
+        # the start folder's tensors, as the engine holds them (floats in the engine's dtype)
+        dtype = self.llm.llm_engine.model_config.dtype
+        assert isinstance(dtype, torch.dtype)  # vLLM resolves "auto" as the engine starts
+        self.served = {
+            name: (shape, dtype if file_dtype in FLOAT_DTYPES else torch.int64)
+            for name, (shape, file_dtype) in (
+                checkpoint_tensors(checkpoint) if Path(checkpoint).is_dir() else {}
+            ).items()
+        }
 
     def sample(
         self, prompts: Sequence[Prompt], config: SamplingConfig, *, policy_version: int = 0
@@ -282,6 +328,13 @@ class VLLMSampler:
             )
         ]
 
+    def failure(self) -> str | None:
+        """Why the engine can no longer serve (its core process died), else None."""
+        resources = getattr(self.llm.llm_engine.engine_core, "resources", None)  # multiprocess
+        if resources is not None and resources.engine_dead:
+            return "vLLM's engine core died (EngineDeadError; its log says why): restart it"
+        return None
+
     def probe_logprobs(self) -> list[float]:
         """The engine's logprobs of the probe tokens (prompt logprobs, temperature 1)."""
         from vllm import SamplingParams  # vLLM's backend only (loaded when the engine started)
@@ -302,8 +355,10 @@ class VLLMSampler:
     def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float:
         """Serve the weights of ``checkpoint`` in place; with ``expected_probe`` (the trainer's
         :func:`trainer_probe_logprobs`), check they took. Returns the probe's mean |diff|."""
-        if self.served_shapes:  # an engine started from a hub name has no folder to compare
-            check_weights_fit(checkpoint, checkpoint_shapes(checkpoint), self.served_shapes)
+        if self.served:  # an engine started from a hub name has no folder to compare
+            cast = check_weights_fit(checkpoint, checkpoint_tensors(checkpoint), self.served)
+            if cast is not None:
+                log.warning(cast)
         self.llm.collective_rpc("refresh_weights", args=(str(checkpoint),))
         self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
         self.weights = str(checkpoint)
@@ -354,8 +409,10 @@ class HFSampler:
         return trainer_probe_logprobs(self.model, self.model.config.vocab_size)
 
     def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float:
-        served = {name: tuple(t.shape) for name, t in self.model.state_dict().items()}
-        check_weights_fit(checkpoint, checkpoint_shapes(checkpoint), served)
+        served = {name: (tuple(t.shape), t.dtype) for name, t in self.model.state_dict().items()}
+        cast = check_weights_fit(checkpoint, checkpoint_tensors(checkpoint), served)
+        if cast is not None:
+            log.warning(cast)
         state = {}
         for file in sorted(Path(checkpoint).glob("*.safetensors")):
             state.update(load_file(file))

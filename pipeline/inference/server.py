@@ -18,25 +18,34 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import uvicorn
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from fastapi import FastAPI, HTTPException
+from pydantic import ConfigDict, Field, ValidationError
 
-from ...verifiers.server import BEARER_REFUSED, bearer_token_matches
+from ...verifiers.serving import (
+    BearerToken,
+    Guard,
+    HTTPLimits,
+    JSONAnswer,
+    answer_errors_plainly,
+    http_server,
+)
 from ..command_line import EXIT_BAD_INPUT, settings_command
 from ..data.prompts import Prompt
 from ..model_config import ModelConfig, ModelNotFoundError
 from ..settings import load_config
 from .engines import close_samplers, get_sampler
-from .remote import TOKEN_ENV, RefreshRequest, SampleRequest
+from .remote import MAX_PROMPTS, TOKEN_ENV, RefreshRequest, SampleRequest
 from .sampling import EngineConfig, WeightSyncError
 
+T = TypeVar("T")
 
-class SampleServerConfig(BaseModel):
-    """What ``codepost sample-server`` serves, and where."""
+
+class SampleServerConfig(HTTPLimits):
+    """What ``codepost sample-server`` serves, where, and what it accepts."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -44,66 +53,182 @@ class SampleServerConfig(BaseModel):
     engine: EngineConfig = Field(default_factory=EngineConfig)
     host: str = Field("127.0.0.1", description="interface to bind (0.0.0.0: every one)")
     port: int = Field(8020, ge=1, le=65535)
-    token: str | None = Field(
+    token: BearerToken = Field(
         None, description=f"bearer token the clients must send (default: ${TOKEN_ENV}, else none)"
     )
+    checkpoint_root: Path | None = Field(
+        None,
+        description="the folder /refresh may load checkpoints from (the runs' folder, seen at "
+        "the same path as the trainer sees it); none: every /refresh is refused",
+    )
+    max_prompts: int = Field(
+        4096, ge=1, le=MAX_PROMPTS, description="prompts in one /sample request"
+    )
+    max_stop_strings: int = Field(16, ge=0, description="stop strings in one /sample request")
+    max_stop_chars: int = Field(128, ge=1, description="characters in one stop string")
 
 
 def create_app(config: SampleServerConfig, sampler: Any) -> FastAPI:
     """The server's app over a started ``sampler`` (a :class:`~.sampling.Sampler`)."""
     lock = threading.Lock()  # FastAPI runs these handlers in a thread pool
+    unknown_weights: list[str] = []  # why the served weights are neither the old nor the new
 
-    def authorized(request: Request) -> None:
-        if config.token is None:
-            return
-        if not bearer_token_matches(request.headers.get("authorization", ""), config.token):
-            raise HTTPException(401, BEARER_REFUSED, headers={"WWW-Authenticate": "Bearer"})
+    def failure() -> str | None:
+        """Why the engine can no longer serve: it died, or a refresh broke off mid-load."""
+        died = getattr(sampler, "failure", lambda: None)()
+        return died or (unknown_weights[0] if unknown_weights else None)
 
-    app = FastAPI(title="codepost sample-server")
+    def served(call: Callable[[], T]) -> T:
+        """``call`` on the engine: a request the engine refuses (vLLM's validation) is the
+        caller's 400, an engine that cannot serve a 503."""
+        why = failure()
+        if why is not None:
+            raise HTTPException(503, f"the engine can no longer serve: {why}")
+        try:
+            return call()
+        except request_errors() as exc:
+            raise HTTPException(400, f"the engine refused the request: {exc}") from None
+        except Exception as exc:
+            why = failure()
+            if why is not None:
+                raise HTTPException(503, f"the engine can no longer serve: {why}") from exc
+            raise
+
+    app = FastAPI(title="codepost sample-server", default_response_class=JSONAnswer)
+    app.add_middleware(Guard, limits=config)
+    answer_errors_plainly(app)
 
     @app.get("/health")  # open, for load balancers and start-up checks: it says nothing more
-    def health() -> dict[str, str]:
-        return {"status": "ok"}
+    def health() -> JSONAnswer:  # (why it is unhealthy: in the guarded endpoints' 503s)
+        if failure() is not None:
+            return JSONAnswer({"status": "unhealthy"}, status_code=503)
+        return JSONAnswer({"status": "ok"})
 
-    guarded = APIRouter(dependencies=[Depends(authorized)])
-
-    @guarded.get("/engine")
+    @app.get("/engine")
     def engine() -> dict[str, Any]:
         return {"sampler": sampler.name, "weights": sampler.weights}
 
-    @guarded.post("/sample")
+    @app.post("/sample")
     def sample(request: SampleRequest) -> dict[str, Any]:
+        check_sample_request(request, config)
         try:
             prompts = [Prompt(**prompt) for prompt in request.prompts]  # type: ignore[arg-type]
         except TypeError as exc:
             raise HTTPException(422, f"prompts: {exc}") from exc
+        check_prompt_lengths(prompts, sampler.tokenizer, config.engine.max_model_len)
         with lock:
-            rows = sampler.sample(prompts, request.sampling, policy_version=request.policy_version)
+            rows = served(
+                lambda: sampler.sample(
+                    prompts, request.sampling, policy_version=request.policy_version
+                )
+            )
         return {"rows": rows}
 
-    @guarded.post("/refresh")
+    @app.post("/refresh")
     def refresh(request: RefreshRequest) -> dict[str, Any]:
-        checkpoint = Path(request.checkpoint)
-        if not (checkpoint / "config.json").is_file():
-            raise HTTPException(
-                404,
-                f"{checkpoint}: no model folder here (the server reads checkpoints from its "
-                "own filesystem: the run folder must be shared, at the same path)",
-            )
+        checkpoint = checkpoint_folder(request.checkpoint, config.checkpoint_root)
         with lock:
+            died = getattr(sampler, "failure", lambda: None)()
+            if died is not None:
+                raise HTTPException(503, f"the engine can no longer serve: {died}")
             try:
                 diff = sampler.refresh(checkpoint, request.expected_probe)
             except WeightSyncError as exc:
                 raise HTTPException(409, str(exc)) from exc
+            except Exception as exc:
+                unknown_weights[:] = [
+                    f"a refresh from {checkpoint} broke off while loading ({type(exc).__name__}:"
+                    f" {exc}): the served weights are unknown until a refresh succeeds"
+                ]
+                raise HTTPException(409, unknown_weights[0]) from exc
+            unknown_weights.clear()
         return {"probe_diff": None if math.isnan(diff) else diff}  # NaN: nothing checked
 
-    @guarded.get("/probe")
+    @app.get("/probe")
     def probe() -> dict[str, Any]:
         with lock:
-            return {"logprobs": sampler.probe_logprobs()}
+            return {"logprobs": served(sampler.probe_logprobs)}
 
-    app.include_router(guarded)
     return app
+
+
+def request_errors() -> tuple[type[Exception], ...]:
+    """What an engine raises for a request it will not take: vLLM's own validation errors
+    (when vLLM is loaded: the hf backend runs without it) and ``ValueError``."""
+    vllm_exceptions = sys.modules.get("vllm.exceptions")
+    client = getattr(vllm_exceptions, "VLLMClientError", None)
+    return (ValueError,) if client is None else (ValueError, client)
+
+
+def check_sample_request(request: SampleRequest, config: SampleServerConfig) -> None:
+    """Refuse a request past the server's bounds before the engine sees it (200 stop strings
+    once cost 210 s and 1 GB on the hf backend for 4 tokens)."""
+    if len(request.prompts) > config.max_prompts:
+        raise HTTPException(
+            413,
+            f"prompts: {len(request.prompts)}, over the server's max_prompts "
+            f"{config.max_prompts}: send them in batches",
+        )
+    stop = request.sampling.stop
+    if len(stop) > config.max_stop_strings:
+        raise HTTPException(
+            422,
+            f"sampling.stop: {len(stop)} strings, over the server's max_stop_strings "
+            f"{config.max_stop_strings}",
+        )
+    for index, text in enumerate(stop):
+        if not text or len(text) > config.max_stop_chars:
+            raise HTTPException(
+                422,
+                f"sampling.stop[{index}]: {len(text)} characters; a stop string has 1 to "
+                f"{config.max_stop_chars} (the server's max_stop_chars)",
+            )
+
+
+def check_prompt_lengths(prompts: list[Prompt], tokenizer: Any, max_model_len: int) -> None:
+    """Refuse a prompt the engine's context cannot hold with one completion token: vLLM refuses
+    it too, but transformers' ``generate`` would take a prompt of any length (a 16 MB one holds
+    memory until the server dies)."""
+    for index, prompt in enumerate(prompts):
+        length = len(tokenizer.encode(prompt.text, add_special_tokens=False))
+        if length >= max_model_len:
+            raise HTTPException(
+                400,
+                f"prompts[{index}]: {length} tokens, no room for a completion within the "
+                f"engine's max_model_len {max_model_len}",
+            )
+
+
+def checkpoint_folder(name: str, root: Path | None) -> Path:
+    """The checkpoint folder a /refresh names, if it and every file in it lie under the
+    server's checkpoint root (symbolic links resolved); before that, nothing is read there, not
+    even whether it exists."""
+    if root is None:
+        raise HTTPException(
+            403,
+            "this server loads no checkpoints: start it with --checkpoint-root DIR (the folder "
+            "the runs publish their checkpoints under) to serve /refresh",
+        )
+    try:
+        root, folder = root.resolve(), Path(name).resolve()
+        if not folder.is_relative_to(root):
+            raise HTTPException(
+                403, f"checkpoint: {name} is not under the server's checkpoint root"
+            )
+        if not (folder / "config.json").is_file():
+            raise HTTPException(
+                404,
+                f"{name}: no model folder here (the server reads checkpoints from its own "
+                "filesystem: the run folder must be shared, at the same path)",
+            )
+        outside = [e for e in folder.iterdir() if not e.resolve().is_relative_to(root)]
+    except (OSError, ValueError, RuntimeError) as exc:  # a NUL byte, a link loop, no access
+        raise HTTPException(422, f"checkpoint: {exc}") from None
+    if outside:
+        raise HTTPException(
+            403, f"checkpoint: {outside[0]} links to a file outside the server's checkpoint root"
+        )
+    return Path(name)
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
@@ -128,11 +253,13 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     try:
         config = load_config(SampleServerConfig, args.config, args.settings)
+        if config.token is None and TOKEN_ENV in os.environ:  # set, even empty: it must be valid
+            config = SampleServerConfig.model_validate(
+                {**config.model_dump(), "token": os.environ[TOKEN_ENV]}
+            )
     except (ValueError, ValidationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if config.token is None and os.environ.get(TOKEN_ENV):
-        config = config.model_copy(update={"token": os.environ[TOKEN_ENV]})
     return serve(config)
 
 
@@ -144,10 +271,12 @@ def serve(config: SampleServerConfig) -> int:
     except ModelNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(config, sampler), host=config.host, port=config.port, access_log=False
-        )
+    server = http_server(
+        create_app(config, sampler),
+        host=config.host,
+        port=config.port,
+        limits=config,
+        shutdown_timeout_s=None,  # a batch being sampled is answered, however long it takes
     )
     print(
         f"codepost sample-server: http://{config.host}:{config.port} ({sampler.name}, "

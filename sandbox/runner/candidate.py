@@ -328,21 +328,24 @@ def fetch_files(rpc_in: int, rpc_out: int) -> None:
     """After an io program: the files the job asked for, read by a fresh process of the sandbox
     user in its working directory (never by root, so a link the program left reaches nothing it
     could not read itself). A path that is missing or not a regular file is left out (a FIFO
-    cannot block this); files past ``budget`` bytes in all are named in ``over``."""
+    cannot block this); those that are there but not regular files are named in
+    ``irregular``, and files past ``budget`` bytes in all in ``over``."""
     request = read_frame(rpc_in)
-    budget, files, over = request["budget"], {}, []
+    budget, files, over, irregular = request["budget"], {}, [], []
     for path in request["paths"]:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
         except OSError:
             continue
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a directory (open() refuses it)
+            os.close(fd)
+            irregular.append(path)
+            continue
         with open(fd, "rb") as stream:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
             data = stream.read(budget + 1)
         if len(data) > budget:
             over.append(path)
             continue
         budget -= len(data)
         files[path] = base64.b64encode(data).decode()
-    write_frame(rpc_out, {"files": files, "over": over})
+    write_frame(rpc_out, {"files": files, "over": over, "irregular": irregular})

@@ -956,9 +956,15 @@ class Supervisor:
         replies = _parse_frames(bytes(streams[reply_r]))
         if not replies:
             return {}, f"\n[sandbox] fetch_files: the files could not be read within {FETCH_S} s\n"
-        over = replies[0]["over"]
-        note = f"\n[sandbox] fetch_files: over {budget} bytes in all, left out: {', '.join(over)}\n"
-        return replies[0]["files"], note if over else ""
+        notes = [
+            f"\n[sandbox] fetch_files: {why}, left out: {', '.join(paths)}\n"
+            for why, paths in (
+                ("not regular files", replies[0]["irregular"]),
+                (f"over {budget} bytes in all", replies[0]["over"]),
+            )
+            if paths
+        ]
+        return replies[0]["files"], "".join(notes)
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         if request.get("op") == "ping":

@@ -1,0 +1,269 @@
+"""The sample server's bounds on hostile callers, fast: its app over a fake engine in this
+process (``tests/test_sample_server.py`` runs the real server on vLLM and transformers)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+
+from codepost.pipeline.inference.remote import TOKEN_ENV
+from codepost.pipeline.inference.sampling import WeightSyncError
+from codepost.pipeline.inference.server import SampleServerConfig, create_app
+from codepost.pipeline.inference.server import run as run_server
+
+PROMPT = {"task_id": "a", "text": "def f():", "completion_style": "continuation"}
+SAMPLE = {"prompts": [PROMPT], "sampling": {"max_tokens": 4}}
+GOOD = {"Authorization": "Bearer s3cret"}
+
+
+class FakeEngine:
+    """A sampler that records what reaches it, and fails as it is told."""
+
+    name = "fake"
+
+    tokenizer = SimpleNamespace(encode=lambda text, add_special_tokens: text.split())
+
+    def __init__(self) -> None:
+        self.weights = "start"
+        self.calls: list[tuple[str, Any]] = []
+        self.raises: Exception | None = None
+        self.died: str | None = None
+
+    def sample(self, prompts, config, *, policy_version=0):
+        self.calls.append(("sample", [p.task_id for p in prompts]))
+        if self.raises is not None:
+            raise self.raises
+        return [{"prompt_id": p.task_id} for p in prompts]
+
+    def refresh(self, checkpoint: Path, expected_probe=None) -> float:
+        self.calls.append(("refresh", str(checkpoint)))
+        if self.raises is not None:
+            raise self.raises
+        self.weights = str(checkpoint)
+        return math.nan
+
+    def probe_logprobs(self) -> list[float]:
+        return [-1.0]
+
+    def failure(self) -> str | None:
+        return self.died
+
+
+def answers(config: SampleServerConfig, engine: FakeEngine, *calls: tuple[str, str, dict]):
+    """The answers to ``calls`` (method, path, keyword arguments), sent one after another."""
+    app = create_app(config, engine)
+
+    async def send() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://server") as client:
+            return [await client.request(m, path, **options) for m, path, options in calls]
+
+    return asyncio.run(send())
+
+
+def test_the_token_is_checked_before_the_body_is_read():
+    app = create_app(SampleServerConfig(token="s3cret"), FakeEngine())
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        raise AssertionError("the body of a request without the token was read")
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    for authorization in (b"", b"Bearer wrong", "Bearer s3crét".encode()):
+        sent.clear()
+        scope = {
+            "type": "http", "method": "POST", "path": "/sample", "raw_path": b"/sample",
+            "query_string": b"", "root_path": "", "scheme": "http", "http_version": "1.1",
+            "server": ("server", 80), "client": ("client", 1),
+            "headers": [(b"content-length", b"40000000"), (b"authorization", authorization)],
+        }  # fmt: skip
+        asyncio.run(app(scope, receive, send))
+        assert sent[0]["status"] == 401, sent
+
+
+def test_bodies_prompts_and_stop_strings_are_bounded():
+    config = SampleServerConfig(max_body_bytes=64 << 10, max_prompts=3)
+    engine = FakeEngine()
+
+    async def chunks():  # no Content-Length: cut off as the limit is passed
+        for _ in range(100):
+            yield b" " * 1024
+
+    def sampling(**fields: Any) -> dict:
+        return {"json": {**SAMPLE, "sampling": {"max_tokens": 4, **fields}}}
+
+    too_long = {**PROMPT, "text": "x " * 2048}  # 2048 tokens, a context of 2048
+
+    huge, chunked, prompts, long_prompt, many, long, empty, fine = answers(
+        config,
+        engine,
+        ("POST", "/sample", {"content": b" " * (65 << 10)}),
+        ("POST", "/sample", {"content": chunks()}),
+        ("POST", "/sample", {"json": {**SAMPLE, "prompts": SAMPLE["prompts"] * 4}}),
+        ("POST", "/sample", {"json": {**SAMPLE, "prompts": [PROMPT, too_long]}}),
+        ("POST", "/sample", sampling(stop=["x"] * 17)),
+        ("POST", "/sample", sampling(stop=["ok", "y" * 129])),
+        ("POST", "/sample", sampling(stop=[""])),
+        ("POST", "/sample", sampling(stop=["\n\n"] * 16)),
+    )
+    assert huge.status_code == chunked.status_code == 413, (huge.text, chunked.text)
+    assert "over the server's limit of 65536 bytes" in chunked.json()["detail"]
+    assert prompts.status_code == 413 and "max_prompts 3" in prompts.json()["detail"]
+    assert long_prompt.status_code == 400, long_prompt.text
+    assert "prompts[1]: 2048 tokens, no room" in long_prompt.json()["detail"]
+    assert many.status_code == 422 and "sampling.stop: 17 strings" in many.json()["detail"]
+    assert long.status_code == 422 and "sampling.stop[1]: 129 characters" in long.text
+    assert empty.status_code == 422 and "sampling.stop[0]: 0 characters" in empty.text
+    assert fine.status_code == 200, fine.text
+    assert engine.calls == [("sample", ["a"])]  # only the request within bounds reached it
+
+
+def test_a_body_sent_too_slowly_gets_408():
+    app = create_app(SampleServerConfig(body_timeout_s=0.2), FakeEngine())
+    sent: list[dict] = []
+    parts = [{"type": "http.request", "body": b'{"prompts": [', "more_body": True}]
+
+    async def receive() -> dict:
+        if parts:
+            return parts.pop()
+        await asyncio.sleep(60)  # the rest never comes
+        raise AssertionError("unreachable")
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "method": "POST", "path": "/sample", "raw_path": b"/sample",
+        "query_string": b"", "root_path": "", "scheme": "http", "http_version": "1.1",
+        "server": ("server", 80), "client": ("client", 1), "headers": [],
+    }  # fmt: skip
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), 10))
+    assert sent[0]["status"] == 408
+    assert b"not received whole within the server's 0.2 s" in sent[1]["body"]
+
+
+def test_refresh_reads_only_under_the_checkpoint_root(tmp_path):
+    root, outside = tmp_path / "runs", tmp_path / "elsewhere"
+    for folder in (root / "ok", root / "leaky", outside / "model"):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+    (root / "linked").symlink_to(outside / "model")
+    (root / "leaky" / "model.safetensors").symlink_to(outside / "model" / "config.json")
+    (root / "looped").mkdir()
+    (root / "looped" / "config.json").write_text("{}")
+    (root / "looped" / "model.safetensors").symlink_to(root / "looped" / "model.safetensors")
+    engine = FakeEngine()
+    config = SampleServerConfig(checkpoint_root=root)
+
+    def refresh(path: Path | str) -> dict:
+        return {"json": {"checkpoint": str(path)}}
+
+    unrooted, *refused, nul, loop, missing, ok = answers(
+        SampleServerConfig(), engine, ("POST", "/refresh", refresh(root / "ok"))
+    ) + answers(
+        config,
+        engine,
+        ("POST", "/refresh", refresh(outside / "model")),
+        ("POST", "/refresh", refresh(outside / "nothing")),
+        ("POST", "/refresh", refresh(root / ".." / "elsewhere" / "model")),
+        ("POST", "/refresh", refresh(root / "linked")),
+        ("POST", "/refresh", refresh(root / "leaky")),
+        ("POST", "/refresh", refresh("/etc")),
+        ("POST", "/refresh", refresh(f"{root}/ok\0")),
+        ("POST", "/refresh", refresh(root / "looped")),
+        ("POST", "/refresh", refresh(root / "nothing")),
+        ("POST", "/refresh", refresh(root / "ok")),
+    )
+    assert unrooted.status_code == 403 and "--checkpoint-root" in unrooted.json()["detail"]
+    assert [r.status_code for r in refused] == [403] * 6, [r.text for r in refused]
+    # outside the root, whether a model folder exists there is not told
+    assert refused[0].json()["detail"].replace("model", "nothing") == refused[1].json()["detail"]
+    assert "links to a file outside" in refused[4].json()["detail"]
+    assert nul.status_code == 422 and "checkpoint:" in nul.json()["detail"]
+    assert loop.status_code == 422 and "checkpoint:" in loop.json()["detail"]  # was a bare 500
+    assert missing.status_code == 404
+    assert ok.status_code == 200, ok.text
+    assert engine.calls == [("refresh", str(root / "ok"))]
+
+
+def test_engine_errors_answer_4xx_and_a_dead_engine_is_unhealthy(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    refresh = {"json": {"checkpoint": str(tmp_path / "model")}}
+    config = SampleServerConfig(checkpoint_root=tmp_path)
+    engine = FakeEngine()
+    engine.raises = ValueError("The decoder prompt (length 9000) is longer than the maximum")
+    (refused,) = answers(config, engine, ("POST", "/sample", {"json": SAMPLE}))
+    assert refused.status_code == 400 and "longer than the maximum" in refused.json()["detail"]
+
+    engine.raises = WeightSyncError("weights do not fit the model: nothing was loaded")
+    fits_not, healthy = answers(
+        config, engine, ("POST", "/refresh", refresh), ("GET", "/health", {})
+    )
+    assert fits_not.status_code == 409 and healthy.json() == {"status": "ok"}
+
+    engine.raises = OSError("[Errno 5] Input/output error")  # mid-load: the weights are unknown
+    broken, health, sample, probe = answers(
+        config, engine,
+        ("POST", "/refresh", refresh), ("GET", "/health", {}),
+        ("POST", "/sample", {"json": SAMPLE}), ("GET", "/probe", {}),
+    )  # fmt: skip
+    assert broken.status_code == 409 and "the served weights are unknown" in broken.text
+    assert health.status_code == sample.status_code == probe.status_code == 503
+    assert health.json() == {"status": "unhealthy"}  # open to all: it says nothing more
+    assert "the engine can no longer serve: a refresh from" in sample.json()["detail"]
+    assert "Input/output error" in probe.json()["detail"]
+
+    app = create_app(config, engine)  # one app: the state carries from call to call
+    engine.raises = OSError("[Errno 5] Input/output error")
+
+    async def recovered() -> list[int]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://server") as client:
+            codes = [(await client.post("/refresh", **refresh)).status_code]
+            codes.append((await client.get("/health")).status_code)
+            engine.raises = None  # a good checkpoint: known weights again
+            codes.append((await client.post("/refresh", **refresh)).status_code)
+            codes.append((await client.get("/health")).status_code)
+            engine.died = "vLLM's engine core died"
+            codes.append((await client.get("/health")).status_code)
+            codes.append((await client.post("/refresh", **refresh)).status_code)
+            return codes
+
+    assert asyncio.run(recovered()) == [409, 503, 200, 200, 503, 503]
+
+
+@pytest.mark.parametrize("token", ["", "s3crét", "two words"])
+def test_a_token_that_no_client_can_send_is_refused_at_start(token, monkeypatch, capsys):
+    with pytest.raises(ValueError, match="printable ASCII"):
+        SampleServerConfig(token=token)
+    monkeypatch.setenv(TOKEN_ENV, token)  # set, even empty: the server must not start open
+    assert run_server(argparse.Namespace(config=None, settings=[])) == 2
+    assert "printable ASCII" in capsys.readouterr().err
+
+
+def test_validation_answers_stay_small():
+    wrong_items = {"prompts": [{"task_id": 0}] * 1000, "sampling": {}}
+    too_many = {"prompts": [0] * 500_000, "sampling": {}}
+    started = time.monotonic()
+    wrong, many = answers(
+        SampleServerConfig(),
+        FakeEngine(),
+        ("POST", "/sample", {"json": wrong_items}),
+        ("POST", "/sample", {"json": too_many}),
+    )
+    assert time.monotonic() - started < 5  # 200,000 wrong items alone took 6 s, then 70 kB
+    assert wrong.status_code == 422 and len(wrong.content) < 4000
+    assert json.loads(wrong.content)["detail"].endswith("and 990 more errors")
+    assert many.status_code == 422 and "at most 65536 items" in many.json()["detail"]
