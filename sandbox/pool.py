@@ -516,6 +516,7 @@ def _job_payload(job: Job, config: PoolConfig) -> dict[str, Any]:
             "setup": job.judge.setup,
             "tests": list(job.judge.tests),
             "test_names": list(job.judge.test_names),
+            "pytest": job.judge.pytest,
         }
     else:
         payload["stdin_cases"] = list(job.stdin_cases or ())
