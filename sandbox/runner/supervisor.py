@@ -386,9 +386,9 @@ class Supervisor:
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.last_beat = 0.0
         self.zygotes = {kind: self.start_zygote(kind) for kind in ZYGOTE_UIDS}
         self.dir_times = {path: os.stat(path) for path in WRITABLE_DIRS}
-        self.last_beat = 0.0
         self.builds: dict[str, dict[str, Any]] = {}  # this job's compiles, by source hash
         self.job_time = JobTime()  # the running job's whole time
 
@@ -422,16 +422,29 @@ class Supervisor:
             env={**os.environ, **PROGRAM_ENV},
         )
         theirs.close()
-        if ours.recv(16) != b"ready":
+        ours.settimeout(HEARTBEAT_S)
+        while True:  # the host hears from this container while a zygote imports its modules
+            try:
+                ready = ours.recv(16)
+                break
+            except TimeoutError:
+                self.beat()
+        ours.settimeout(None)
+        if ready != b"ready":
             raise RuntimeError(f"the {kind} zygote did not start")
         return process, ours
+
+    def zygote(self, kind: str) -> socket.socket:
+        """The control socket of the ``kind`` zygote; the pytest judges' is started on the
+        first job that needs it."""
+        if kind not in self.zygotes:
+            self.zygotes[kind] = self.start_zygote(kind)
+        return self.zygotes[kind][1]
 
     def zygote_call(
         self, kind: str, request: dict[str, Any], fds: list[int] = ()
     ) -> dict[str, Any]:
-        if kind not in self.zygotes:  # the pytest judges' zygote, on the first job that needs it
-            self.zygotes[kind] = self.start_zygote(kind)
-        control = self.zygotes[kind][1]
+        control = self.zygote(kind)
         socket.send_fds(control, [json.dumps(request).encode()], list(fds))
         reply = control.recv(1 << 16)
         if not reply:
@@ -975,6 +988,8 @@ class Supervisor:
         if request.get("op") == "ping":
             return {"pong": True, "runner": source_version()}
         job = request["job"]
+        if job.get("judge", {}).get("pytest"):
+            self.zygote("pytest")  # started, if this is the first, before the job's time starts
         self.restore_dirs()
         self.job_time = JobTime.of(job["limits"])
         try:
