@@ -130,16 +130,8 @@ class Verifier:
     def prepare(
         self, problems: Mapping[str, Problem], samples: Iterable[Mapping[str, Any]]
     ) -> list[PreparedSample]:
-        """Programs and jobs for every sample; raises ``SampleError`` before anything runs.
-
-        The jobs are built problem by problem, so a problem's tests are parsed once for all its
-        samples in whatever order they come (the parse caches hold a few dozen problems: 656
-        HumanEval samples in task order parse 164 test modules, in file order 656)."""
-        samples = list(samples)
-        checked = [self._checked(index, problems, sample) for index, sample in enumerate(samples)]
-        by_problem = sorted(range(len(samples)), key=lambda index: checked[index][0].task_id)
-        built = {index: self._prepare(index, samples[index], *checked[index]) for index in by_problem}
-        return [built[index] for index in range(len(samples))]
+        """Programs and jobs for every sample; raises ``SampleError`` before anything runs."""
+        return [self._prepare(index, problems, sample) for index, sample in enumerate(samples)]
 
     def check(self, problems: Mapping[str, Problem], samples: Iterable[Mapping[str, Any]]) -> None:
         """``SampleError`` for the first sample that cannot be verified, as ``prepare`` raises it,
@@ -148,13 +140,9 @@ class Verifier:
             self._checked(index, problems, sample)
 
     def _prepare(
-        self,
-        index: int,
-        sample: Mapping[str, Any],
-        problem: Problem,
-        completion: str,
-        length: int,
+        self, index: int, problems: Mapping[str, Problem], sample: Mapping[str, Any]
     ) -> PreparedSample:
+        problem, completion, length = self._checked(index, problems, sample)
         if len(completion) > self.max_completion_chars:
             reason = (
                 f"the completion is {len(completion)} characters, over the verifier's limit "

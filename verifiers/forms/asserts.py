@@ -46,6 +46,11 @@ class AssertsTests(FormTests):
             raise ValueError("test_list is empty")
         return self
 
+    @functools.cached_property
+    def names(self) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+        """``names_in(test_list)``, kept with the problem (as ``CheckTests.checks`` is)."""
+        return names_in(self.test_list)
+
     def count(self) -> int:
         return len(self.test_list)
 
@@ -73,10 +78,8 @@ class AssertsForm(JudgedForm):
 register(AssertsForm())
 
 
-@functools.lru_cache(maxsize=64)
 def names_in(tests: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-    """The names the asserts read, the names they call, and the names they take attributes of:
-    parsed once for all the samples of a problem."""
+    """The names the asserts read, the names they call, and the names they take attributes of."""
     used: set[str] = set()
     called: set[str] = set()
     modules: set[str] = set()
@@ -104,7 +107,7 @@ def asserts_judge(problem: Problem) -> JudgeSpec:
     imports run last, so they win too.
     """
     tests = tuple(problem.test_list)
-    used, called, attributes = names_in(tests)
+    used, called, attributes = problem.tests.names  # type: ignore[attr-defined]
     modules = {
         name
         for name in attributes & set(sys.stdlib_module_names)

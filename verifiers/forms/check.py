@@ -24,8 +24,15 @@ class CheckTests(FormTests):
     form: Literal["check"] = "check"
     test: str  # a module defining check(candidate)
 
+    @functools.cached_property
+    def checks(self) -> tuple[tuple[str, str], ...]:
+        """``split_check(test)``, kept with the problem: split once for all its samples, and
+        for every request that names its problem set, however many problems a run cycles
+        through (a cache of the last few would miss every time)."""
+        return split_check(self.test)
+
     def count(self) -> int:
-        return len(split_check(self.test))
+        return len(self.checks)
 
 
 class CheckForm(JudgedForm):
@@ -74,7 +81,7 @@ def check_judge(problem: Problem) -> JudgeSpec:
         f"{prompt_code(problem)}\n\n{problem.test}\n\n"
         f"candidate = {problem.entry_point} = __remote__({problem.entry_point!r})\n"
     )
-    tests = split_check(problem.test)
+    tests: tuple[tuple[str, str], ...] = problem.tests.checks  # type: ignore[attr-defined]
     return JudgeSpec(
         setup=setup,
         tests=tuple(source for _, source in tests),
@@ -82,7 +89,6 @@ def check_judge(problem: Problem) -> JudgeSpec:
     )
 
 
-@functools.lru_cache(maxsize=64)
 def split_check(test: str) -> tuple[tuple[str, str], ...]:
     """``(name, source)`` per test of ``check(candidate)``'s body, run at the judge's top level.
 
