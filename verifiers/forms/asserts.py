@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import functools
 import sys
 from typing import TYPE_CHECKING, Literal
 
@@ -14,7 +13,7 @@ from ...sandbox import Job, JudgeSpec, Limits
 from ..extraction import import_lines
 from ..judges import longest_first, short_name
 from ..python_ast import parse_python
-from . import FormTests, JudgedForm, register
+from . import FormTests, JudgedForm, kept_with_tests, register
 
 if TYPE_CHECKING:
     from ..problems import Problem
@@ -46,11 +45,6 @@ class AssertsTests(FormTests):
             raise ValueError("test_list is empty")
         return self
 
-    @functools.cached_property
-    def names(self) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-        """``names_in(test_list)``, kept with the problem (as ``CheckTests.checks`` is)."""
-        return names_in(self.test_list)
-
     def count(self) -> int:
         return len(self.test_list)
 
@@ -76,6 +70,11 @@ class AssertsForm(JudgedForm):
 
 
 register(AssertsForm())
+
+
+@kept_with_tests
+def names_of(tests: AssertsTests) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    return names_in(tests.test_list)
 
 
 def names_in(tests: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
@@ -107,7 +106,7 @@ def asserts_judge(problem: Problem) -> JudgeSpec:
     imports run last, so they win too.
     """
     tests = tuple(problem.test_list)
-    used, called, attributes = problem.tests.names  # type: ignore[attr-defined]
+    used, called, attributes = names_of(problem.tests)  # type: ignore[arg-type]
     modules = {
         name
         for name in attributes & set(sys.stdlib_module_names)

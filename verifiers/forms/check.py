@@ -7,14 +7,13 @@ problem's own prompt, run in the judge, never from the candidate program.
 from __future__ import annotations
 
 import ast
-import functools
 from typing import TYPE_CHECKING, Literal
 
 from ...sandbox import Job, JudgeSpec, Limits
 from ..extraction import prompt_code
 from ..judges import short_name
 from ..python_ast import is_docstring, parse_tests
-from . import FormTests, JudgedForm, register
+from . import FormTests, JudgedForm, kept_with_tests, register
 
 if TYPE_CHECKING:
     from ..problems import Problem
@@ -24,15 +23,8 @@ class CheckTests(FormTests):
     form: Literal["check"] = "check"
     test: str  # a module defining check(candidate)
 
-    @functools.cached_property
-    def checks(self) -> tuple[tuple[str, str], ...]:
-        """``split_check(test)``, kept with the problem: split once for all its samples, and
-        for every request that names its problem set, however many problems a run cycles
-        through (a cache of the last few would miss every time)."""
-        return split_check(self.test)
-
     def count(self) -> int:
-        return len(self.checks)
+        return len(checks_of(self))
 
 
 class CheckForm(JudgedForm):
@@ -81,12 +73,17 @@ def check_judge(problem: Problem) -> JudgeSpec:
         f"{prompt_code(problem)}\n\n{problem.test}\n\n"
         f"candidate = {problem.entry_point} = __remote__({problem.entry_point!r})\n"
     )
-    tests: tuple[tuple[str, str], ...] = problem.tests.checks  # type: ignore[attr-defined]
+    tests = checks_of(problem.tests)  # type: ignore[arg-type]
     return JudgeSpec(
         setup=setup,
         tests=tuple(source for _, source in tests),
         test_names=tuple(name for name, _ in tests),
     )
+
+
+@kept_with_tests
+def checks_of(tests: CheckTests) -> tuple[tuple[str, str], ...]:
+    return split_check(tests.test)
 
 
 def split_check(test: str) -> tuple[tuple[str, str], ...]:
