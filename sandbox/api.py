@@ -93,11 +93,15 @@ class JudgeSpec:
     raises NameError if the program has no such name) and ``__remote_names__()`` (the
     program's public top-level names). Then each entry of ``tests`` runs, in order, in the same
     namespace: a test passes when it raises nothing. ``test_names`` label them.
+
+    ``pytest``: the tests run pytest (``runner.pytest_judge``), so the judge is forked from a
+    zygote that has it imported; any judge may import it, at the cost of the import per job.
     """
 
     setup: str
     tests: tuple[str, ...]
     test_names: tuple[str, ...] = ()
+    pytest: bool = False
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,31 @@ def test_call_mode_reports_each_test(sandbox_pool):
     assert "seen 2" in result.stdout
 
 
+def test_a_program_that_signals_itself_is_killed_by_that_signal(sandbox_pool):
+    """The zygote forks with clone(CLONE_PARENT), not glibc's fork: the child's raise() and a
+    thread it starts still work on itself (glibc's cached thread id is the zygote's)."""
+    program = (
+        "import os, signal, threading\n"
+        "def f(kind):\n"
+        "    if kind == 'thread':\n"
+        "        seen = []\n"
+        "        worker = threading.Thread(target=seen.append, args=(os.getpid(),))\n"
+        "        worker.start(); worker.join()\n"
+        "        return seen == [os.getpid()] and os.getppid() == 1\n"
+        "    os.abort() if kind == 'abort' else signal.raise_signal(signal.SIGSEGV)\n"
+    )
+    results = [
+        sandbox_pool.run(call_job(program, f"assert f({kind!r})"))
+        for kind in ("thread", "abort", "segv")
+    ]
+    assert [(r.status, r.error) for r in results] == [
+        (ExecStatus.COMPLETED, None),
+        (ExecStatus.RUNTIME_ERROR, "killed by signal SIGABRT"),
+        (ExecStatus.RUNTIME_ERROR, "killed by signal SIGSEGV"),
+    ]
+    assert passed(results[0]) == [True]
+
+
 def test_candidate_objects_stay_in_the_candidate(sandbox_pool):
     program = (
         "class Pair:\n"

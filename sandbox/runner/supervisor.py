@@ -5,10 +5,12 @@ Processes inside the container:
     supervisor (PID 1, root with only SETUID/SETGID/KILL)   holds the jobs
     +-- zygote (root, a fresh interpreter started before any job was read)
     |       forks every sandbox-user process, so none can find a test in its memory
-    +-- judge zygote (root, the same, with the judge's modules and pytest imported)
+    +-- judge zygote (root, the same, with the judge's modules imported)
     |       forks one judge per call job
+    +-- pytest judge zygote (the same with pytest imported, started by the first job that
+    |       runs pytest), forks the judges of such jobs
     +-- judge (judge user, non-dumpable; one per call job)   runs the job's tests, dies with it
-    +-- candidate (sandbox user; one per job or io case)     reparented here by a double fork
+    +-- candidate (sandbox user; one per job or io case)     forked as a child of this process
     +-- compiler (sandbox user; once per job of a compiled language), forked the same way
 
 After a job the supervisor kills the candidate and the judge; if any process of either user is
@@ -52,7 +54,7 @@ from .zygote import WRITABLE_DIRS
 
 CANDIDATE_UID = int(os.environ.get("CODEPOST_CANDIDATE_UID", "10001"))
 JUDGE_UID = int(os.environ.get("CODEPOST_JUDGE_UID", "10002"))
-ZYGOTE_UIDS = {"judge": JUDGE_UID, "candidate": CANDIDATE_UID}  # swept in this order
+ZYGOTE_UIDS = {"judge": JUDGE_UID, "candidate": CANDIDATE_UID}  # started first, swept in order
 EXCERPT_BYTES = 4096
 JUDGE_GRACE_S = 1.0  # after a timeout, how long the judge may take to wind down
 JUDGE_MEMORY_MB = 1024  # the judge's address space
@@ -384,9 +386,9 @@ class Supervisor:
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.last_beat = 0.0
         self.zygotes = {kind: self.start_zygote(kind) for kind in ZYGOTE_UIDS}
         self.dir_times = {path: os.stat(path) for path in WRITABLE_DIRS}
-        self.last_beat = 0.0
         self.builds: dict[str, dict[str, Any]] = {}  # this job's compiles, by source hash
         self.job_time = JobTime()  # the running job's whole time
 
@@ -407,9 +409,10 @@ class Supervisor:
 
     def start_zygote(self, kind: str) -> tuple[subprocess.Popen, socket.socket]:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        uid = CANDIDATE_UID if kind == "candidate" else JUDGE_UID
         code = (
             "import sys; sys.path.insert(0, '/opt/codepost'); from runner.zygote import main; "
-            f"main({theirs.fileno()}, {ZYGOTE_UIDS[kind]}, {kind!r})"
+            f"main({theirs.fileno()}, {uid}, {kind!r})"
         )
         process = subprocess.Popen(
             [sys.executable, "-I", "-S", "-c", code],
@@ -419,14 +422,29 @@ class Supervisor:
             env={**os.environ, **PROGRAM_ENV},
         )
         theirs.close()
-        if ours.recv(16) != b"ready":
+        ours.settimeout(HEARTBEAT_S)
+        while True:  # the host hears from this container while a zygote imports its modules
+            try:
+                ready = ours.recv(16)
+                break
+            except TimeoutError:
+                self.beat()
+        ours.settimeout(None)
+        if ready != b"ready":
             raise RuntimeError(f"the {kind} zygote did not start")
         return process, ours
+
+    def zygote(self, kind: str) -> socket.socket:
+        """The control socket of the ``kind`` zygote; the pytest judges' is started on the
+        first job that needs it."""
+        if kind not in self.zygotes:
+            self.zygotes[kind] = self.start_zygote(kind)
+        return self.zygotes[kind][1]
 
     def zygote_call(
         self, kind: str, request: dict[str, Any], fds: list[int] = ()
     ) -> dict[str, Any]:
-        control = self.zygotes[kind][1]
+        control = self.zygote(kind)
         socket.send_fds(control, [json.dumps(request).encode()], list(fds))
         reply = control.recv(1 << 16)
         if not reply:
@@ -486,11 +504,14 @@ class Supervisor:
             os.kill(candidate, signal.SIGKILL)
         self.zygote_call("candidate", {"op": "sweep"})
 
-    def spawn(self, mode: str, limits: dict[str, Any], fds: list[int]) -> tuple[int, int]:
-        """Fork a process for ``mode`` (a judge, or a process of the sandbox user: ``zygote.py``);
-        returns its pid and the pipe its set-up reports on."""
+    def spawn(
+        self, mode: str, limits: dict[str, Any], fds: list[int], *, pytest: bool = False
+    ) -> tuple[int, int]:
+        """Fork a process for ``mode`` (a judge, one that runs pytest with ``pytest``, or a
+        process of the sandbox user: ``zygote.py``); returns its pid and the pipe its set-up
+        reports on."""
         ready_r, ready_w = os.pipe()
-        kind = "judge" if mode == "judge" else "candidate"
+        kind = ("pytest" if pytest else "judge") if mode == "judge" else "candidate"
         try:
             reply = self.zygote_call(
                 kind, {"op": "spawn", "mode": mode, "limits": limits}, [*fds, ready_w]
@@ -606,7 +627,10 @@ class Supervisor:
         devnull = os.open("/dev/null", os.O_RDWR)
         candidate, ready_r = self.spawn("call", limits, [devnull, out_w, err_w, j2c_r, c2j_w])
         judge, judge_ready_r = self.spawn(
-            "judge", judge_limits(limits), [devnull, devnull, devnull, job_r, j2c_w, c2j_r, res_w]
+            "judge",
+            judge_limits(limits),
+            [devnull, devnull, devnull, job_r, j2c_w, c2j_r, res_w],
+            pytest=bool(job["judge"].get("pytest")),
         )
         for fd in (devnull, out_w, err_w, j2c_r, c2j_w, j2c_w, c2j_r, res_w, job_r):
             os.close(fd)
@@ -970,6 +994,8 @@ class Supervisor:
         if request.get("op") == "ping":
             return {"pong": True, "runner": source_version()}
         job = request["job"]
+        if job.get("judge", {}).get("pytest"):
+            self.zygote("pytest")  # started, if this is the first, before the job's time starts
         self.restore_dirs()
         self.job_time = JobTime.of(job["limits"])
         try:

@@ -11,9 +11,11 @@ built-in forms are this package's modules (``check``, ``asserts``, ``io``, ``cal
 from __future__ import annotations
 
 import dataclasses
+import functools
+import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -23,6 +25,28 @@ from ..verdicts import Assessment, assess_judged
 if TYPE_CHECKING:
     from ...sandbox import ExecutionResult, Job, Limits
     from ..problems import Problem
+
+
+Tests = TypeVar("Tests", bound="FormTests")
+Derived = TypeVar("Derived")
+
+
+def kept_with_tests(derive: Callable[[Tests], Derived]) -> Callable[[Tests], Derived]:
+    """``derive(tests)`` computed once per problem's tests (equal ones share it) and kept as
+    long as they are: once for all the samples of a problem and every request that names its
+    set, however many problems a run cycles through (a cache of the last few would miss every
+    time), and nothing kept of a problem gone."""
+    results: weakref.WeakKeyDictionary[Tests, Derived] = weakref.WeakKeyDictionary()
+
+    @functools.wraps(derive)
+    def kept(tests: Tests) -> Derived:
+        try:
+            return results[tests]
+        except KeyError:
+            result = results[tests] = derive(tests)
+            return result
+
+    return kept
 
 
 class FormTests(BaseModel):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import functools
 import sys
 from typing import TYPE_CHECKING, Literal
 
@@ -14,7 +13,7 @@ from ...sandbox import Job, JudgeSpec, Limits
 from ..extraction import import_lines
 from ..judges import longest_first, short_name
 from ..python_ast import parse_python
-from . import FormTests, JudgedForm, register
+from . import FormTests, JudgedForm, kept_with_tests, register
 
 if TYPE_CHECKING:
     from ..problems import Problem
@@ -73,10 +72,13 @@ class AssertsForm(JudgedForm):
 register(AssertsForm())
 
 
-@functools.lru_cache(maxsize=64)
+@kept_with_tests
+def names_of(tests: AssertsTests) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    return names_in(tests.test_list)
+
+
 def names_in(tests: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-    """The names the asserts read, the names they call, and the names they take attributes of:
-    parsed once for all the samples of a problem."""
+    """The names the asserts read, the names they call, and the names they take attributes of."""
     used: set[str] = set()
     called: set[str] = set()
     modules: set[str] = set()
@@ -104,7 +106,7 @@ def asserts_judge(problem: Problem) -> JudgeSpec:
     imports run last, so they win too.
     """
     tests = tuple(problem.test_list)
-    used, called, attributes = names_in(tests)
+    used, called, attributes = names_of(problem.tests)  # type: ignore[arg-type]
     modules = {
         name
         for name in attributes & set(sys.stdlib_module_names)

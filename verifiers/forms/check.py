@@ -7,14 +7,13 @@ problem's own prompt, run in the judge, never from the candidate program.
 from __future__ import annotations
 
 import ast
-import functools
 from typing import TYPE_CHECKING, Literal
 
 from ...sandbox import Job, JudgeSpec, Limits
 from ..extraction import prompt_code
 from ..judges import short_name
 from ..python_ast import is_docstring, parse_tests
-from . import FormTests, JudgedForm, register
+from . import FormTests, JudgedForm, kept_with_tests, register
 
 if TYPE_CHECKING:
     from ..problems import Problem
@@ -25,7 +24,7 @@ class CheckTests(FormTests):
     test: str  # a module defining check(candidate)
 
     def count(self) -> int:
-        return len(split_check(self.test))
+        return len(checks_of(self))
 
 
 class CheckForm(JudgedForm):
@@ -74,7 +73,7 @@ def check_judge(problem: Problem) -> JudgeSpec:
         f"{prompt_code(problem)}\n\n{problem.test}\n\n"
         f"candidate = {problem.entry_point} = __remote__({problem.entry_point!r})\n"
     )
-    tests = split_check(problem.test)
+    tests = checks_of(problem.tests)  # type: ignore[arg-type]
     return JudgeSpec(
         setup=setup,
         tests=tuple(source for _, source in tests),
@@ -82,7 +81,11 @@ def check_judge(problem: Problem) -> JudgeSpec:
     )
 
 
-@functools.lru_cache(maxsize=64)
+@kept_with_tests
+def checks_of(tests: CheckTests) -> tuple[tuple[str, str], ...]:
+    return split_check(tests.test)
+
+
 def split_check(test: str) -> tuple[tuple[str, str], ...]:
     """``(name, source)`` per test of ``check(candidate)``'s body, run at the judge's top level.
 

@@ -91,7 +91,10 @@ class PytestForm(JudgedForm):
         return Job(
             program=program,
             judge=JudgeSpec(
-                setup=setup, tests=tuple(f"__check({key!r})\n" for key in keys), test_names=keys
+                setup=setup,
+                tests=tuple(f"__check({key!r})\n" for key in keys),
+                test_names=keys,
+                pytest=True,
             ),
             limits=limits,
         )
