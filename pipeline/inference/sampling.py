@@ -67,6 +67,12 @@ class EngineConfig(BaseModel):
     cpu_kv_cache_gib: int = Field(
         2, ge=1, description="CPU: KV cache space in whole GiB (vLLM's VLLM_CPU_KVCACHE_SPACE)"
     )
+    cpu_threads: int | None = Field(
+        None,
+        ge=1,
+        description="CPU: cores vLLM's model worker computes on (one OpenMP thread each); "
+        "None: every core this process may use (vLLM alone keeps one core for its scheduler)",
+    )
     gpu_memory_utilization: float = Field(
         0.4, gt=0, le=0.95, description="GPU: vLLM's share of each GPU (the rest: training)"
     )
@@ -185,6 +191,14 @@ def check_weights_fit(
         )
 
 
+def reserved_cores(cpu_threads: int | None) -> int:
+    """The cores vLLM's CPU backend leaves out of its worker's thread binding so that
+    ``cpu_threads`` remain (its own default reserves one for the scheduler process, which on
+    2 cores halves generation: measured in ``benchmarks/sampling_throughput.py``)."""
+    cores = len(os.sched_getaffinity(0))
+    return max(0, cores - (cpu_threads or cores))
+
+
 def check_free_memory(kv_cache_gib: int) -> None:
     """vLLM's CPU engine takes its KV cache whole when it starts; short of memory it ends with
     "Engine core initialization failed" and the cause far above: say it first, with the
@@ -214,6 +228,7 @@ class VLLMSampler:
             # One model step of a batch on a loaded 2-core machine took over vLLM's 300 s, and
             # vLLM ended the engine (EngineDeadError) in the middle of a learning run.
             os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")
+            os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(reserved_cores(engine.cpu_threads))
             memory: dict[str, Any] = {}
         else:
             memory = {
