@@ -239,6 +239,15 @@ def test_vllm_rows_follow_the_contract_with_the_trainers_logprobs(smollm2, chat_
     assert batch.temperatures.tolist() == pytest.approx([0.7] * 6)
     assert get_sampler(model_config, TEST_ENGINE) is sampler  # one engine per process
 
+    # Greedy, the chat answer opened with the fence: HumanEval/0's code closes within the
+    # budget and ends at the fence, HumanEval/1's does not (cut at max_tokens, inside the code).
+    greedy = SamplingConfig(num_generations=1, temperature=0, max_tokens=128)
+    closed, cut = sampler.sample(chat_prompts, greedy)
+    assert closed["completion"].startswith("```python\ndef has_close_elements(")
+    assert closed["completion"].endswith("\n```") and closed["finish_reason"] == "stop"
+    assert tokenizer.decode(closed["completion_ids"][-1:]) == "```"  # no token after the fence
+    assert cut["finish_reason"] == "length" and "\n```" not in cut["completion"]
+
 
 @pytest.mark.slow
 def test_vllm_serves_new_weights_in_place_and_a_refresh_that_did_not_take_fails(
