@@ -11,13 +11,14 @@ same settings (G samples per prompt, temperature, max tokens), one run on this m
   (``--no-vllm`` skips them), on the ``chat-free`` prompts (the assistant's turn left open,
   no stop at the fence) as the other rows. Engine start-up is reported apart: a run pays it
   once, not per iteration;
-* ``vLLM stop rule``: the default engine on ``chat`` prompts (the answer opens with the code
-  fence and stops at its closing fence).
+* ``vLLM stop rule``: the engine at its default threads (every core but one) on ``chat``
+  prompts (the answer opens with the code fence and stops at its closing fence).
 
 ``useful`` tokens are those through the closing fence of a completion's first code block (all
 of them where no block closes): what the verifier reads. The HF sampler's peak memory is the
 rise of this process's peak RSS (``VmHWM``) over the call. The last line is
-``ratio: vLLM tokens/s / plain generate tokens/s`` (vLLM at its default threads).
+``ratio: vLLM tokens/s / plain generate tokens/s`` (vLLM at its default threads; the
+default is among ``--threads``).
 
     .venv/bin/python benchmarks/sampling_throughput.py [--prompts 32] [--samples 4] \\
         [--max-tokens 128] [--threads 1 2]
@@ -41,6 +42,7 @@ from codepost.pipeline.inference.sampling import (
     EngineConfig,
     HFSampler,
     SamplingConfig,
+    reserved_cores,
 )
 from codepost.pipeline.model_config import ModelConfig, load_tokenizer
 from codepost.verifiers.extraction import fence
@@ -119,7 +121,7 @@ def main() -> None:
         type=int,
         nargs="+",
         default=[1, len(os.sched_getaffinity(0))],
-        help="vLLM engine.cpu_threads to compare; the last is the one the ratio uses",
+        help="vLLM engine.cpu_threads to compare (the default, every core but one, always runs)",
     )
     args = parser.parse_args()
 
@@ -155,8 +157,10 @@ def main() -> None:
     if args.no_vllm:
         return
 
+    cores = len(os.sched_getaffinity(0))
+    default_threads = cores - reserved_cores(None)
     rates = {}
-    for threads in args.threads:
+    for threads in sorted({*args.threads, default_threads}):
         started = time.perf_counter()
         vllm = get_sampler(model, EngineConfig(cpu_threads=threads))
         print(f"vLLM engine start: {time.perf_counter() - started:.1f} s (once per run)")
@@ -166,7 +170,7 @@ def main() -> None:
         rates[threads] = rate(f"vLLM {threads} threads", tokens, seconds)
         useful = sum(useful_tokens(r, tokenizer) for r in rows)
         rate("  useful", useful, seconds)
-        if threads == args.threads[-1]:
+        if threads == default_threads:
             stop_s, stop_rows = timed_rows(vllm, prompts, config)
             stop_tokens = sum(len(r["completion_ids"]) for r in stop_rows)
             stop_rate = rate("vLLM stop rule", stop_tokens, stop_s)
@@ -178,11 +182,10 @@ def main() -> None:
                 f"{tokens / len(rows):.0f}; useful tok/s x{stop_useful * seconds / useful:.2f}"
             )
         close_samplers()
-    vllm_rate = rates[args.threads[-1]]
-    if len(rates) > 1:
-        print(
-            f"vLLM {args.threads[-1]} / {args.threads[0]} threads: {vllm_rate / rates[args.threads[0]]:.2f}"
-        )
+    vllm_rate = rates[default_threads]
+    for threads, other in rates.items():
+        if threads != default_threads:
+            print(f"vLLM {threads} / {default_threads} threads: {other / vllm_rate:.2f}")
     print(f"vLLM / hf sampler: {vllm_rate / hf_rate:.2f}")
     print(f"stop rule / plain generate: {stop_rate / generate_rate:.2f}")
     print(f"ratio: {vllm_rate / generate_rate:.2f}")

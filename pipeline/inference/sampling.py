@@ -71,7 +71,8 @@ class EngineConfig(BaseModel):
         None,
         ge=1,
         description="CPU: cores vLLM's model worker computes on (one OpenMP thread each); "
-        "None: every core this process may use (vLLM alone keeps one core for its scheduler)",
+        "None: vLLM's choice, every core but one, which it keeps for its scheduler process "
+        "(on 2 shared cores, 1 thread sampled faster than 2: docs/stages.md)",
     )
     gpu_memory_utilization: float = Field(
         0.4, gt=0, le=0.95, description="GPU: vLLM's share of each GPU (the rest: training)"
@@ -193,10 +194,9 @@ def check_weights_fit(
 
 def reserved_cores(cpu_threads: int | None) -> int:
     """The cores vLLM's CPU backend leaves out of its worker's thread binding so that
-    ``cpu_threads`` remain (its own default reserves one for the scheduler process, which on
-    2 cores halves generation: measured in ``benchmarks/sampling_throughput.py``)."""
+    ``cpu_threads`` remain; None keeps vLLM's own rule (one core, for its scheduler process)."""
     cores = len(os.sched_getaffinity(0))
-    return max(0, cores - (cpu_threads or cores))
+    return max(0, cores - (cpu_threads or max(1, cores - 1)))
 
 
 def check_free_memory(kv_cache_gib: int) -> None:
