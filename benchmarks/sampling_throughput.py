@@ -7,18 +7,27 @@ same settings (G samples per prompt, temperature, max tokens), one run on this m
   then a scoring forward over prompt + completion);
 * ``plain generate``: the ``generate`` calls inside that same run, timed on their own: the
   same tokens with no logprobs, the fair baseline;
-* ``vLLM sampler``: our vLLM sampler (``--no-vllm`` skips it). Engine start-up is reported
-  apart: a run pays it once, not per iteration.
+* ``vLLM N threads``: our vLLM sampler with ``engine.cpu_threads=N``, for each ``--threads``
+  (``--no-vllm`` skips them), on the ``chat-free`` prompts (the assistant's turn left open,
+  no stop at the fence) as the other rows. Engine start-up is reported apart: a run pays it
+  once, not per iteration;
+* ``vLLM stop rule``: the engine at its default threads (every core but one) on ``chat``
+  prompts (the answer opens with the code fence and stops at its closing fence).
 
-The HF sampler's peak memory is the rise of this process's peak RSS (``VmHWM``) over the call.
-The last line is ``ratio: vLLM tokens/s / plain generate tokens/s``.
+``useful`` tokens are those through the closing fence of a completion's first code block (all
+of them where no block closes): what the verifier reads. The HF sampler's peak memory is the
+rise of this process's peak RSS (``VmHWM``) over the call. The last line is
+``ratio: vLLM tokens/s / plain generate tokens/s`` (vLLM at its default threads; the
+default is among ``--threads``).
 
-    .venv/bin/python benchmarks/sampling_throughput.py [--prompts 32] [--samples 4] [--max-tokens 128]
+    .venv/bin/python benchmarks/sampling_throughput.py [--prompts 32] [--samples 4] \\
+        [--max-tokens 128] [--threads 1 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import time
 from collections.abc import Callable
@@ -28,19 +37,41 @@ from typing import Any
 
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
 from codepost.pipeline.data.prompts import build_prompt
+from codepost.pipeline.inference.engines import close_samplers, get_sampler
 from codepost.pipeline.inference.sampling import (
     EngineConfig,
     HFSampler,
     SamplingConfig,
-    VLLMSampler,
+    reserved_cores,
 )
 from codepost.pipeline.model_config import ModelConfig, load_tokenizer
+from codepost.verifiers.extraction import fence
 
 
 def timed_sampling(sampler, prompts, config: SamplingConfig) -> tuple[float, int]:
+    seconds, rows = timed_rows(sampler, prompts, config)
+    return seconds, sum(len(r["completion_ids"]) for r in rows)
+
+
+def timed_rows(sampler, prompts, config: SamplingConfig) -> tuple[float, list[dict[str, Any]]]:
     started = time.perf_counter()
     rows = sampler.sample(prompts, config)
-    return time.perf_counter() - started, sum(len(r["completion_ids"]) for r in rows)
+    return time.perf_counter() - started, rows
+
+
+def useful_tokens(row: dict[str, Any], tokenizer: Any) -> int:
+    """The completion's tokens through the closing fence of its first code block (re-tokenized
+    text), or all of them where no block closes."""
+    lines = row["completion"].splitlines(keepends=True)
+    opened = next((i for i, line in enumerate(lines) if fence(line)), None)
+    closing = next(
+        (i for i in range(len(lines)) if opened is not None and i > opened and fence(lines[i])),
+        None,
+    )
+    if closing is None:
+        return len(row["completion_ids"])
+    text = "".join(lines[:closing]) + lines[closing].rstrip("\n")
+    return min(len(row["completion_ids"]), len(tokenizer.encode(text, add_special_tokens=False)))
 
 
 def peak_rss_rise_mib(call: Callable[[], Any]) -> tuple[Any, float]:
@@ -85,13 +116,21 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM sampler")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        default=[1, len(os.sched_getaffinity(0))],
+        help="vLLM engine.cpu_threads to compare (the default, every core but one, always runs)",
+    )
     args = parser.parse_args()
 
     model = ModelConfig(name_or_path=args.model)
     checkpoint = model.resolve()
     tokenizer = load_tokenizer(model)
     problems = load_problem_set(ProblemSet(limit=args.prompts))
-    prompts = [build_prompt(p, tokenizer) for p in problems.values()]
+    prompts = [build_prompt(p, tokenizer) for p in problems.values()]  # stop at the fence
+    free = [build_prompt(p, tokenizer, "chat-free") for p in problems.values()]
     config = SamplingConfig(
         num_generations=args.samples, max_tokens=args.max_tokens, temperature=args.temperature
     )
@@ -104,9 +143,9 @@ def main() -> None:
     # First, before vLLM's engine process exists: the peak RSS is the HF sampler's alone.
     engine = EngineConfig(backend="hf")
     hf = HFSampler(checkpoint, model, engine)
-    timed_sampling(hf, prompts[:2], warm_up)
+    timed_sampling(hf, free[:2], warm_up)
     generate = GenerateTimer(hf.model)
-    (hf_s, hf_tokens), hf_rise = peak_rss_rise_mib(partial(timed_sampling, hf, prompts, config))
+    (hf_s, hf_tokens), hf_rise = peak_rss_rise_mib(partial(timed_sampling, hf, free, config))
     hf_rate = rate("hf sampler", hf_tokens, hf_s)
     generate_rate = rate("plain generate", hf_tokens, generate.seconds)
     print(
@@ -118,14 +157,37 @@ def main() -> None:
     if args.no_vllm:
         return
 
-    started = time.perf_counter()
-    vllm = VLLMSampler(checkpoint, model, EngineConfig())
-    print(f"vLLM engine start: {time.perf_counter() - started:.1f} s (once per run)")
-    timed_sampling(vllm, prompts[:2], warm_up)
-    vllm_s, vllm_tokens = timed_sampling(vllm, prompts, config)
-    vllm.llm.llm_engine.engine_core.shutdown()
-    vllm_rate = rate("vLLM sampler", vllm_tokens, vllm_s)
+    cores = len(os.sched_getaffinity(0))
+    default_threads = cores - reserved_cores(None)
+    rates = {}
+    for threads in sorted({*args.threads, default_threads}):
+        started = time.perf_counter()
+        vllm = get_sampler(model, EngineConfig(cpu_threads=threads))
+        print(f"vLLM engine start: {time.perf_counter() - started:.1f} s (once per run)")
+        timed_sampling(vllm, free[:2], warm_up)
+        seconds, rows = timed_rows(vllm, free, config)
+        tokens = sum(len(r["completion_ids"]) for r in rows)
+        rates[threads] = rate(f"vLLM {threads} threads", tokens, seconds)
+        useful = sum(useful_tokens(r, tokenizer) for r in rows)
+        rate("  useful", useful, seconds)
+        if threads == default_threads:
+            stop_s, stop_rows = timed_rows(vllm, prompts, config)
+            stop_tokens = sum(len(r["completion_ids"]) for r in stop_rows)
+            stop_rate = rate("vLLM stop rule", stop_tokens, stop_s)
+            stop_useful = rate(
+                "  useful", sum(useful_tokens(r, tokenizer) for r in stop_rows), stop_s
+            )
+            print(
+                f"stop rule: {stop_tokens / len(stop_rows):.0f} tokens per completion against "
+                f"{tokens / len(rows):.0f}; useful tok/s x{stop_useful * seconds / useful:.2f}"
+            )
+        close_samplers()
+    vllm_rate = rates[default_threads]
+    for threads, other in rates.items():
+        if threads != default_threads:
+            print(f"vLLM {threads} / {default_threads} threads: {other / vllm_rate:.2f}")
     print(f"vLLM / hf sampler: {vllm_rate / hf_rate:.2f}")
+    print(f"stop rule / plain generate: {stop_rate / generate_rate:.2f}")
     print(f"ratio: {vllm_rate / generate_rate:.2f}")
 
 

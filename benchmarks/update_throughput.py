@@ -22,7 +22,10 @@ MFU = model FLOPs of one update / its best wall time / the best fp32 ``torch.mat
 Best against best, because the machine is shared: the least disturbed repeat is the closest to
 what the code can do; the median of the per-repeat ratios is printed too. Background load hurts
 the update far more than the peak: its thousands of small ops each wait for their slowest
-thread, so on a loaded machine try ``--threads 1`` as well. Model FLOPs are counted from what the update actually
+thread, so on a loaded machine try ``--threads 1`` as well. The update keeps the memory it
+frees (``pipeline/allocator.py``: glibc otherwise maps and faults in every tensor over 32 MiB
+afresh, kernel work that does not shrink with threads); the minor page faults per update are
+printed beside each run, and ``--release-memory`` measures the update without it. Model FLOPs are counted from what the update actually
 feeds the model (a forward pre-hook reads every call's attention mask and ``logits_to_keep``),
 padding excluded. For one sequence of ``S`` real tokens (prompt + completion) with ``c``
 completion tokens, one forward is
@@ -54,6 +57,7 @@ import contextlib
 import copy
 import os
 import platform
+import resource
 import statistics
 import tempfile
 import time
@@ -66,6 +70,7 @@ import torch
 from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from codepost.pipeline import sharding
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
 from codepost.pipeline.rl.rollouts import RolloutBatch, collate_rollouts
 
@@ -268,13 +273,16 @@ def rss_mib(field: str) -> float:
     return float("nan")
 
 
-def timed(step: Callable[[], None]) -> tuple[float, float]:
-    """Wall time of one call and its peak RSS above the start."""
+def timed(step: Callable[[], None]) -> tuple[float, float, int]:
+    """Wall time of one call, its peak RSS above the start and its minor page faults."""
     start_rss = rss_mib("VmRSS")
     reset_peak_rss()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     begin = time.perf_counter()
     step()
-    return time.perf_counter() - begin, rss_mib("VmHWM") - start_rss
+    seconds = time.perf_counter() - begin
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    return seconds, rss_mib("VmHWM") - start_rss, faults
 
 
 def cpu_name() -> str:
@@ -318,6 +326,12 @@ def parse_args() -> argparse.Namespace:
         "loaded machine fewer threads than cores can be faster: each op's threads wait for the "
         "slowest, which another process may hold off a core",
     )
+    parser.add_argument(
+        "--release-memory",
+        action="store_true",
+        help="glibc's default: tensors over 32 MiB mapped afresh and unmapped on free "
+        "(the update without pipeline/allocator.py)",
+    )
     # A preset replaces the defaults, so flags given explicitly still win.
     preset = parser.parse_known_args()[0].preset
     if preset:
@@ -354,6 +368,8 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.release_memory:  # before any trainer starts keeping it
+        sharding.keep_freed_memory = lambda: False
     load_at_start = os.getloadavg()[0]
 
     from datasets import Dataset
@@ -424,14 +440,16 @@ def main() -> None:
         trl_step()  # warm-up; ours were warmed up by the FLOP count
         times: dict[str, list[float]] = {name: [] for name in runs}
         memory: dict[str, float] = dict.fromkeys(runs, 0.0)
+        faults: dict[str, list[int]] = {name: [] for name in runs}
         peaks: list[float] = []
         # One call of each per repeat, the matmul peak just before: a burst of background load
         # hits the repeat's runs alike instead of one run's whole block.
         for _ in range(args.repeats):
             peaks.append(matmul_peak(args.peak_size, repeats=3))
             for name, step in runs.items():
-                seconds, rss = timed(step)
+                seconds, rss, step_faults = timed(step)
                 times[name].append(seconds)
+                faults[name].append(step_faults)
                 memory[name] = max(memory[name], rss)
 
     median = {name: statistics.median(t) for name, t in times.items()}
@@ -462,6 +480,7 @@ def main() -> None:
         print(
             f"ours {name:6s} ({label}): {tokens / median[name]:8.1f} tokens/s (median "
             f"{median[name]:.3f} s/update, best {best[name]:.3f}), peak RSS +{memory[name]:.0f} MiB"
+            f", {statistics.median(faults[name]):.0f} minor page faults/update"
         )
     print(
         f"trl : {tokens / median['trl']:8.1f} tokens/s (median {median['trl']:.3f} s/step, "

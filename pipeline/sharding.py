@@ -31,6 +31,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from .allocator import keep_freed_memory
+
 GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
 LOAD = StateDictOptions(full_state_dict=True)
 # A checkpoint merges a LoRA adapter into a copy of the model, which sharded weights are not.
@@ -38,7 +40,10 @@ LORA_REFUSED = "LoRA under FSDP is not supported: use DDP, or full fine-tuning"
 
 
 def make_accelerator(mixed_precision: str) -> Accelerator:
-    """The updater's accelerator: DDP, or FSDP2 when the launch asks for FSDP, on a CPU too."""
+    """The updater's accelerator: DDP, or FSDP2 when the launch asks for FSDP, on a CPU too.
+    Every trainer starts here, so this is also where the process starts keeping the memory
+    it frees (:func:`~.allocator.keep_freed_memory`)."""
+    keep_freed_memory()
     accelerator = Accelerator(mixed_precision=mixed_precision)
     wants_fsdp = parse_flag_from_env("ACCELERATE_USE_FSDP")
     if wants_fsdp and accelerator.distributed_type == DistributedType.MULTI_CPU:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import resource
 import typing
 from dataclasses import replace
 
@@ -40,6 +41,7 @@ from codepost.pipeline.rl.algorithms import (
 from codepost.pipeline.rl.models import ValueModel
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
 from codepost.pipeline.rl.rollouts import collate_rollouts
+from codepost.pipeline.sharding import make_accelerator
 
 # --------------------------------------------------------------------------------------------
 # Rollouts -> batches
@@ -546,3 +548,16 @@ def test_truncated_importance_sampling_weighs_tokens_by_the_capped_trainer_sampl
     metrics = corrected.metrics
     assert metrics["sampler/is_ratio/max"] > 2.0 >= metrics["sampler/is_weight/mean"]
     assert 0 < metrics["sampler/is_truncated_fraction"] < 1
+
+
+def test_a_trainer_process_reuses_the_memory_of_large_tensors_instead_of_faulting_it_in_again():
+    make_accelerator("no")  # every trainer starts here
+
+    def faults_of_large_tensors() -> int:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(4):
+            torch.ones(16 * 2**20)  # 64 MiB: over glibc's largest mmap threshold
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    faults_of_large_tensors()  # the heap grows once
+    assert faults_of_large_tensors() < 2000  # 4 x 16384 pages when each is mapped afresh

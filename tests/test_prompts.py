@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from codepost.pipeline.data.problem_sets import ProblemSet, fingerprint, load_problem_set
-from codepost.pipeline.data.prompts import build_prompt, reference_answer, user_message
+from codepost.pipeline.data.prompts import ANSWER_END, build_prompt, reference_answer, user_message
 from codepost.verifiers import Problem, build_program
 from codepost.verifiers.problems import MBPP
 
@@ -78,3 +78,16 @@ def test_the_reference_answer_in_each_style_is_read_back_as_the_reference(style)
     program = build_program(problem, answer, style)
     assert program.style == style
     assert "for idx, elem in enumerate(numbers)" in program.source
+
+
+def test_a_chat_answer_opens_with_the_fence_and_ends_at_its_closing_fence():
+    (problem,) = load_problem_set(ProblemSet(limit=1)).values()
+    chat = build_prompt(problem, TemplateTokenizer())
+    assert chat.answer_prefix == "```python\n" and chat.stop == (ANSWER_END,)
+    assert chat.model_input == chat.text + "```python\n"
+    # SFT teaches the same answer the sampler completes: the prefix, the code, the fence.
+    answer = reference_answer(problem)
+    assert answer.startswith(chat.answer_prefix) and answer.endswith(ANSWER_END)
+    free = build_prompt(problem, TemplateTokenizer(), "chat-free")
+    assert free.text == chat.text and free.model_input == free.text and free.stop == ()
+    assert free.completion_style == chat.completion_style == "chat"

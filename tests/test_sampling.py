@@ -23,8 +23,9 @@ from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
 from codepost.pipeline.data.prompts import Prompt, build_prompt
+from codepost.pipeline.data.rows import Completion, rollout_rows
 from codepost.pipeline.inference.engines import get_sampler
-from codepost.pipeline.inference.generate import generate_rollouts
+from codepost.pipeline.inference.generate import cut_after_stop, generate_rollouts, stopped_lengths
 from codepost.pipeline.inference.sampling import (
     EngineConfig,
     HFSampler,
@@ -204,6 +205,36 @@ def chat_prompts(smollm2):
     return [build_prompt(problem, tokenizer) for problem in problems.values()]
 
 
+def test_a_chat_completion_stops_at_its_closing_fence_and_one_without_a_fence_runs_on(
+    smollm2, chat_prompts
+):
+    _, tokenizer = smollm2
+    (prompt, *_) = chat_prompts
+    answer = "def f(x):\n    return x\n```\n\nThis function returns x."
+    unfenced = "def f(x):\n    return x\n\nThis function returns x, with no fence at all."
+    ids = [tokenizer.encode(text, add_special_tokens=False) for text in (answer, unfenced)]
+    width = max(map(len, ids)) + 1  # each row ends with EOS
+    generated = torch.tensor([row + [tokenizer.eos_token_id] * (width - len(row)) for row in ids])
+    lengths, stopped = stopped_lengths(tokenizer, generated, prompt.stop)
+    assert stopped.tolist() == [True, True]
+    # Through the fence's own token, not the prose after it; the other through its EOS.
+    assert tokenizer.decode(ids[0][: lengths[0]]).endswith("return x\n```")
+    assert lengths[1] == len(ids[1]) + 1
+    assert stopped_lengths(tokenizer, generated[:, :5], prompt.stop)[1].tolist() == [False] * 2
+    text = cut_after_stop(
+        tokenizer.decode(ids[0][: lengths[0]] + ids[0][lengths[0] :][:1]), prompt.stop
+    )
+    (row,) = rollout_rows(
+        prompt,
+        tokenizer.encode(prompt.model_input, add_special_tokens=False),
+        [Completion(text, ids[0][: lengths[0]], [0.0] * int(lengths[0]), "stop")],
+        temperature=0, top_p=1, max_tokens=8, sampler="s", sampler_weights="w", policy_version=0,
+    )  # fmt: skip
+    # The verifier reads one whole fenced block; prompt + completion is the sequence sampled.
+    assert row["completion"] == "```python\ndef f(x):\n    return x\n```"
+    assert tokenizer.decode(row["prompt_ids"]).endswith("assistant\n```python\n")
+
+
 @pytest.mark.slow
 def test_vllm_rows_follow_the_contract_with_the_trainers_logprobs(smollm2, chat_prompts):
     model_config, tokenizer = smollm2
@@ -213,7 +244,9 @@ def test_vllm_rows_follow_the_contract_with_the_trainers_logprobs(smollm2, chat_
     assert len(rows) == 6 and set(rows[0]) == ROLLOUT_KEYS
     assert rows[0]["sampler"].startswith("vllm-") and rows[0]["policy_version"] == 4
     assert [r["group_index"] for r in rows] == [0, 1, 2, 0, 1, 2]
-    assert rows[0]["prompt_ids"] == tokenizer.encode(chat_prompts[0].text, add_special_tokens=False)
+    assert rows[0]["prompt_ids"] == tokenizer.encode(
+        chat_prompts[0].model_input, add_special_tokens=False
+    )
     model = load_causal_lm(model_config)
     diffs = torch.cat(
         [
@@ -226,6 +259,15 @@ def test_vllm_rows_follow_the_contract_with_the_trainers_logprobs(smollm2, chat_
     batch = collate_rollouts([{**r, "reward": 0.0} for r in rows], pad_token_id=0)
     assert batch.temperatures.tolist() == pytest.approx([0.7] * 6)
     assert get_sampler(model_config, TEST_ENGINE) is sampler  # one engine per process
+
+    # Greedy, the chat answer opened with the fence: HumanEval/0's code closes within the
+    # budget and ends at the fence, HumanEval/1's does not (cut at max_tokens, inside the code).
+    greedy = SamplingConfig(num_generations=1, temperature=0, max_tokens=128)
+    closed, cut = sampler.sample(chat_prompts, greedy)
+    assert closed["completion"].startswith("```python\ndef has_close_elements(")
+    assert closed["completion"].endswith("\n```") and closed["finish_reason"] == "stop"
+    assert tokenizer.decode(closed["completion_ids"][-1:]) == "```"  # no token after the fence
+    assert cut["finish_reason"] == "length" and "\n```" not in cut["completion"]
 
 
 @pytest.mark.slow

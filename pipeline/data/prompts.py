@@ -9,7 +9,12 @@ format the verifier will read. Two styles:
   the problem's language (```` ```python ````, ```` ```cpp ````); the verifier extracts the
   code. Problems whose prompt is prose are always chat; the problem's test form says what the
   turn adds to the statement (an MBPP assert, an io example, a starter code, the module a
-  pytest file imports).
+  pytest file imports). The assistant's turn opens with that fence (:attr:`Prompt.answer_prefix`,
+  as evalplus prompts chat models), so the answer is code from its first token and the
+  samplers stop it at the closing fence (:data:`ANSWER_END`): no tokens are spent on prose
+  after the code, and a completion that never closes its block is one cut at ``max_tokens``.
+* ``chat-free``: the same user turn, the assistant's turn left empty and no stop at the fence:
+  for models that reason (``<think>``) or explain before the code; generation runs to EOS.
 """
 
 from __future__ import annotations
@@ -21,7 +26,10 @@ from ...verifiers import Problem
 from ...verifiers.forms import form_of
 from ...verifiers.languages import source_language
 
-PromptStyle = Literal["chat", "continuation"]
+PromptStyle = Literal["chat", "chat-free", "continuation"]
+# Ends a ``chat`` answer: the closing fence of the block its prefix opened (a fence is a line
+# of its own, so the code before it ends with a newline).
+ANSWER_END = "\n```"
 
 
 def answer_format(problem: Problem) -> str:
@@ -36,8 +44,22 @@ class Prompt:
     """What a model is asked for one problem, and how its answer is read."""
 
     task_id: str
-    text: str  # exactly what is tokenized (chat template already applied)
-    completion_style: PromptStyle
+    text: str  # the prompt, chat template applied
+    completion_style: Literal["chat", "continuation"]  # how the verifier reads the answer
+    # Opens the answer: tokenized after ``text`` as part of the prompt, and the start of the
+    # completion's text (so ``text + completion`` is the sequence the model saw, and the
+    # verifier reads a whole fenced block).
+    answer_prefix: str = ""
+
+    @property
+    def model_input(self) -> str:
+        """Exactly what is tokenized as the prompt."""
+        return self.text + self.answer_prefix
+
+    @property
+    def stop(self) -> tuple[str, ...]:
+        """Where the answer ends besides EOS: the closing fence of a block the prefix opened."""
+        return (ANSWER_END,) if self.answer_prefix else ()
 
 
 def user_message(problem: Problem) -> str:
@@ -64,8 +86,10 @@ def build_prompt(problem: Problem, tokenizer: Any, style: PromptStyle = "chat") 
                 "use style='chat'"
             )
         return Prompt(problem.task_id, problem.prompt, "continuation")
-    if style != "chat":
-        raise ValueError(f"prompt style must be 'chat' or 'continuation', got {style!r}")
+    if style not in ("chat", "chat-free"):
+        raise ValueError(
+            f"prompt style must be 'chat', 'chat-free' or 'continuation', got {style!r}"
+        )
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("style='chat' needs a tokenizer with a chat template")
     text = tokenizer.apply_chat_template(
@@ -73,7 +97,8 @@ def build_prompt(problem: Problem, tokenizer: Any, style: PromptStyle = "chat") 
         tokenize=False,
         add_generation_prompt=True,
     )
-    return Prompt(problem.task_id, text, "chat")
+    prefix = f"```{source_language(problem.language).fences[0]}\n" if style == "chat" else ""
+    return Prompt(problem.task_id, text, "chat", prefix)
 
 
 def reference_answer(problem: Problem, style: PromptStyle = "chat") -> str | None:

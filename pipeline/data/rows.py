@@ -265,13 +265,14 @@ def rollout_rows(
     policy_version: int,
 ) -> list[dict[str, Any]]:
     """Rollout rows (the Parquet contract, without ``reward``) for one prompt's group: every
-    sampler builds its rows here."""
+    sampler builds its rows here. ``prompt_ids`` tokenize :attr:`Prompt.model_input`; the
+    completion's text starts with the prompt's answer prefix, its ids are the sampled ones."""
     return [
         RolloutRow(
             prompt_id=prompt.task_id,
             group_index=index,
             prompt=prompt.text,
-            completion=completion.text,
+            completion=prompt.answer_prefix + completion.text,
             prompt_ids=prompt_ids,
             completion_ids=completion.token_ids,
             sampling_logprobs=completion.logprobs,

@@ -92,7 +92,7 @@ def generate_rollouts(
     """
     if num_generations < 1 or max_new_tokens < 1:
         raise ValueError("num_generations and max_new_tokens must be >= 1")
-    encoded = tokenizer([p.text for p in prompts], add_special_tokens=False)["input_ids"]
+    encoded = tokenizer([p.model_input for p in prompts], add_special_tokens=False)["input_ids"]
     padded, attention = _left_padded(encoded, tokenizer, next(model.parameters()).device)
     padded = padded.repeat_interleave(num_generations, dim=0)
     prompt_lengths = attention.sum(-1).repeat_interleave(num_generations)
@@ -112,17 +112,14 @@ def generate_rollouts(
             tokenizer=tokenizer if stop_strings else None,
             return_dict_in_generate=False,  # the token ids only: no per-step scores kept
         )[:, padded.shape[1] :]
-        is_eos = generated == tokenizer.eos_token_id
-        stopped = is_eos.any(dim=1)
-        # Length up to and including the first EOS; the EOS itself is a token the policy chose.
-        lengths = torch.where(stopped, is_eos.int().argmax(dim=1) + 1, generated.shape[1])
+        lengths, stopped = stopped_lengths(tokenizer, generated, stop_strings)
         logprobs = sampled_logprobs(
             model, padded, prompt_lengths, generated, lengths,
             temperature=temperature, top_p=top_p, tokens_per_forward=tokens_per_forward,
         )  # fmt: skip
     finally:
         model.train(was_training)
-    completions = _completions(tokenizer, generated, lengths, stopped, logprobs)
+    completions = _completions(tokenizer, generated, lengths, stopped, logprobs, stop_strings)
     return [
         row
         for index, prompt in enumerate(prompts)
@@ -140,18 +137,46 @@ def generate_rollouts(
     ]
 
 
+def stopped_lengths(
+    tokenizer: Any, generated: Tensor, stop_strings: Sequence[str]
+) -> tuple[Tensor, Tensor]:
+    """Each row's length and whether it stopped: through its first EOS (a token the policy
+    chose) or the token that completes a stop string, whichever comes first. Rows that
+    ``generate`` stopped early are padded after that point, with ids the policy never chose."""
+    is_eos = generated == tokenizer.eos_token_id
+    stopped = is_eos.any(dim=1)
+    lengths = torch.where(stopped, is_eos.int().argmax(dim=1) + 1, generated.shape[1])
+    if stop_strings:
+        for row, ids in enumerate(generated.tolist()):
+            text = ""
+            for index, token in enumerate(ids[: int(lengths[row])]):
+                text += tokenizer.decode([token])
+                if any(stop in text for stop in stop_strings):
+                    lengths[row], stopped[row] = index + 1, True
+                    break
+    return lengths, stopped
+
+
+def cut_after_stop(text: str, stop_strings: Sequence[str]) -> str:
+    """``text`` through the first stop string in it (vLLM's text with
+    ``include_stop_str_in_output``: the last token may run past the stop string)."""
+    ends = [text.find(stop) + len(stop) for stop in stop_strings if stop in text]
+    return text[: min(ends)] if ends else text
+
+
 def _completions(
     tokenizer: Any,
     generated: Tensor,
     lengths: Tensor,
     stopped: Tensor,
     logprobs: list[list[float]],
+    stop_strings: Sequence[str],
 ) -> list[Completion]:
     """Each generated row cut at its length, decoded, with its logprobs and finish reason."""
     rows = [row[:n] for row, n in zip(generated.tolist(), lengths.tolist(), strict=True)]
     return [
         Completion(
-            text=tokenizer.decode(ids, skip_special_tokens=True),
+            text=cut_after_stop(tokenizer.decode(ids, skip_special_tokens=True), stop_strings),
             token_ids=ids,
             logprobs=row_logprobs,
             finish_reason="stop" if is_stop else "length",

