@@ -190,7 +190,7 @@ def check_prompt_lengths(prompts: list[Prompt], tokenizer: Any, max_model_len: i
     it too, but transformers' ``generate`` would take a prompt of any length (a 16 MB one holds
     memory until the server dies)."""
     for index, prompt in enumerate(prompts):
-        length = len(tokenizer.encode(prompt.text, add_special_tokens=False))
+        length = len(tokenizer.encode(prompt.model_input, add_special_tokens=False))
         if length >= max_model_len:
             raise HTTPException(
                 400,
