@@ -186,6 +186,28 @@ def publish_weights(config: CountConfig, inputs: Artifacts, out_dir: Path) -> Ar
     return Artifacts(checkpoint=str(out_dir))
 
 
+def write_evaluation(config: CountConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    """A folder output without a manifest, as an evaluation's."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "evaluation.json").write_text('{"pass@1": 0.25}')
+    (out_dir / "samples.jsonl").write_text("{}\n")
+    return Artifacts(evaluation=str(out_dir))
+
+
+def test_an_edited_file_of_a_folder_output_is_refused_naming_that_file(tmp_path):
+    """An edited evaluation.json was refused naming only its folder."""
+    stage = Stage(name="toy-eval", config=CountConfig, run=write_evaluation, needs=(),
+                  makes=("evaluation",), accelerator=False)  # fmt: skip
+    first = Path(str(run_stage(stage, CountConfig(), Artifacts(), tmp_path).evaluation))
+    (first / "evaluation.json").write_text('{"pass@1": 0.95}')
+    (first / "notes.txt").write_text("added")
+    with pytest.raises(StaleOutputError) as refused:
+        run_stage(stage, CountConfig(), Artifacts(), tmp_path)
+    message = str(refused.value)
+    assert f"{first / 'evaluation.json'}: differs from its digest" in message
+    assert f"{first / 'notes.txt'}: added" in message and "samples.jsonl" not in message
+
+
 def test_a_corrupted_checkpoint_is_refused_naming_the_file_its_manifest_lists(tmp_path):
     stage = Stage(name="toy-weights", config=CountConfig, run=publish_weights, needs=(),
                   makes=("checkpoint",), accelerator=False)  # fmt: skip

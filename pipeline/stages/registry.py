@@ -127,10 +127,15 @@ def digest(path: str) -> str:
     if target.is_file():
         return sha256_file(target)
     if target.is_dir():
-        files = sorted(p for p in target.rglob("*") if p.is_file())
-        payload = json.dumps([[str(p.relative_to(target)), sha256_file(p)] for p in files])
+        payload = json.dumps([list(item) for item in file_digests(target).items()])
         return hashlib.sha256(payload.encode()).hexdigest()
     return hashlib.sha256(f"name:{path}".encode()).hexdigest()
+
+
+def file_digests(folder: Path) -> dict[str, str]:
+    """Each file under ``folder`` (by its relative path, sorted) -> its sha256."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return {str(p.relative_to(folder)): sha256_file(p) for p in files}
 
 
 def stage_key(stage: Stage, config: BaseModel, inputs: Artifacts) -> tuple[str, dict[str, Any]]:
@@ -187,8 +192,7 @@ def run_stage(
             for kind, path in inputs.present().items()
         },
         "outputs": {
-            kind: {"path": _relative(path, out_root), "digest": digest(path)}
-            for kind, path in outputs.present().items()
+            kind: _output_record(path, out_root) for kind, path in outputs.present().items()
         },
         "code": parts["code"],
         "code_files": parts["code_files"],
@@ -202,6 +206,16 @@ def execute_here(
     stage: Stage, config: Any, inputs: Artifacts, out_dir: Path, label: str
 ) -> Artifacts:
     return stage.run(config, inputs, out_dir)
+
+
+def _output_record(path: str, out_root: Path) -> dict[str, Any]:
+    """Where an output is and its digest; a folder without a manifest also lists its files'
+    digests, so a check names the file that changed."""
+    record: dict[str, Any] = {"path": _relative(path, out_root), "digest": digest(path)}
+    folder = Path(path)
+    if folder.is_dir() and not (folder / MANIFEST).is_file():
+        record["files"] = file_digests(folder)
+    return record
 
 
 def _relative(path: str, root: Path) -> str:
@@ -223,7 +237,9 @@ def _checked_outputs(record: dict[str, Any], out_root: Path, record_path: Path) 
         elif (path / MANIFEST).is_file() and (problems := verify(path)):
             pass
         elif digest(str(path)) != output["digest"]:
-            problems = [f"{path}: differs from the digest recorded when it was made"]
+            problems = _changed_files(path, output.get("files")) or [
+                f"{path}: differs from the digest recorded when it was made"
+            ]
         else:
             problems = []
         if problems:
@@ -235,6 +251,22 @@ def _checked_outputs(record: dict[str, Any], out_root: Path, record_path: Path) 
             )
         outputs[kind] = str(path)
     return Artifacts(**outputs)
+
+
+def _changed_files(folder: Path, recorded: dict[str, str] | None) -> list[str]:
+    """The files of ``folder`` that differ from, or are not in, its recorded file list."""
+    if recorded is None:
+        return []
+    now = file_digests(folder)
+    changed = []
+    for name in sorted(recorded.keys() | now.keys()):
+        if name not in now:
+            changed.append(f"{folder / name}: missing")
+        elif name not in recorded:
+            changed.append(f"{folder / name}: added")
+        elif now[name] != recorded[name]:
+            changed.append(f"{folder / name}: differs from its digest")
+    return changed
 
 
 def _why_new(out_root: Path, parts: dict[str, Any], config: dict[str, Any], stage: Stage) -> str:
