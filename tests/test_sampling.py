@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from types import SimpleNamespace
 
 import psutil
@@ -33,6 +34,7 @@ from codepost.pipeline.inference.sampling import (
     WeightSyncError,
     check_free_memory,
     check_probe,
+    full_disk_named,
     trainer_probe_logprobs,
 )
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
@@ -44,6 +46,28 @@ def test_too_little_memory_for_the_kv_cache_is_said_before_vllm_starts(monkeypat
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=2**30))
     with pytest.raises(MemoryError, match=r"1\.0 GiB available, it needs 2 GiB .*cpu_kv_cache_gib"):
         check_free_memory(2)
+
+
+def test_an_engine_start_on_a_full_disk_names_the_folder(monkeypatch, tmp_path):
+    """It said only "RuntimeError: Engine core initialization failed" (the red team's case)."""
+    import errno
+    import shutil
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    real = shutil.disk_usage
+
+    def full_tmp(path):
+        usage = real(path)
+        return usage._replace(free=10 << 20) if str(path) == str(tmp_path) else usage
+
+    failed = RuntimeError("Engine core initialization failed. See root cause above.")
+    with pytest.raises(RuntimeError, match="Engine core"), full_disk_named():
+        raise failed  # room everywhere: vLLM's own error
+    monkeypatch.setattr(shutil, "disk_usage", full_tmp)
+    with pytest.raises(OSError, match=rf"{tmp_path}: 10 MiB free") as caught, full_disk_named():
+        raise failed
+    assert caught.value.errno == errno.ENOSPC and caught.value.__cause__ is failed
 
 
 def test_check_probe_fails_loudly_past_the_tolerance():

@@ -12,10 +12,14 @@ backend produces the same rows on machines without vLLM.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import math
 import os
-from collections.abc import Sequence
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -250,6 +254,32 @@ def check_free_memory(kv_cache_gib: int) -> None:
         )
 
 
+@contextlib.contextmanager
+def full_disk_named(low_mib: int = 256) -> Iterator[None]:
+    """vLLM's engine writes caches as it starts (its cache root, torch's compile cache under the
+    temporary folder, shared memory); on a full disk it ends with "Engine core initialization
+    failed" and the cause far above. Name the full folder instead."""
+    try:
+        yield
+    except Exception as exc:
+        import vllm.envs
+
+        for folder in (vllm.envs.VLLM_CACHE_ROOT, tempfile.gettempdir(), "/dev/shm"):
+            try:
+                usage = shutil.disk_usage(folder)
+            except OSError:  # not there (yet): nothing written there either
+                continue
+            free = usage.free
+            if free < low_mib << 20 and free < usage.total // 20:  # full, not merely small
+                raise OSError(
+                    errno.ENOSPC,
+                    f"No space left on device for vLLM's engine to start ({folder}: "
+                    f"{free >> 20} MiB free; its caches go there): free space or point "
+                    "VLLM_CACHE_ROOT / TMPDIR elsewhere",
+                ) from exc
+        raise
+
+
 class VLLMSampler:
     """A vLLM engine started once and refreshed in place."""
 
@@ -274,19 +304,20 @@ class VLLMSampler:
                 "tensor_parallel_size": engine.tensor_parallel_size,
             }
         self.name = f"vllm-{vllm.__version__}"
-        self.llm = vllm.LLM(
-            model=checkpoint,
-            dtype=model.dtype,
-            # Also what refresh reads: a local folder's weights never come from a pickle.
-            load_format="safetensors" if safetensors_only(checkpoint) else "auto",
-            seed=engine.seed,
-            max_model_len=engine.max_model_len,
-            enforce_eager=engine.enforce_eager,
-            # Logprobs of the distribution actually sampled from (temperature, top-p applied).
-            logprobs_mode="processed_logprobs",
-            worker_extension_cls="codepost.pipeline.inference.vllm_worker.WeightRefreshExtension",
-            **memory,
-        )
+        with full_disk_named():
+            self.llm = vllm.LLM(
+                model=checkpoint,
+                dtype=model.dtype,
+                # Also what refresh reads: a local folder's weights never come from a pickle.
+                load_format="safetensors" if safetensors_only(checkpoint) else "auto",
+                seed=engine.seed,
+                max_model_len=engine.max_model_len,
+                enforce_eager=engine.enforce_eager,
+                # Logprobs of the distribution actually sampled from (temperature, top-p applied).
+                logprobs_mode="processed_logprobs",
+                worker_extension_cls="codepost.pipeline.inference.vllm_worker.WeightRefreshExtension",
+                **memory,
+            )
         self.tokenizer = self.llm.get_tokenizer()
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         self.weights = checkpoint
