@@ -93,7 +93,7 @@ def test_the_token_is_checked_before_the_body_is_read():
 
 
 def test_bodies_prompts_and_stop_strings_are_bounded():
-    config = SampleServerConfig(max_body_bytes=64 << 10, max_prompts=3)
+    config = SampleServerConfig(max_body_bytes=64 << 10, max_prompts=3, max_completions=16)
     engine = FakeEngine()
 
     async def chunks():  # no Content-Length: cut off as the limit is passed
@@ -105,7 +105,7 @@ def test_bodies_prompts_and_stop_strings_are_bounded():
 
     too_long = {**PROMPT, "text": "x " * 2048}  # 2048 tokens, a context of 2048
 
-    huge, chunked, prompts, long_prompt, many, long, empty, fine = answers(
+    huge, chunked, prompts, long_prompt, many, long, empty, fine, work, tokens = answers(
         config,
         engine,
         ("POST", "/sample", {"content": b" " * (65 << 10)}),
@@ -116,6 +116,8 @@ def test_bodies_prompts_and_stop_strings_are_bounded():
         ("POST", "/sample", sampling(stop=["ok", "y" * 129])),
         ("POST", "/sample", sampling(stop=[""])),
         ("POST", "/sample", sampling(stop=["\n\n"] * 16)),
+        ("POST", "/sample", sampling(num_generations=17)),
+        ("POST", "/sample", sampling(max_tokens=config.engine.max_model_len + 1)),
     )
     assert huge.status_code == chunked.status_code == 413, (huge.text, chunked.text)
     assert "over the server's limit of 65536 bytes" in chunked.json()["detail"]
@@ -126,6 +128,8 @@ def test_bodies_prompts_and_stop_strings_are_bounded():
     assert long.status_code == 422 and "sampling.stop[1]: 129 characters" in long.text
     assert empty.status_code == 422 and "sampling.stop[0]: 0 characters" in empty.text
     assert fine.status_code == 200, fine.text
+    assert work.status_code == 413 and "17 completions" in work.json()["detail"]
+    assert tokens.status_code == 422 and "sampling.max_tokens" in tokens.json()["detail"]
     assert engine.calls == [("sample", ["a"])]  # only the request within bounds reached it
 
 

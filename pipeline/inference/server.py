@@ -64,6 +64,9 @@ class SampleServerConfig(HTTPLimits):
     max_prompts: int = Field(
         4096, ge=1, le=MAX_PROMPTS, description="prompts in one /sample request"
     )
+    max_completions: int = Field(
+        65536, ge=1, description="completions in one /sample request (prompts x num_generations)"
+    )
     max_stop_strings: int = Field(16, ge=0, description="stop strings in one /sample request")
     max_stop_chars: int = Field(128, ge=1, description="characters in one stop string")
 
@@ -168,6 +171,19 @@ def check_sample_request(request: SampleRequest, config: SampleServerConfig) -> 
             413,
             f"prompts: {len(request.prompts)}, over the server's max_prompts "
             f"{config.max_prompts}: send them in batches",
+        )
+    completions = len(request.prompts) * request.sampling.num_generations
+    if completions > config.max_completions:
+        raise HTTPException(
+            413,
+            f"{completions} completions (prompts x sampling.num_generations), over the "
+            f"server's max_completions {config.max_completions}: send them in batches",
+        )
+    if request.sampling.max_tokens > config.engine.max_model_len:
+        raise HTTPException(
+            422,
+            f"sampling.max_tokens: {request.sampling.max_tokens}, over the engine's "
+            f"max_model_len {config.engine.max_model_len}",
         )
     stop = request.sampling.stop
     if len(stop) > config.max_stop_strings:
