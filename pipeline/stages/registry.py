@@ -127,9 +127,13 @@ def digest(path: str) -> str:
     if target.is_file():
         return sha256_file(target)
     if target.is_dir():
-        payload = json.dumps([list(item) for item in file_digests(target).items()])
-        return hashlib.sha256(payload.encode()).hexdigest()
+        return _folder_digest(file_digests(target))
     return hashlib.sha256(f"name:{path}".encode()).hexdigest()
+
+
+def _folder_digest(files: dict[str, str]) -> str:
+    payload = json.dumps([list(item) for item in files.items()])
+    return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def file_digests(folder: Path) -> dict[str, str]:
@@ -211,11 +215,11 @@ def execute_here(
 def _output_record(path: str, out_root: Path) -> dict[str, Any]:
     """Where an output is and its digest; a folder without a manifest also lists its files'
     digests, so a check names the file that changed."""
-    record: dict[str, Any] = {"path": _relative(path, out_root), "digest": digest(path)}
     folder = Path(path)
     if folder.is_dir() and not (folder / MANIFEST).is_file():
-        record["files"] = file_digests(folder)
-    return record
+        files = file_digests(folder)  # each file hashed once, for both
+        return {"path": _relative(path, out_root), "digest": _folder_digest(files), "files": files}
+    return {"path": _relative(path, out_root), "digest": digest(path)}
 
 
 def _relative(path: str, root: Path) -> str:
