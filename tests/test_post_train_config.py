@@ -48,6 +48,13 @@ def test_the_main_job_evaluates_on_all_of_humaneval():
     assert len(load_problem_set(evaluation.problems)) == 164
 
 
+def test_task_ids_choose_problems_of_the_split_in_their_order_and_unknown_ones_are_named():
+    chosen = ProblemSet(source="mbpp", split="train", task_ids=["970", "666"], limit=1)
+    assert list(load_problem_set(chosen)) == ["970"]
+    with pytest.raises(ValueError, match=r"no problem 12, 9999 \(task_ids\)"):
+        load_problem_set(chosen.model_copy(update={"task_ids": ["12", "666", "9999"]}))
+
+
 def test_a_stage_whose_inputs_no_earlier_stage_makes_is_refused():
     with pytest.raises(ValueError, match=r"stages\[1\] \(dpo\) needs pairs"):
         PostTrainConfig(stages=["sft", "dpo"])

@@ -40,6 +40,11 @@ class ProblemSet(Settings):
         "a local .jsonl/.json/.parquet file, or a hub id[:config]",
     )
     split: Split = Field("test", description="MBPP: task-id ranges; hub: the hub's split")
+    task_ids: list[str] = Field(
+        default_factory=list,
+        description="keep only these problems of the split, in this order (before shuffling "
+        "and the limit); [] = all",
+    )
     limit: int | None = Field(None, ge=1, description="keep the first N (after shuffling)")
     shuffle_seed: int | None = Field(
         None, description="shuffle before the limit; None = keep order"
@@ -75,7 +80,7 @@ def load_problem_set(problem_set: ProblemSet) -> dict[str, Problem]:
                 raise ValueError(f"{source}: task id {task_id!r} is in an earlier source too")
             problems[task_id] = problem
     problems = posed_in(problems, problem_set.language)
-    keys = list(problems)
+    keys = _chosen(problems, problem_set)
     if problem_set.shuffle_seed is not None:
         random.Random(problem_set.shuffle_seed).shuffle(keys)
     if problem_set.limit is not None:
@@ -102,6 +107,18 @@ def check_problem_files(config: BaseModel) -> int:
     for problem_set in local:
         load_problem_set(problem_set)
     return len(local)
+
+
+def _chosen(problems: dict[str, Problem], problem_set: ProblemSet) -> list[str]:
+    if not problem_set.task_ids:
+        return list(problems)
+    missing = [task_id for task_id in problem_set.task_ids if task_id not in problems]
+    if missing:
+        raise ValueError(
+            f"{problem_set.source} split {problem_set.split!r}: no problem {', '.join(missing)} "
+            f"(task_ids)"
+        )
+    return list(dict.fromkeys(problem_set.task_ids))
 
 
 def _load_split(source: str, problem_set: ProblemSet) -> dict[str, Problem]:
