@@ -65,6 +65,12 @@ else
   say "Python packages up to date"
 fi
 
+# vLLM's CPU engine asks for tcmalloc (its CPU guide); the engine preloads Debian's build.
+if [ "$EXTRAS" = "vllm-cpu,dev,trackers" ] && ! ldconfig -p | grep -q libtcmalloc_minimal.so.4; then
+  say "installing tcmalloc for vLLM's CPU engine (libtcmalloc-minimal4)"
+  apt_install libtcmalloc-minimal4
+fi
+
 # 2. Docker engine -------------------------------------------------------------------------
 if ! docker info >/dev/null 2>&1; then
   if ! command -v dockerd >/dev/null 2>&1; then

@@ -16,7 +16,9 @@ from tiny_models import char_tokenizer, tiny_causal_lm
 from codepost.pipeline.inference.sampling import EngineConfig
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
 
-TEST_ENGINE = EngineConfig(max_model_len=1024, cpu_kv_cache_gib=1.0)
+# One thread: the suite's engines sample a few tokens at a time on cores that Docker and the
+# tests share, where one thread is the faster (docs/stages.md).
+TEST_ENGINE = EngineConfig(max_model_len=1024, cpu_kv_cache_gib=1.0, cpu_threads=1)
 
 ROLLOUT_KEYS = {
     "prompt_id", "group_index", "prompt", "completion", "prompt_ids", "completion_ids",

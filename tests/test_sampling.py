@@ -35,6 +35,7 @@ from codepost.pipeline.inference.sampling import (
     check_free_memory,
     check_probe,
     full_disk_named,
+    reserved_cores,
     trainer_probe_logprobs,
 )
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
@@ -68,6 +69,15 @@ def test_an_engine_start_on_a_full_disk_names_the_folder(monkeypatch, tmp_path):
     with pytest.raises(OSError, match=rf"{tmp_path}: 10 MiB free") as caught, full_disk_named():
         raise failed
     assert caught.value.errno == errno.ENOSPC and caught.value.__cause__ is failed
+
+
+@pytest.mark.parametrize(("cores", "threads", "reserved"),
+                         [(1, None, 0), (2, None, 0), (2, 1, 1), (8, None, 1), (8, 4, 4)])  # fmt: skip
+def test_the_engine_computes_on_every_core_of_a_small_machine_and_keeps_one_on_a_large(
+    monkeypatch, cores, threads, reserved
+):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: set(range(cores)))
+    assert reserved_cores(threads) == reserved
 
 
 def test_check_probe_fails_loudly_past_the_tolerance():
@@ -283,6 +293,13 @@ def test_vllm_rows_follow_the_contract_with_the_trainers_logprobs(smollm2, chat_
     batch = collate_rollouts([{**r, "reward": 0.0} for r in rows], pad_token_id=0)
     assert batch.temperatures.tolist() == pytest.approx([0.7] * 6)
     assert get_sampler(model_config, TEST_ENGINE) is sampler  # one engine per process
+    # The engine's processes run on tcmalloc, as vLLM's CPU guide asks (set-up installs it).
+    engine_processes = [c for c in psutil.Process().children(recursive=True)
+                        if "VLLM::" in " ".join(c.cmdline())]  # fmt: skip
+    assert engine_processes
+    assert all(any("libtcmalloc" in m.path for m in c.memory_maps()) for c in engine_processes), [
+        c.cmdline() for c in engine_processes
+    ]
 
     # Greedy, the chat answer opened with the fence: HumanEval/0's code closes within the
     # budget and ends at the fence, HumanEval/1's does not (cut at max_tokens, inside the code).
