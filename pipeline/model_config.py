@@ -150,20 +150,21 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         f"[bold]codepost[/bold]: converting {gguf.name} to safetensors in {target} (once)"
     )
     folder, name = str(gguf.parent), gguf.name
-    config = AutoConfig.from_pretrained(folder, gguf_file=name)
-    # The dequantised weights are plain float tensors: the result is not a quantised model.
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    config.dtype = torch.float32
-    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(loaded.state_dict())
-    model.generation_config = loaded.generation_config
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     # A concurrent conversion's folder, the same weights, is replaced.
     with staged(target, folder=True) as staging:
+        # The tokenizer first: a disk too full for the model is found in seconds, not after
+        # the minute that dequantising the weights takes.
+        AutoTokenizer.from_pretrained(folder, gguf_file=name).save_pretrained(staging)
+        config = AutoConfig.from_pretrained(folder, gguf_file=name)
+        # The dequantised weights are plain float tensors: the result is not a quantised model.
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.dtype = torch.float32
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model.load_state_dict(loaded.state_dict())
+        model.generation_config = loaded.generation_config
         model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
 
 
 def load_tokenizer(config: ModelConfig) -> PreTrainedTokenizerBase:

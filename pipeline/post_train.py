@@ -379,14 +379,19 @@ def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
     MBPP training problems within the model's reach, DPO on pairs mined from fresh rollouts, greedy pass@1 on all 164
     HumanEval problems (with intervals and paired tests) before and after each stage."""
     mbpp_train = ProblemSet(source=MBPP, split="train", shuffle_seed=0)
+    # Most MBPP problems are out of a 135M model's reach: a group whose samples all fail
+    # teaches nothing and is dropped. RL, and the rollouts DPO's pairs come from, use those
+    # where some samples passed.
+    within_reach = mbpp_train.model_copy(update={"task_ids": MBPP_TRAIN_WITHIN_REACH})
+    # Passing MBPP answers are short (at most 36 tokens in the main job's RL): a longer
+    # completion is a loop that would hold the batch to the end and is masked when cut.
+    short = SamplingConfig(num_generations=4, max_tokens=128)
     rl = RLConfig(
-        # Most MBPP problems are out of a 135M model's reach: a group whose samples all fail
-        # teaches nothing and is dropped. RL trains on those where some samples passed.
-        problems=mbpp_train.model_copy(update={"task_ids": MBPP_TRAIN_WITHIN_REACH}),
+        problems=within_reach,
         iterations=3,
         prompts_per_iteration=4,
         max_sampling_rounds=2,
-        sampling=SamplingConfig(num_generations=4, max_tokens=256),
+        sampling=short,
         update=UpdateConfig(
             learning_rate=2e-6, micro_batch_size=4, sampler_is_cap=2.0, mask_truncated=True
         ),
@@ -397,14 +402,10 @@ def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
             training=TrainingSettings(per_device_train_batch_size=4, max_length=384),
         ),
         rl,
-        RolloutsConfig(
-            problems=mbpp_train.model_copy(update={"limit": 12}),
-            sampling=SamplingConfig(num_generations=4, max_tokens=192),
-            scoring=rl.scoring,
-        ),
-        # A 135M model rarely passes: prefer by reward (format, syntax) as well as pass/fail,
-        # or there is nothing to prefer and DPO is skipped.
-        PairMiningConfig(reward_margin=0.1),
+        RolloutsConfig(problems=within_reach, sampling=short, scoring=rl.scoring),
+        # One pair per problem, preferring by pass/fail or else by reward (format, syntax): a
+        # 135M model rarely passes, and DPO's steps are the main job's dearest per sample.
+        PairMiningConfig(strategies=["best_vs_worst"], reward_margin=0.1),
         DPOStageConfig(
             training=TrainingSettings(
                 learning_rate=5e-7, per_device_train_batch_size=2, max_length=384
@@ -418,6 +419,8 @@ def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
             for name, stage in zip(["sft", "rl", "rollouts", "pairs", "dpo"], stages, strict=True)
         ],
         evaluations={
-            "humaneval": EvalConfig(sampling=SamplingConfig(temperature=0.8, max_tokens=256))
+            # No greedy completion that passed was longer than 160 tokens (base and SFT, 164
+            # problems each); 32 of 164 ran to 256, past the fence-free code of a loop.
+            "humaneval": EvalConfig(sampling=SamplingConfig(temperature=0.8, max_tokens=192))
         },
     )

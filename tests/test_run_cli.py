@@ -187,11 +187,18 @@ def test_a_first_run_on_a_busy_machine_gets_past_prefects_start(tmp_path):
     newcomers' first runs before their first stage."""
     log = tmp_path / "run.log"
     drop_page_caches()
-    with busy_cores(4 * (os.cpu_count() or 1)):
-        run = _start_run(tmp_path, log)
-        try:
-            assert run.wait(timeout=900) == 0, log.read_text()[-3000:]
-        finally:
+    run = None
+    try:
+        with busy_cores(4 * (os.cpu_count() or 1)):
+            run = _start_run(tmp_path, log)
+            # Past Prefect's start when its first step starts: the rest may run unloaded.
+            past_start = wait_until(
+                lambda: "[1/1] base/tiny: started" in log.read_text() or run.poll() is not None, 900
+            )
+            assert past_start and run.poll() in (None, 0), log.read_text()[-3000:]
+        assert run.wait(timeout=600) == 0, log.read_text()[-3000:]
+    finally:
+        if run is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(run.pid, signal.SIGKILL)
     assert (tmp_path / "run" / "report.md").exists()
