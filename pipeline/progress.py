@@ -178,16 +178,22 @@ class Forward:
     def __init__(self, send: Callable[[Event], None], every_s: float = 0.25) -> None:
         self.send, self.every_s = send, every_s
         self.sent: dict[str, float] = {}
+        self.held: dict[str, Event] = {}  # each task's last update not sent yet
         self.lock = threading.Lock()
 
     def handle(self, event: Event) -> None:
         now = time.monotonic()
+        kind, task = event[0], event[1]
         with self.lock:
-            if event[0] == "update" and now - self.sent.get(event[1], 0.0) < self.every_s:
+            if kind == "update" and now - self.sent.get(task, 0.0) < self.every_s:
+                self.held[task] = event
                 return
-            self.sent[event[1]] = now
-            if event[0] == "end":
-                del self.sent[event[1]]
+            self.sent[task] = now
+            if kind == "end":
+                del self.sent[task]
+                if task in self.held:  # the task ends at its last count, not an earlier one
+                    self.send(self.held[task])
+            self.held.pop(task, None)
             self.send(event)
 
 
