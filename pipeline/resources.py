@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TypeVar
 
 _CLOSERS: list[Callable[[], None]] = []
 _LOCK = threading.Lock()
+Closer = TypeVar("Closer", bound=Callable[[], None])
 
 
-def on_close(close: Callable[[], None]) -> Callable[[], None]:
+def on_close(close: Closer) -> Closer:
     """Register ``close`` (idempotent, safe to call when nothing is open) for :func:`close_all`."""
     with _LOCK:
         if close not in _CLOSERS:

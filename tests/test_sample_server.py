@@ -5,6 +5,7 @@ checked with the trainer's probe, as for an engine in the trainer's process."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -46,7 +47,7 @@ def served(tiny, tmp_path_factory):
     config.write_text(json.dumps(settings))
     with running_server("sample-server", folder, "--config", str(config)) as server:
         yield server
-    close_samplers()  # this process's client of it
+    close_samplers(server.url)  # this process's client of it; its own engines keep running
 
 
 @pytest.mark.slow
@@ -105,6 +106,24 @@ def test_rl_samples_on_a_served_engine_refreshed_after_every_update(served, tiny
     assert httpx.get(f"{served.url}/engine").json()["weights"] == str(iteration_dir(out, 2))
 
 
+def test_closing_a_served_engines_client_leaves_the_other_engines_running(tiny, monkeypatch):
+    from codepost.pipeline.inference import engines
+
+    closed: list[str | None] = []
+
+    def started(checkpoint, model, engine):
+        return SimpleNamespace(weights=checkpoint, close=lambda: closed.append(engine.server_url))
+
+    monkeypatch.setattr(engines, "_start_sampler", started)
+    monkeypatch.setattr(engines, "_SAMPLERS", {})
+    local = get_sampler(tiny, EngineConfig(backend="hf"))
+    served = get_sampler(tiny, EngineConfig(server_url="http://127.0.0.1:1"))
+    close_samplers("http://127.0.0.1:1")
+    assert closed == ["http://127.0.0.1:1"]
+    assert get_sampler(tiny, EngineConfig(backend="hf")) is local
+    assert get_sampler(tiny, EngineConfig(server_url="http://127.0.0.1:1")) is not served
+
+
 def test_a_missing_server_is_named():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ConnectionError, match=f"no codepost sample-server answers at {url}"):
@@ -127,4 +146,4 @@ def test_a_token_guards_every_endpoint(tiny, tmp_path, monkeypatch):
             PROMPTS, SamplingConfig(num_generations=1, max_tokens=4)
         )
         assert [row["prompt_id"] for row in rows] == ["a", "b"]
-        close_samplers()
+        close_samplers(guarded.url)

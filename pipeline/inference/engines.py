@@ -53,11 +53,12 @@ def _start_sampler(checkpoint: str, model: ModelConfig, engine: EngineConfig) ->
 
 
 @on_close
-def close_samplers() -> None:
-    """Shut every cached engine down (vLLM holds processes and memory)."""
+def close_samplers(server_url: str | None = None) -> None:
+    """Shut every cached engine down (vLLM holds processes and memory); with ``server_url``,
+    only this process's client of that served engine (the others keep running)."""
     with _SAMPLERS_LOCK:
-        samplers = list(_SAMPLERS.values())
-        _SAMPLERS.clear()
+        keys = [k for k in _SAMPLERS if server_url is None or k == server_url]
+        samplers = [_SAMPLERS.pop(k) for k in keys]
     for sampler in samplers:
         llm = getattr(sampler, "llm", None)
         if llm is not None:
