@@ -374,10 +374,11 @@ MBPP_TRAIN_WITHIN_REACH = ["666", "708", "768", "800", "807", "818", "821", "839
 
 
 def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
-    """The README's main job: SmolLM2-135M on the CPU, small settings (about 15 minutes on 2
-    cores): SFT on 32 MBPP training references, 3 GRPO iterations with dynamic sampling on
-    MBPP training problems within the model's reach, DPO on pairs mined from fresh rollouts, greedy pass@1 on all 164
-    HumanEval problems (with intervals and paired tests) before and after each stage."""
+    """The README's main job: SmolLM2-135M on the CPU, small settings (under 20 minutes on 2
+    quiet cores): SFT on 32 MBPP training references, 3 GRPO iterations with dynamic sampling
+    on the MBPP training problems within the model's reach, DPO on pairs mined from fresh
+    rollouts on them, greedy pass@1 on all 164 HumanEval problems (with intervals and paired
+    tests) before and after each stage."""
     mbpp_train = ProblemSet(source=MBPP, split="train", shuffle_seed=0)
     # Most MBPP problems are out of a 135M model's reach: a group whose samples all fail
     # teaches nothing and is dropped. RL, and the rollouts DPO's pairs come from, use those
