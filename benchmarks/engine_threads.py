@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from update_throughput import cpu_name
+from machine import cpu_name
 
 
 def measure(prompts: int, threads: int) -> dict[str, float]:

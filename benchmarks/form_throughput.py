@@ -23,7 +23,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from language_throughput import containers_cpu_s, cpu_name
+from language_throughput import containers_cpu_s
+from machine import cpu_name
 
 from codepost.sandbox import Limits, PoolConfig, SandboxPool
 from codepost.verifiers import Problem, Verifier, load_problems

@@ -24,6 +24,7 @@ import statistics
 import time
 
 import docker
+from machine import cpu_name
 
 from codepost.sandbox import ExecStatus, Job, Limits, PoolConfig, SandboxPool
 
@@ -41,14 +42,6 @@ PROGRAMS = {
     ),
 }
 LANGUAGE = {"python": "python", "cpp (<bits/stdc++.h>)": "cpp", "cpp (<iostream>)": "cpp"}
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def containers_cpu_s() -> float:

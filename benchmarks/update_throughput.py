@@ -56,7 +56,6 @@ import argparse
 import contextlib
 import copy
 import os
-import platform
 import resource
 import statistics
 import tempfile
@@ -67,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from machine import cpu_name
 from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -283,13 +283,6 @@ def timed(step: Callable[[], None]) -> tuple[float, float, int]:
     seconds = time.perf_counter() - begin
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     return seconds, rss_mib("VmHWM") - start_rss, faults
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def parse_args() -> argparse.Namespace:

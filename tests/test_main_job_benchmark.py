@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from benchmark_scripts import load
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "main_job.py"
-_spec = importlib.util.spec_from_file_location("main_job", _PATH)
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load("main_job")
 
 LOG = """\
 23:58:00 INFO codepost.progress: [1/4] base/humaneval: started (run 0s)

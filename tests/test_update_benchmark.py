@@ -3,18 +3,13 @@ MFU rests on (checked against torch's own count of the executed matmuls)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+from benchmark_scripts import load
 from tiny_models import tiny_causal_lm
 from torch.utils.flop_counter import FlopCounterMode
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "update_throughput.py"
-_spec = importlib.util.spec_from_file_location("update_throughput", _PATH)
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+bench = load("update_throughput")
 
 
 @pytest.mark.parametrize(
