@@ -339,3 +339,30 @@ def test_vllm_serves_new_weights_in_place_and_a_refresh_that_did_not_take_fails(
         sampler.refresh(one_tensor_copy(new, tmp_path / "one-tensor"))
     assert sampler.probe_logprobs() == pytest.approx(new_probe, abs=TEST_ENGINE.probe_tolerance)
     sampler.refresh(base, old_probe)  # and back
+
+
+def test_a_refresh_quiets_only_the_layers_no_checkpoint_holds():
+    """vLLM's own reload logger, with a handler of the test's: rotary embeddings and a tied LM
+    head are quiet during a refresh; an untied head and any other layer still warn."""
+    from vllm.model_executor.model_loader.reload import layerwise
+
+    from codepost.pipeline.inference.vllm_worker import expected_unloaded_quiet
+
+    heard: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: heard.append(record.getMessage())
+    layerwise.logger.addHandler(handler)
+    try:
+        for tied in (True, False):
+            with expected_unloaded_quiet(tied_lm_head=tied):
+                for layer in ("RotaryEmbedding", "ParallelLMHead", "QKVParallelLinear"):
+                    layerwise.logger.warning("%s: Failed to load weights", layer)
+        layerwise.logger.warning("%s: Failed to load weights", "RotaryEmbedding")  # outside one
+    finally:
+        layerwise.logger.removeHandler(handler)
+    assert heard == [
+        "QKVParallelLinear: Failed to load weights",
+        "ParallelLMHead: Failed to load weights",
+        "QKVParallelLinear: Failed to load weights",
+        "RotaryEmbedding: Failed to load weights",
+    ]
