@@ -19,6 +19,7 @@ from codepost.pipeline.post_train import (
 )
 from codepost.pipeline.stages.registry import kept_problems
 from codepost.pipeline.stages.rl import RLConfig
+from codepost.pipeline.stages.rollouts import RolloutsConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -99,16 +100,29 @@ def test_every_stage_seed_derives_from_the_run_seed_unless_set():
     assert seeded_rl.engine.seed == derive_seed(3, "rl")
 
 
-def test_a_filter_hands_its_problems_to_the_stages_after_it(tmp_path):
+def test_a_filter_hands_its_problems_to_the_stages_after_it(tmp_path, caplog):
     rl = RLConfig(problems=ProblemSet(source="mbpp", split="train", shuffle_seed=4, limit=8))
     assert kept_problems(rl, None) is rl
-    handed = kept_problems(rl, str(tmp_path / "filter" / "problems"))
-    assert handed.problems.source == str(tmp_path / "filter" / "problems" / "problems.jsonl")
+    folder = tmp_path / "filter" / "problems"
+    folder.mkdir(parents=True)
+    (folder / "problems.jsonl").write_text("".join(f'{{"task_id": "{i}"}}\n' for i in range(8)))
+    handed = kept_problems(rl, str(folder))
+    assert handed.problems.source == str(folder / "problems.jsonl")
     assert (handed.problems.split, handed.problems.shuffle_seed, handed.problems.limit) == (
         "all",
         4,
         8,
     )
+    assert not caplog.records  # all 8 kept problems fit the limit
+
+    # More kept problems than the stage's limit: it still takes its limit, and says so.
+    (folder / "problems.jsonl").write_text("".join(f'{{"task_id": "{i}"}}\n' for i in range(10)))
+    assert kept_problems(RolloutsConfig(), str(folder)).problems.limit == 16
+    assert kept_problems(rl, str(folder)).problems.limit == 8
+    assert [r.getMessage() for r in caplog.records] == [
+        "8 of the 10 problems the filter kept to train on (problems.limit 8); "
+        "problems.limit: null takes them all"
+    ]
 
 
 def test_an_arm_branches_after_a_named_stage_and_takes_what_was_made_by_then():

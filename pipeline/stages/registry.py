@@ -354,4 +354,16 @@ def kept_problems(config: Any, problems: str | None) -> Any:
     if problems is None:
         return config
     kept = filtered_problem_set(Path(problems).parent, config.problems)
+    listed = Path(kept.source)
+    limit = config.problems.limit
+    if limit is not None and listed.is_file():
+        count = sum(1 for line in listed.read_text().splitlines() if line.strip())
+        if count > limit:  # a stage's default cap (rollouts: 16) is easy to miss
+            log.warning(
+                "%d of the %d problems the filter kept to train on (problems.limit %d); "
+                "problems.limit: null takes them all",
+                limit,
+                count,
+                limit,
+            )
     return config.model_copy(update={"problems": kept})
