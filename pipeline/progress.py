@@ -304,7 +304,8 @@ class RunSteps:
     """The steps of a run (each stage and each evaluation, in order) as numbered lines, with
     the run's elapsed time and an estimate of what is left: each step still to come is
     expected to take as long as the finished steps of its kind took on average (evaluations
-    apart from stages; a reused step, done in under :data:`SKIP_S`, counts for nothing)."""
+    apart from stages; a reused step, done in under :data:`SKIP_S`, counts for nothing, so a
+    resumed run gives no estimate until it has computed a step)."""
 
     def __init__(self, steps: list[str], is_evaluation: Callable[[str], bool]) -> None:
         self.steps, self.is_evaluation = list(steps), is_evaluation
@@ -312,10 +313,10 @@ class RunSteps:
         self.started = time.monotonic()
 
     def left(self) -> float | None:
-        """Seconds the steps still to come should take (None before any step finished)."""
-        if not self.took:
+        """Seconds the steps still to come should take (None before a step was computed)."""
+        computed = {s: t for s, t in self.took.items() if t >= SKIP_S}
+        if not computed:
             return None
-        computed = {s: t for s, t in self.took.items() if t >= SKIP_S} or self.took
         overall = sum(computed.values()) / len(computed)
 
         def mean(evaluation: bool) -> float:

@@ -61,6 +61,19 @@ def test_the_run_steps_say_where_the_run_is_and_what_is_left(caplog, monkeypatch
     assert shown[-2].endswith(" left)")
 
 
+def test_a_resumed_run_estimates_from_computed_steps_only(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    steps = RunSteps(["sft", "sft/he", "rl", "rl/he"], lambda s: "/" in s)
+    for label in ("sft", "sft/he"):
+        with steps.step(label):
+            now[0] += 0.5
+    assert steps.left() is None  # reused in half a second each: nothing to estimate from
+    with steps.step("rl"):
+        now[0] += 300.0
+    assert steps.left() == 300.0  # rl/he, at the only computed step's pace
+
+
 def test_duration_reads_as_a_person_writes_it():
     assert [duration(s) for s in (9, 252, 3720)] == ["9s", "4m 12s", "1h 02m"]
 
