@@ -1,11 +1,12 @@
 """What ``codepost run`` shows on its terminal, and where the rest goes.
 
 * normal: codepost's own lines (each step of the run, each stage's summary), every library's
-  warnings and errors, and live progress bars when stderr is a terminal (else the progress
-  lines, every 10 s at most);
+  warnings and errors but the notices vLLM's engine prints on every start because of the
+  settings codepost chose (``EXPECTED_ENGINE_WARNINGS``), and live progress bars when stderr is
+  a terminal (else the progress lines, every 10 s at most);
 * ``--quiet``: warnings, errors and the result;
-* ``--verbose``: every line, libraries' INFO lines too (vLLM's engine settings, Prefect's task
-  states).
+* ``--verbose``: every line, libraries' INFO lines and those notices too (vLLM's engine
+  settings, Prefect's task states).
 
 Whatever the terminal shows, ``<run>/logs/run.log`` gets this process's lines (INFO and up),
 ``<run>/logs/stage-worker.log`` everything the stage worker and its children print, and
@@ -23,6 +24,7 @@ from typing import Literal
 from prefect.logging.handlers import PrefectConsoleHandler
 
 from ..pipeline import progress
+from ..pipeline.inference.sampling import EXPECTED_ENGINE_WARNINGS
 
 Verbosity = Literal["quiet", "normal", "verbose"]
 RUN_LOG = "run.log"
@@ -38,13 +40,20 @@ class ConsoleFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno >= logging.WARNING:
-            return True
+            return self.verbosity == "verbose" or not _expected(record)
         if self.verbosity == "quiet":
             return False
         if getattr(record, "progress", False):
             return not self.bars
         own = record.name.startswith("codepost") or getattr(record, "codepost", False)
         return own or self.verbosity == "verbose"
+
+
+def _expected(record: logging.LogRecord) -> bool:
+    if record.levelno >= logging.ERROR:
+        return False
+    message = record.getMessage()
+    return any(notice in message for notice in EXPECTED_ENGINE_WARNINGS)
 
 
 @contextlib.contextmanager

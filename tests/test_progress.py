@@ -84,7 +84,11 @@ def test_duration_reads_as_a_person_writes_it():
         ("normal", True, {"own", "forwarded own", "library warning"}),
         ("normal", False, {"own", "forwarded own", "library warning", "progress"}),
         ("quiet", False, {"library warning"}),
-        ("verbose", True, {"own", "forwarded own", "library warning", "library info"}),
+        (
+            "verbose",
+            True,
+            {"own", "forwarded own", "library warning", "library info", "expected engine notice"},
+        ),
     ],
 )
 def test_what_a_terminal_shows(verbosity, bars, shown):
@@ -95,6 +99,14 @@ def test_what_a_terminal_shows(verbosity, bars, shown):
         ),
         "library info": logging.makeLogRecord({"name": "vllm", "levelno": logging.INFO}),
         "library warning": logging.makeLogRecord({"name": "vllm", "levelno": logging.WARNING}),
+        "expected engine notice": logging.makeLogRecord(
+            {
+                "name": "prefect.task_runs",
+                "levelno": logging.WARNING,
+                "msg": "(EngineCore pid=7) WARNING 11-27 15:40:47 [ompmultiprocessing.py:63] "
+                "VLLM_CPU_NUM_OF_RESERVED_CPU is less than the minimum requirement: 1 cores",
+            }
+        ),
         "progress": logging.makeLogRecord(
             {"name": "codepost.progress", "levelno": logging.INFO, "progress": True}
         ),

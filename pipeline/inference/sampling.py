@@ -236,6 +236,20 @@ def check_weights_fit(
     return f"{checkpoint}: cast on load, {', '.join(cast)}" if cast else None
 
 
+# Warnings vLLM's CPU engine prints on every start that follow from the settings here, not from
+# a fault: the terminal leaves them to the run's log (``flows/terminal.py``).
+EXPECTED_ENGINE_WARNINGS = (
+    "Enforce eager set, disabling torch.compile",  # enforce_eager: a faster start
+    "Inductor compilation was disabled by user settings",  # the same
+    "Triton is not installed. triton-cpu is expected",  # vLLM's CPU wheel has no triton-cpu
+    "Triton is installed, but doesn't include CPU backend",  # the same, with torch's triton
+    "Model Runner V2 requires Triton",  # so V1, the CPU backend's runner
+    "VLLM_CPU_NUM_OF_RESERVED_CPU is less than the minimum requirement",  # reserved_cores
+    "libiomp is not found in LD_PRELOAD",  # measured within noise: see preload_tcmalloc
+    "is set; leaving Torch threads at",  # OMP_NUM_THREADS from cpu_threads
+)
+
+
 def reserved_cores(cpu_threads: int | None) -> int:
     """The cores vLLM's CPU backend leaves out of its worker's thread binding so that
     ``cpu_threads`` remain. None: vLLM's rule (one core kept for its scheduler process) above 2
