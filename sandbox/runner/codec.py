@@ -42,17 +42,32 @@ class Unsendable(ValueError):
     """A value the codec refuses to send: too many items, too many bytes, or inside itself."""
 
 
+def _json(message: Any) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def frame(message: Any) -> bytes:
+    """``message`` as one frame: a 4-byte length, then its JSON."""
+    data = _json(message)
+    return _HEADER.pack(len(data)) + data
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """All of ``data``, however the pipe splits it (a signal can cut a large write short)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def write_frame(fd: int, message: Any, max_bytes: int | None = None) -> None:
     """Send ``message``; a frame over ``max_bytes`` raises ``Unsendable`` before any byte goes."""
-    data = json.dumps(message, separators=(",", ":")).encode()
+    data = _json(message)
     if max_bytes is not None and len(data) > max_bytes:
         raise Unsendable(f"it is {len(data)} bytes encoded, over the {max_bytes} byte limit")
     header = _HEADER.pack(len(data))
     # One write wakes the reader once; a large frame is not copied to prepend 4 bytes.
     for part in (header + data,) if len(data) <= _ONE_WRITE else (header, data):
-        view = memoryview(part)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, part)
 
 
 def read_exact(fd: int, n: int) -> bytes | bytearray:

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import languages, source_version
-from .codec import PeerClosed, read_frame, write_frame
+from .codec import PeerClosed, frame, read_frame, write_all, write_frame
 from .zygote import WRITABLE_DIRS
 
 CANDIDATE_UID = int(os.environ.get("CODEPOST_CANDIDATE_UID", "10001"))
@@ -82,11 +82,6 @@ def _log(message: str) -> None:
     os.write(2, f"[supervisor] {message}\n".encode())
 
 
-def _frame_bytes(message: Any) -> bytes:
-    data = json.dumps(message).encode()
-    return len(data).to_bytes(4, "big") + data
-
-
 def _parse_frames(data: bytes) -> list[dict[str, Any]]:
     frames, offset = [], 0
     while offset + 4 <= len(data):
@@ -99,11 +94,8 @@ def _parse_frames(data: bytes) -> list[dict[str, Any]]:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    """All of ``data``, however the pipe splits it (a signal can cut a large write short)."""
-    view = memoryview(data)
     with contextlib.suppress(BrokenPipeError):  # the reader died: the caller finds out how
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
 
 
 def _excerpt(data: bytes | bytearray) -> str:
@@ -650,7 +642,7 @@ class Supervisor:
             counted=(out_r, err_r),
             limit=limits["output_bytes"],
             until_closed=(res_r,),
-            feed=(job_w, _frame_bytes(job)),
+            feed=(job_w, frame(job)),
         )
         if outcome:  # stop the program and all it started, then let the judge wind down
             self.stop_program(candidate)
@@ -738,7 +730,7 @@ class Supervisor:
             "wall_cap_s": job_limits["compile_cap_s"],
         }
         started = time.monotonic()
-        frame = {
+        request = {
             "language": language.name,
             "program": job["program"],
             "files": job.get("files", {}),
@@ -756,7 +748,7 @@ class Supervisor:
         ran, (status, exit_code, reason), leftover = self.run_process(
             "compile",
             limits,
-            _frame_bytes(frame),
+            frame(request),
             b"",
             limits["output_bytes"],
             judge_and_keep,
@@ -809,7 +801,7 @@ class Supervisor:
         cases: list[dict[str, Any]] = []
         leftover = build["leftover_processes"]
         budget = limits["output_bytes"]
-        program = _frame_bytes(
+        program = frame(
             {
                 "program": job["program"],
                 "files": job.get("files", {}),
@@ -890,14 +882,14 @@ class Supervisor:
         self,
         mode: str,
         limits: dict[str, Any],
-        frame: bytes,
+        request: bytes,
         stdin: bytes,
         budget: int,
         before_sweep: Callable[[Ran], T],
         *,
         never_sleeps: bool = False,
     ) -> tuple[Ran, T, int]:
-        """Fork a process of the sandbox user for ``mode``, hand it ``frame`` and ``stdin``, and
+        """Fork a process of the sandbox user for ``mode``, hand it ``request`` and ``stdin``, and
         collect its output (at most ``budget`` bytes) until it exits or a limit stops it; then
         ``before_sweep(ran)``, while what it left is still there (the files it wrote); then the
         sweep. Returns what ran, what ``before_sweep`` returned and the processes the sweep found
@@ -913,7 +905,7 @@ class Supervisor:
         pid, ready_r = self.spawn(mode, limits, [in_r, out_w, err_w, frame_r, stat_w])
         for fd in (in_r, out_w, err_w, frame_r, stat_w):
             os.close(fd)
-        _write_all(frame_w, frame)  # the process reads it first thing
+        _write_all(frame_w, request)  # the process reads it first thing
         os.close(frame_w)
         pids = None if never_sleeps else (pid,)
         deadline = Deadline(limits["wall_time_s"], limits, pids, started, self.job_time)
@@ -970,7 +962,7 @@ class Supervisor:
             counted=(reply_r,),
             limit=2 * budget + 65536,  # base64 and JSON around at most `budget` bytes
             until_closed=(reply_r,),
-            feed=(request_w, _frame_bytes({"paths": paths, "budget": budget})),
+            feed=(request_w, frame({"paths": paths, "budget": budget})),
         ):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(fetcher, signal.SIGKILL)

@@ -41,9 +41,8 @@ _LIBC = ctypes.PyDLL(None, use_errno=True)  # PyDLL: the call holds the GIL, as 
 
 def _take_fds(fds: list[int]) -> None:
     """Make ``fds`` this process's 0, 1, 2...; close every other descriptor."""
-    import fcntl
-
-    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]  # out of the way of 0..n
+    above = max(*fds, len(fds)) + 1  # copies out of the way of 0..n and of each other
+    high = [os.dup2(fd, above + i) for i, fd in enumerate(fds)]
     for target, fd in enumerate(high):
         os.dup2(fd, target)
     os.closerange(len(fds), 1024)
@@ -73,19 +72,6 @@ def _become_candidate(fds: list[int], mode: str, limits: dict[str, Any], uid: in
         set_limits(limits)
         drop_to(uid)
         os.chdir("/work")
-        os.environ.clear()
-        os.environ.update(
-            {
-                "PATH": "/usr/local/bin:/usr/bin:/bin",
-                "HOME": "/work",
-                "LANG": "C.UTF-8",
-                "MALLOC_ARENA_MAX": "2",
-                "PYTHONINTMAXSTRDIGITS": "0",
-            }  # for programs it starts; see supervisor.PROGRAM_ENV
-        )
-        # Python before 3.11, which the data sets were written for, printed ints of any size.
-        sys.set_int_max_str_digits(0)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         # The program's own streams, on the pipes, for as long as it lives; ``sys.__stdout__``
         # is the same object, as in any interpreter, so what is written to it is flushed too.
         sys.stdin, sys.stdout, sys.stderr = (
@@ -182,6 +168,25 @@ def _sweep(uid: int) -> dict[str, Any]:
     return {"swept": os.waitstatus_to_exitcode(status) == 0}
 
 
+def _as_a_program() -> None:
+    """What every process of the sandbox user starts with, set once in its zygote: the
+    environment a program and what it starts see, and Python's behaviour as a program's own
+    interpreter has it."""
+    os.environ.clear()
+    os.environ.update(
+        {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/work",
+            "LANG": "C.UTF-8",
+            "MALLOC_ARENA_MAX": "2",
+            "PYTHONINTMAXSTRDIGITS": "0",
+        }  # for programs it starts; see supervisor.PROGRAM_ENV
+    )
+    # Python before 3.11, which the data sets were written for, printed ints of any size.
+    sys.set_int_max_str_digits(0)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(control_fd: int, uid: int, kind: str = "candidate") -> None:
     """Serve the supervisor's spawn and sweep requests; ``kind`` is ``candidate``, ``judge``
     (whose zygote has the judge's modules imported, for every judge to share) or ``pytest``
@@ -192,6 +197,8 @@ def main(control_fd: int, uid: int, kind: str = "candidate") -> None:
         from . import pytest_judge
 
         pytest_judge.import_pytest()
+    if kind == "candidate":
+        _as_a_program()
     control = socket.socket(fileno=control_fd)
     devnull = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1):  # never let a child inherit the host protocol stream
