@@ -1,6 +1,7 @@
 """No two ``ast.parse`` calls of the verifier run at once (CPython 3.11's AST converter keeps
 its recursion depth per interpreter: concurrent parses in scoring threads failed a run with
-``SystemError: AST constructor recursion depth mismatch``)."""
+``SystemError: AST constructor recursion depth mismatch``); a statement's own text, moved to
+column 0, stands for it exactly."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from codepost.verifiers import load_problems
 from codepost.verifiers.extraction import parse
-from codepost.verifiers.python_ast import parse_python
+from codepost.verifiers.python_ast import parse_python, statement_source
 from codepost.verifiers.rewards import syntax_reward
 
 
@@ -43,3 +44,28 @@ def test_parses_from_many_threads_never_overlap(monkeypatch):
         for future in [pool.submit(calls[i % len(calls)]) for i in range(8)]:
             future.result()
     assert most == 1
+
+
+def test_a_statement_keeps_its_text_unless_moving_it_would_change_it():
+    body = (
+        "def check(candidate):\n"
+        "    assert candidate([1,2,\n"
+        "                      3]) == 'é'  # kept\n"
+        "    for x in range(2):\n"
+        "        assert candidate(x)\n"
+        '    assert candidate("""a\n'
+        '    b""")\n'
+        "    y = 1; assert y\n"
+    )
+    statements = ast.parse(body).body[0].body
+    moved = [statement_source(body.split("\n"), statement) for statement in statements]
+    assert moved[:2] == [
+        "assert candidate([1,2,\n                  3]) == 'é'",
+        "for x in range(2):\n    assert candidate(x)",
+    ]
+    # A string over two lines keeps its four spaces; a statement after another on its line
+    # has no column of its own: both are rendered from the tree.
+    assert moved[2:] == [ast.unparse(statement) for statement in statements[2:]]
+    assert "a\\n    b" in moved[2]
+    for statement, text in zip(statements, moved, strict=True):
+        assert ast.dump(ast.parse(text).body[0]) == ast.dump(statement, include_attributes=False)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 from ...sandbox import Job, JudgeSpec, Limits
 from ..extraction import prompt_code
 from ..judges import short_name
-from ..python_ast import is_docstring, parse_tests
+from ..python_ast import is_docstring, parse_tests, statement_source
 from . import FormTests, JudgedForm, kept_with_tests, register
 
 if TYPE_CHECKING:
@@ -95,8 +95,11 @@ def split_check(test: str) -> tuple[tuple[str, str], ...]:
     """
     tests: list[tuple[str, str]] = []
     pending: list[str] = []
+    lines = test.split("\n")
     for statement in check_body(test):
-        pending.append(ast.unparse(statement))
+        pending.append(
+            statement_source(lines, statement) if "\r" not in test else ast.unparse(statement)
+        )
         if any(isinstance(node, ast.Assert) for node in ast.walk(statement)):
             tests.append((short_name(pending[-1]), "\n".join(pending) + "\n"))
             pending = []
