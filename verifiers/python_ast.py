@@ -47,13 +47,15 @@ def statement_source(lines: Sequence[str], statement: ast.stmt) -> str:
     first, last = statement.lineno - 1, statement.end_lineno - 1
     start = lines[first].encode()  # the offsets count UTF-8 bytes
     indent = start[: statement.col_offset].decode()
-    if indent.strip() or any(
+    if indent.strip():
+        return ast.unparse(statement)
+    if first == last:
+        return start[statement.col_offset : statement.end_col_offset].decode()
+    if any(
         isinstance(node, (ast.Constant, ast.JoinedStr)) and node.end_lineno != node.lineno
         for node in ast.walk(statement)
     ):
         return ast.unparse(statement)
-    if first == last:
-        return start[statement.col_offset : statement.end_col_offset].decode()
     inner = [*lines[first + 1 : last], lines[last].encode()[: statement.end_col_offset].decode()]
     if any(line and not line.startswith(indent) for line in inner):
         return ast.unparse(statement)
