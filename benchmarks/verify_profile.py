@@ -4,7 +4,9 @@ The 164 HumanEval canonical solutions are built into jobs as ``codepost verify``
 run, one after another, by a supervisor in a container with the pool's limits (1 CPU, no
 network, the same capabilities). The CPU each job costs is split by where it is spent: the
 supervisor itself, the candidate and judge processes (reaped by it), and each zygote (its
-forks). Host-side costs (HTTP, JSON, building jobs, Docker's stream) are not in these figures:
+forks); and the page faults of each process, which do not vary with the machine's load: a
+forked process's copy-on-write faults are most of its cost (``page_faults.py``). Host-side
+costs (HTTP, JSON, building jobs, Docker's stream) are not in these figures:
 ``verify_server.py`` and ``verify_end_to_end.py`` time everything together. Images alternate
 round by round, so a machine that gets busier mid-run hurts both.
 
@@ -45,12 +47,16 @@ def waited(*args):
     if pid in roles:
         role = roles.pop(pid)
         cpu[role] = cpu.get(role, 0.0) + usage.ru_utime + usage.ru_stime
+        cpu[f"{role} faults"] = cpu.get(f"{role} faults", 0) + usage.ru_minflt
     return pid, status, usage
 os.wait4 = waited
 def zygote_cpu(supervisor):
-    ticks = os.sysconf("SC_CLK_TCK")
-    return {kind: sum(int(x) for x in open(f"/proc/{process.pid}/stat").read().rsplit(")", 1)[1].split()[11:15]) / ticks
-            for kind, (process, _) in supervisor.zygotes.items()}
+    ticks, shares = os.sysconf("SC_CLK_TCK"), {}
+    for kind, (process, _) in supervisor.zygotes.items():
+        fields = open(f"/proc/{process.pid}/stat").read().rsplit(")", 1)[1].split()
+        shares[f"{kind} zygote"] = sum(int(x) for x in fields[11:15]) / ticks
+        shares[f"{kind} zygote faults"] = int(fields[7])
+    return shares
 supervisor = S.Supervisor()
 for job in jobs[:16]:
     supervisor.handle({"op": "run", "job": job})
@@ -63,7 +69,7 @@ for job in jobs:
 wall = time.perf_counter() - started
 after = zygote_cpu(supervisor)
 result = {"wall": wall, "container": S.container_cpu_s() - container, "supervisor": time.process_time() - own,
-          **cpu, **{f"{kind} zygote": after[kind] - zygotes[kind] for kind in after}, "passed": passed}
+          **cpu, **{share: after[share] - zygotes[share] for share in after}, "passed": passed}
 os.write(out, json.dumps(result).encode())
 """
 
@@ -110,14 +116,15 @@ def main() -> None:
             runs[image].append(profile(image, text))
     print(f"{describe()} at the end")
     print(f"{len(payloads)} HumanEval canonical jobs per pass, {args.rounds} passes; ms per job,")
-    print("median over passes (CPU, but wall for 'wall'):")
+    print("median over passes (CPU, but wall for 'wall'; page faults per job for 'faults'):")
     shares = sorted({share for results in runs.values() for r in results for share in r})
     print(f"{'':22}" + "".join(f"{image:>30}" for image in images))
     for share in [s for s in shares if s not in ("passed",)]:
         cells = []
+        scale = 1 if share.endswith("faults") else 1e3
         for image in images:
-            values = [r.get(share, 0.0) * 1e3 / len(payloads) for r in runs[image]]
-            cells.append(f"{statistics.median(values):30.2f}")
+            values = [r.get(share, 0.0) * scale / len(payloads) for r in runs[image]]
+            cells.append(f"{statistics.median(values):30.{0 if scale == 1 else 2}f}")
         print(f"{share:22}" + "".join(cells))
     for image in images:
         print(f"passed: {image}: {[r['passed'] for r in runs[image]]} of {len(payloads)}")
