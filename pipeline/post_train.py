@@ -236,6 +236,7 @@ def run_post_train(
         after: dict[str, Artifacts] = {}  # stage name -> the artifacts after it
         evaluations: dict[str, dict[str, Path]] = {name: {} for name in config.evaluations}
         evaluated: dict[str, str] = {}  # label -> checkpoint, in order
+        started_from: dict[str, str | None] = {}  # label -> the label it trained from
         done: list[dict[str, Any]] = []
         steps = RunSteps(_steps(config), is_evaluation=lambda label: "/" in label)
 
@@ -267,6 +268,7 @@ def run_post_train(
             stage, name = get_stage(entry.stage), entry.name or entry.stage
             if entry.after is not None:
                 artifacts = after[entry.after]
+            trained_from = str(artifacts.checkpoint)
             stage_seed = derive_seed(config.seed, name)
             stage_config = seeded(with_run_model(entry.config, config.model), stage_seed)
             wanted = set(stage.needs) | set(stage.uses)
@@ -296,14 +298,17 @@ def run_post_train(
                     if _applies(evaluation, artifacts.problems, False):
                         steps.skip(f"{name}/{benchmark}")
             elif outputs.checkpoint is not None:
+                started_from[name] = next(
+                    (label for label, c in reversed(evaluated.items()) if c == trained_from), None
+                )
                 evaluate(name, outputs.checkpoint, artifacts.problems, False)
             _write_run_record(run_dir, config, done)
-        report = write_report(run_dir, evaluations)
+        report = write_report(run_dir, evaluations, started_from)
         trackers.log_artifacts([report, *run_dir.glob("*.png"), *run_dir.glob("*/*/*.png")])
         result = RunResult(
             checkpoint=str(artifacts.checkpoint),
             report=str(report),
-            rows=stage_rows(evaluations),
+            rows=stage_rows(evaluations, started_from),
             stages=done,
             evaluations={
                 benchmark: {label: str(folder) for label, folder in folders.items()}

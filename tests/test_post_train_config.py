@@ -158,8 +158,14 @@ def test_arms_start_from_the_branch_point_and_every_checkpoint_is_measured_on_th
         }
         return Artifacts(**{kind: made[kind] for kind in stage.makes})
 
-    monkeypatch.setattr(post_train, "write_report", lambda run_dir, evaluations: run_dir)
-    monkeypatch.setattr(post_train, "stage_rows", lambda evaluations: [])
+    reported: list[dict[str, str | None]] = []
+
+    def write_report(run_dir, evaluations, started_from):
+        reported.append(dict(started_from))
+        return run_dir
+
+    monkeypatch.setattr(post_train, "write_report", write_report)
+    monkeypatch.setattr(post_train, "stage_rows", lambda evaluations, started_from: [])
     config = PostTrainConfig(
         run_dir=str(tmp_path / "run"),
         stages=["sft", "filter", "rl", {"stage": "rft", "after": "filter"}],
@@ -187,6 +193,8 @@ def test_arms_start_from_the_branch_point_and_every_checkpoint_is_measured_on_th
     assert inputs["rl"] == inputs["rft"]
     assert inputs["base/train"].problems == inputs["rft/train"].problems == "problems:filter"
     assert inputs["rft/train"].checkpoint == "ckpt:rft" and inputs["rft/mbpp"].problems is None
+    # The report compares each arm with the checkpoint it trained from, not the arm before it.
+    assert reported == [{"sft": "base", "rl": "sft", "rft": "sft"}]
 
     calls.clear()  # without the base model's evaluations, SFT's are the first
     post_train.run_post_train(
@@ -194,3 +202,4 @@ def test_arms_start_from_the_branch_point_and_every_checkpoint_is_measured_on_th
         execute=execute,
     )
     assert [label for label, _ in calls][:4] == ["sft", "sft/mbpp", "filter", "sft/train"]
+    assert reported[-1] == {"sft": None, "rl": "sft", "rft": "sft"}

@@ -127,6 +127,36 @@ def test_a_benchmark_evaluated_with_samples_gets_sampled_pass_at_1_and_paired_bo
     assert rows[2]["p vs previous"] == 0.0 and rows[0]["p vs base"] is None
 
 
+def test_an_arm_is_compared_with_the_checkpoint_it_trained_from(tmp_path):
+    """GRPO and RFT both train from SFT: RFT's "previous" is SFT, not the GRPO arm listed
+    before it, greedy and sampled alike; without ``started_from``, the stage before it."""
+    outcomes_of = {"base": BASE, "sft": SFT, "grpo": {0}, "rft": SFT}
+    counts_of = {"base": 0, "sft": 2, "grpo": 0, "rft": 2}
+    evaluations = {
+        "humaneval": {
+            stage: write_evaluation(tmp_path / stage / "g", f"ckpt/{stage}", outcomes(ok, 20))
+            for stage, ok in outcomes_of.items()
+        },
+        "trained": {
+            stage: write_evaluation(
+                tmp_path / stage / "s", f"ckpt/{stage}", None, {"t/0": (4, n), "t/1": (4, n)}
+            )
+            for stage, n in counts_of.items()
+        },
+    }
+    started_from = {"sft": "base", "grpo": "sft", "rft": "sft"}
+    rows = stage_rows(evaluations, started_from)
+    greedy = {r["stage"]: r for r in rows if r["benchmark"] == "humaneval"}
+    assert greedy["rft"]["difference vs previous"] == 0.0  # rft against sft
+    assert greedy["grpo"]["difference vs previous"] == pytest.approx(-0.45)
+    assert greedy["rft"]["difference vs base"] == pytest.approx(0.3)
+    write_report(tmp_path, evaluations, started_from)
+    sampled = json.loads((tmp_path / "evaluations.json").read_text())["sampled_rows"]
+    assert [r["difference vs previous"] for r in sampled] == [None, 0.5, -0.5, 0.0]
+    in_order = {r["stage"]: r for r in stage_rows(evaluations) if r["benchmark"] == "humaneval"}
+    assert in_order["rft"]["difference vs previous"] == pytest.approx(0.45)  # against grpo
+
+
 def test_evaluation_files_of_earlier_runs_read_into_the_model_and_write_back_the_same(tmp_path):
     recorded = Path(__file__).parents[1] / "docs" / "learning-mbpp" / "evaluations.json"
     evaluations = json.loads(recorded.read_text())["evaluations"]

@@ -103,29 +103,41 @@ def check_same_problems(a: Evaluation, b: Evaluation) -> None:
         )
 
 
-def stage_rows(evaluations: dict[str, dict[str, Path]]) -> list[dict[str, Any]]:
+StartedFrom = Mapping[str, str | None]  # stage -> the stage whose checkpoint it trained from
+
+
+def stage_rows(
+    evaluations: dict[str, dict[str, Path]], started_from: StartedFrom | None = None
+) -> list[dict[str, Any]]:
     """One row per (benchmark, stage) of ``evaluations`` (benchmark -> stage -> evaluation
     folder, stages in order): greedy pass@1 with its 95% Wilson interval, and the paired
-    comparison with the previous stage and with the first (None for the first). Plain
-    JSON-able values, for a table artifact."""
-    return _rows(_load(evaluations))
+    comparison with the previous stage and with the first (None for the first). The previous
+    stage is the one whose checkpoint it started from where ``started_from`` says (an arm
+    that branches ``after:`` an earlier stage), else the one before it. Plain JSON-able
+    values, for a table artifact."""
+    return _rows(_load(evaluations), started_from)
 
 
-def write_report(run_dir: Path, evaluations: dict[str, dict[str, Path]]) -> Path:
+def write_report(
+    run_dir: Path,
+    evaluations: dict[str, dict[str, Path]],
+    started_from: StartedFrom | None = None,
+) -> Path:
     """``report.md`` (a table per benchmark, the plots), ``pass_at_1.png`` and
     ``evaluations.json`` (the rows and every evaluation's results) in ``run_dir``."""
     run_dir = Path(run_dir)
     loaded = _load(evaluations)
-    rows = _rows(loaded)
-    sampled = _sampled_rows(loaded)
+    rows = _rows(loaded, started_from)
+    sampled = _sampled_rows(loaded, started_from)
     run_dir.mkdir(parents=True, exist_ok=True)
     _plot(rows, sampled, run_dir / PASS_PLOT_FILE)
     lines = [
         "# Post-training run",
         "",
         "Greedy pass@1 with its 95% Wilson interval. Each stage is compared with the previous "
-        "one and with the first on the same problems: Δ in pass@1, +problems gained/-lost, "
-        "and the exact McNemar p (p < 0.05 marks a difference unlikely under chance alone).",
+        "one (the stage whose checkpoint it started from) and with the first on the same "
+        "problems: Δ in pass@1, +problems gained/-lost, and the exact McNemar p (p < 0.05 "
+        "marks a difference unlikely under chance alone).",
     ]
     for benchmark in evaluations:
         lines += ["", f"## {benchmark}"]
@@ -161,12 +173,25 @@ def _load(evaluations: Mapping[str, Mapping[str, Path]]) -> dict[str, dict[str, 
     }
 
 
-def _rows(loaded: Mapping[str, Mapping[str, Evaluation]]) -> list[dict[str, Any]]:
+def _previous(
+    stage: str, earlier: Mapping[str, Evaluation], started_from: StartedFrom | None
+) -> Evaluation | None:
+    """What ``stage`` is compared with as "previous": of the ``earlier`` stages' evaluations,
+    that of the stage it started from where ``started_from`` names one, else the last."""
+    if started_from is not None and stage in started_from:
+        return earlier.get(started_from[stage] or "")
+    return next(reversed(earlier.values()), None)
+
+
+def _rows(
+    loaded: Mapping[str, Mapping[str, Evaluation]], started_from: StartedFrom | None
+) -> list[dict[str, Any]]:
     rows = []
     for benchmark, stages in loaded.items():
         first: Evaluation | None = None
-        previous: Evaluation | None = None
+        earlier: dict[str, Evaluation] = {}
         for stage, evaluation in stages.items():
+            previous = _previous(stage, earlier, started_from)
             greedy = evaluation.greedy()
             passed = None if greedy is None else sum(greedy.values())
             low, high = (
@@ -192,21 +217,24 @@ def _rows(loaded: Mapping[str, Mapping[str, Evaluation]]) -> list[dict[str, Any]
                 }
             )
             first = evaluation if first is None else first
-            previous = evaluation
+            earlier[stage] = evaluation
     return rows
 
 
-def _sampled_rows(loaded: Mapping[str, Mapping[str, Evaluation]]) -> list[dict[str, Any]]:
+def _sampled_rows(
+    loaded: Mapping[str, Mapping[str, Evaluation]], started_from: StartedFrom | None
+) -> list[dict[str, Any]]:
     """One row per (benchmark, stage) evaluated with samples: sampled pass@1 with its bootstrap
     interval, and the paired bootstrap against the previous such stage and the first."""
     rows = []
     for benchmark, stages in loaded.items():
         first: Evaluation | None = None
-        previous: Evaluation | None = None
+        earlier: dict[str, Evaluation] = {}
         for stage, evaluation in stages.items():
             counts = evaluation.counts.get("sampled")
             if not counts or evaluation.results.sampled is None:
                 continue
+            previous = _previous(stage, earlier, started_from)
             per_problem = pass_at_k_per_problem(counts, 1)
             low, high = bootstrap_interval(per_problem)
             rows.append(
@@ -225,7 +253,7 @@ def _sampled_rows(loaded: Mapping[str, Mapping[str, Evaluation]]) -> list[dict[s
                 }
             )
             first = evaluation if first is None else first
-            previous = evaluation
+            earlier[stage] = evaluation
     return rows
 
 
