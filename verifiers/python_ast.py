@@ -44,7 +44,7 @@ def statement_source(lines: Sequence[str], statement: ast.stmt) -> str:
     literal over several lines, whose text would change; a line indented less than the
     statement; a statement after another on its line), ``ast.unparse``'s rendering instead,
     which is a hundred times slower: HumanEval's 164 test modules hold 1,196 statements."""
-    first, last = statement.lineno - 1, statement.end_lineno - 1
+    first, last = statement.lineno - 1, (statement.end_lineno or statement.lineno) - 1
     start = lines[first].encode()  # the offsets count UTF-8 bytes
     indent = start[: statement.col_offset].decode()
     if indent.strip():

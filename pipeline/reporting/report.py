@@ -180,7 +180,7 @@ def _previous(
     that of the stage it started from where ``started_from`` names one, else the last."""
     if started_from is not None and stage in started_from:
         return earlier.get(started_from[stage] or "")
-    return next(reversed(earlier.values()), None)
+    return list(earlier.values())[-1] if earlier else None
 
 
 def _rows(
