@@ -393,5 +393,6 @@ def run_job(job_fd: int, to_candidate: int, from_candidate: int, results_fd: int
         run(read_frame(job_fd), to_candidate, from_candidate, results)
     except Exception as exc:  # a bad job, a broken pipe after a time-out: report it
         results.add({"event": "judge_error", "message": repr(exc)[:2000]})
-    with contextlib.suppress(OSError):
-        results.send()
+    finally:  # what it has, however it ends
+        with contextlib.suppress(OSError):
+            results.send()
