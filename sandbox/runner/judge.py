@@ -23,16 +23,13 @@ from .codec import (
     builtin_exception,
     decode,
     encode,
-    frame,
     module_namespace,
     read_frame,
-    write_all,
     write_frame,
 )
 
 LOAD_ERRORS = ("syntax_error", "runtime_error", "memory_limit")
 _MUTABLE = (list, dict, set, bytearray, collections.deque)
-OUTCOMES_LATE_S = 0.05  # the longest a test's outcome waits to go out with the next ones
 BATCH_ITEMS = 4096  # the most items of a candidate iterator fetched in one round trip
 # Exceptions that end an iteration: one escaping a candidate call must not end the test's own
 # (``all(map(candidate, xs))``), so it arrives as a RuntimeError, as PEP 479 does for generators.
@@ -316,29 +313,7 @@ def is_candidate_failure(exc: BaseException) -> bool:
     )
 
 
-class ResultsPipe:
-    """Test outcomes on their way to the supervisor. A job of quick tests sends them in one
-    write, which wakes the supervisor once rather than once per test; a slower job's go out
-    at most ``OUTCOMES_LATE_S`` after they are known, so that a judge killed after a time-out
-    has already reported the tests it finished."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.pending: list[bytes] = []
-        self.sent = time.monotonic()
-
-    def add(self, message: dict[str, Any]) -> None:
-        self.pending.append(frame(message))
-        if time.monotonic() - self.sent >= OUTCOMES_LATE_S:
-            self.send()
-
-    def send(self) -> None:
-        data, self.pending = b"".join(self.pending), []
-        write_all(self.fd, data)
-        self.sent = time.monotonic()
-
-
-def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: ResultsPipe) -> None:
+def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: int) -> None:
     conn = Connection(to_candidate, from_candidate)
     judge = job["judge"]
     try:
@@ -347,7 +322,8 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: Re
         loaded = {"error": "runtime_error", "message": f"{exc}"}
     if "ok" not in loaded:  # the reply is the candidate's word: it may only pick a failure
         kind = loaded.get("error")
-        results.add(
+        write_frame(
+            results,
             {
                 "event": "load_error",
                 "kind": kind if kind in LOAD_ERRORS else "runtime_error",
@@ -372,7 +348,8 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: Re
                 exec(compile(source, f"<{name}>", "exec", dont_inherit=True), namespace)
             except BaseException as exc:
                 failure = exc
-        results.add(
+        write_frame(
+            results,
             {
                 "event": "test",
                 "name": name,
@@ -383,16 +360,13 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: Re
                 "duration_s": time.perf_counter() - started,
             },
         )
-    results.add({"event": "done", "crashed": conn.crashed is not None})
+    write_frame(results, {"event": "done", "crashed": conn.crashed is not None})
 
 
-def run_job(job_fd: int, to_candidate: int, from_candidate: int, results_fd: int) -> None:
+def run_job(job_fd: int, to_candidate: int, from_candidate: int, results: int) -> None:
     """The judge process's one job: its frame on ``job_fd``, then its tests."""
-    results = ResultsPipe(results_fd)
     try:
         run(read_frame(job_fd), to_candidate, from_candidate, results)
     except Exception as exc:  # a bad job, a broken pipe after a time-out: report it
-        results.add({"event": "judge_error", "message": repr(exc)[:2000]})
-    finally:  # what it has, however it ends
         with contextlib.suppress(OSError):
-            results.send()
+            write_frame(results, {"event": "judge_error", "message": repr(exc)[:2000]})
