@@ -55,6 +55,16 @@ def test_call_mode_reports_each_test(sandbox_pool):
     assert "seen 2" in result.stdout
 
 
+def test_a_judge_stuck_in_its_own_test_code_has_reported_the_tests_before(sandbox_pool):
+    """The job times out in a test's own code (a caller's inline test that never returns): the
+    tests that ended before it keep their outcomes."""
+    result = sandbox_pool.run(
+        call_job("def f():\n    return 1\n", "assert f() == 1", "import time\ntime.sleep(60)")
+    )
+    assert result.status is ExecStatus.TIMEOUT
+    assert passed(result) == [True]
+
+
 def test_a_program_that_signals_itself_is_killed_by_that_signal(sandbox_pool):
     """The zygote forks with clone(CLONE_PARENT), not glibc's fork: the child's raise() and a
     thread it starts still work on itself (glibc's cached thread id is the zygote's)."""
