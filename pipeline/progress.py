@@ -44,6 +44,10 @@ from tqdm import tqdm
 log = logging.getLogger("codepost.progress")
 
 EVERY_S = 10.0  # a task's log line at most this often
+# A line says what is left once this share of the task is done after its first item: the
+# first item carries the start-up (an engine's warm-up, a whole batch's prefill), and a rate
+# from a few items said "about 7h 07m left" for a 20-minute task.
+MEASURED_SHARE = 0.05
 SKIP_S = 2.0  # a run step shorter than this was reused, not computed: no estimate from it
 
 # ("start", id, description, total, completed, lines) | ("update", id, completed) | ("end", id);
@@ -72,6 +76,18 @@ class _State:
     completed: int
     started: float = field(default_factory=time.monotonic)
     shown: float = field(default_factory=time.monotonic)
+    first: tuple[float, int] | None = None  # when the first items were done, and how many
+
+    def left(self, now: float) -> float | None:
+        """Seconds left at the rate since the first items were done; None until enough of the
+        task has been done since then to tell."""
+        if not self.total or self.first is None:
+            return None
+        since, first_count = self.first
+        measured = self.completed - first_count
+        if measured < max(1, MEASURED_SHARE * self.total):
+            return None
+        return (now - since) / measured * (self.total - self.completed)
 
 
 class Lines:
@@ -96,6 +112,8 @@ class Lines:
         now = time.monotonic()
         if kind == "update":
             state.completed = event[2]
+            if state.first is None and state.completed > 0:
+                state.first = (now, state.completed)
             if now - state.shown >= self.every_s:
                 state.shown = now
                 self._line(state, now)
@@ -115,8 +133,8 @@ class Lines:
             if state.total:
                 text += f" ({100 * state.completed // state.total}%)"
             text += f", {duration(elapsed)}"
-            if state.total and state.completed:
-                left = elapsed / state.completed * (state.total - state.completed)
+            left = state.left(now)
+            if left is not None:
                 text += f", about {duration(left)} left"
         log.info(text, extra={"progress": True})
 

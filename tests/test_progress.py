@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import time
 
 import pytest
@@ -29,6 +30,29 @@ def test_a_task_shows_as_lines_at_a_bounded_rate_and_once_when_it_ends(caplog):
     assert all(getattr(r, "progress", False) for r in caplog.records)
     assert shown[0].startswith("sampling: ") and shown[0].endswith(" left")  # 12/40 (30%), ...
     assert shown[-1].startswith("sampling: 40/40 in ")
+
+
+def test_what_is_left_is_told_from_the_rate_after_the_first_item(caplog):
+    """A first item that carries the start-up (1 s here, an engine's warm-up in a run) says
+    nothing of the rate: no estimate until 5% more are done, then one from the items since."""
+    lines = Lines(every_s=0)
+    with (
+        caplog.at_level(logging.INFO, "codepost.progress"),
+        progress.displayed_by(lines),
+        track("sampling", 100) as task,
+    ):
+        time.sleep(1.0)
+        task.advance()
+        for _ in range(20):
+            time.sleep(0.01)
+            task.advance()
+    shown = [r.getMessage() for r in caplog.records]
+    estimates = [line for line in shown if line.endswith(" left")]
+    assert not any(" left" in line for line in shown[:5]), shown  # 1..5 done: none yet
+    assert estimates, shown
+    # From the rate since the first item, about 80 x 10 ms; from the start, 80 x 57 ms at least.
+    seconds = re.search(r"about (\d+)s left$", estimates[-1])
+    assert seconds and int(seconds[1]) <= 3, estimates
 
 
 def test_a_task_forwarded_from_another_process_ends_at_its_last_count(caplog):
