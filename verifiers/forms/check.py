@@ -95,10 +95,11 @@ def split_check(test: str) -> tuple[tuple[str, str], ...]:
     """
     tests: list[tuple[str, str]] = []
     pending: list[str] = []
-    lines = test.split("\n")
+    # Offsets count lines at each "\n" alone only where no "\r" ends one too.
+    lines = test.split("\n") if "\r" not in test else None
     for statement in check_body(test):
         pending.append(
-            statement_source(lines, statement) if "\r" not in test else ast.unparse(statement)
+            statement_source(lines, statement) if lines is not None else ast.unparse(statement)
         )
         if any(isinstance(node, ast.Assert) for node in ast.walk(statement)):
             tests.append((short_name(pending[-1]), "\n".join(pending) + "\n"))
