@@ -406,7 +406,7 @@ def _killed_pool_owner(kill_its_guard: bool) -> str:
         guards = [
             p
             for p in psutil.process_iter(["cmdline"])
-            if "codepost.sandbox.owner_guard" in " ".join(p.info["cmdline"] or ())
+            if "owner_guard.py" in " ".join(p.info["cmdline"] or ())
             and str(owner.pid) in (p.info["cmdline"] or ())
         ]
         assert len(guards) == 1, guards  # one per process and Docker host
