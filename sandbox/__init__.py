@@ -10,6 +10,7 @@ from .api import (
     JudgeSpec,
     Limits,
     TestOutcome,
+    ValueCase,
 )
 from .pool import (
     DEFAULT_IMAGE,
@@ -38,6 +39,7 @@ __all__ = [
     "SandboxPool",
     "SandboxUnavailable",
     "TestOutcome",
+    "ValueCase",
     "connect_hosts",
     "run_in_fresh_container",
 ]

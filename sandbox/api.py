@@ -17,7 +17,9 @@ Two kinds of job:
   test as their builtin classes (a ``class MyErr(ValueError)`` as a ``ValueError`` subclass
   of that name), and arguments the program changes in place change in the test. The
   program is loaded as an imported module would be (registered in ``sys.modules``, its own
-  ``__future__`` flags).
+  ``__future__`` flags). Tests that are plain data (``JudgeSpec.values``: a call with
+  literal arguments compared with a literal) need no judge process: the program runs the
+  calls on its own and the supervisor compares the replies, through the judge's own code.
 * **io**: the program runs once per stdin case as ``__main__``, as ``python3 program.py``
   runs it (``exit`` and ``quit``, its threads joined, ``atexit`` hooks run and its streams
   flushed before it ends); its stdout comes back to the
@@ -41,6 +43,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from .runner import languages
 
@@ -85,6 +88,18 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class ValueCase:
+    """A test as plain data: ``assert target(*args) == expected, message``, or, with ``args``
+    None, ``assert expected, message`` (``message`` None: no message). ``args`` and
+    ``expected`` hold only values the judge's codec carries (builtin values, and the
+    standard-library value types listed above)."""
+
+    args: tuple[Any, ...] | None
+    expected: Any
+    message: str | None = None
+
+
+@dataclass(frozen=True)
 class JudgeSpec:
     """Trusted test code, run in the judge process.
 
@@ -96,12 +111,31 @@ class JudgeSpec:
 
     ``pytest``: the tests run pytest (``runner.pytest_judge``), so the judge is forked from a
     zygote that has it imported; any judge may import it, at the cost of the import per job.
+
+    ``values``: the same tests as data, one ``ValueCase`` per test, where each is a call of the
+    program's ``target`` with plain values compared with a plain value by ``==`` (HumanEval's
+    ``assert candidate(1, 2) == 3``). They are decided without a judge process, so a job costs
+    one process instead of two: the program runs the calls on its own, and the supervisor
+    compares its replies, read through the judge's own code. The outcomes are those of the
+    tests' code, except that ``setup`` does not run (nor can it fail), and the names the code
+    binds are not asked of the program beyond ``target``. Replies past 1 MiB in all go to the
+    judge, which runs the job again.
     """
 
     setup: str
     tests: tuple[str, ...]
     test_names: tuple[str, ...] = ()
     pytest: bool = False
+    target: str = ""  # the program's name that ``values`` call
+    values: tuple[ValueCase, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.values is None:
+            return
+        if not self.target.isidentifier():
+            raise ValueError(f"JudgeSpec.target must name the program's function: {self.target!r}")
+        if len(self.values) != len(self.tests) or self.pytest:
+            raise ValueError("JudgeSpec.values stand for the tests: one each, and no pytest")
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,18 @@ import docker.errors
 import psutil
 import requests.exceptions
 
-from .api import CaseOutcome, CompileOutcome, ExecStatus, ExecutionResult, Job, TestOutcome
+from .api import (
+    CaseOutcome,
+    CompileOutcome,
+    ExecStatus,
+    ExecutionResult,
+    Job,
+    JudgeSpec,
+    TestOutcome,
+)
 from .owner_guard import guard_containers
 from .runner import languages, source_version
-from .runner.codec import MAX_FRAME_BYTES
+from .runner.codec import MAX_FRAME_BYTES, encode
 
 log = logging.getLogger(__name__)
 
@@ -523,6 +531,7 @@ def _job_payload(job: Job, config: PoolConfig) -> dict[str, Any]:
             "tests": list(job.judge.tests),
             "test_names": list(job.judge.test_names),
             "pytest": job.judge.pytest,
+            "values": None if job.judge.values is None else _values(job.judge),
         }
     else:
         payload["stdin_cases"] = list(job.stdin_cases or ())
@@ -532,6 +541,25 @@ def _job_payload(job: Job, config: PoolConfig) -> dict[str, Any]:
         payload["fetch_files"] = list(job.fetch_files)
         payload["stop_at_failure"] = job.stop_at_failure
     return payload
+
+
+def _values(judge: JudgeSpec) -> dict[str, Any]:
+    """Value tests in the codec's tokens: tuples, sets and big ints as the judge's own."""
+    return {
+        "target": judge.target,
+        "cases": [
+            {
+                "args": None if case.args is None else encode(list(case.args), _no_refs),
+                "expected": encode(case.expected, _no_refs),
+                "message": case.message,
+            }
+            for case in judge.values or ()
+        ],
+    }
+
+
+def _no_refs(value: Any) -> int:
+    raise ValueError(f"a value test holds a {type(value).__name__}, which is not plain data")
 
 
 def _to_result(reply: dict[str, Any], attempts: int) -> ExecutionResult:

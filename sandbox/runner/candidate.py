@@ -18,7 +18,7 @@ import stat
 import sys
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from . import languages
@@ -36,6 +36,7 @@ from .codec import (
 
 _TRACEBACK_CHARS = 4000
 _MESSAGE_CHARS = 1000
+_NO_KWARGS = encode({}, lambda obj: 0)  # a call's keyword arguments in value tests: none
 _BATCH_S = 0.02  # how long one ``next`` request may spend fetching items ahead
 # What the judge may ask of an object: the builtin that answers it.
 _BUILTINS: dict[str, Callable[[Any], Any]] = {
@@ -192,6 +193,22 @@ class CandidateServer:
         sent = self.send(items)
         return {"items": sent.pop("ok"), **ended} if "ok" in sent else sent
 
+    def cases(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """The value tests' script, run on its own (the supervisor reads the replies back with
+        ``judge.Replay``): the target's ``get``, then, if it went as a reference, a call of it
+        with each case's arguments; each reply as a judge asking would have had it, and how
+        long the call took."""
+        target = self.namespace.get(request["name"])
+        yield self.handle({"op": "get", "name": request["name"]})
+        ref = self.refs.get(id(target))
+        if ref is None:  # plain data or missing: the judge's side cannot call it
+            return
+        for args in request["calls"]:
+            started = time.perf_counter()
+            reply = self.handle({"op": "call", "ref": ref, "args": args, "kwargs": _NO_KWARGS})
+            reply["duration_s"] = time.perf_counter() - started
+            yield reply
+
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request["op"]
         if op == "load":
@@ -224,7 +241,7 @@ class CandidateServer:
 
 
 def serve(rpc_in: int, rpc_out: int) -> None:
-    """Answer requests until the judge hangs up."""
+    """Answer requests until the judge (or the supervisor, for value tests) hangs up."""
     server = CandidateServer()
     while True:
         try:
@@ -232,11 +249,12 @@ def serve(rpc_in: int, rpc_out: int) -> None:
         except PeerClosed:
             _flush()
             os._exit(0)
-        reply = server.handle(request)
-        try:
-            write_frame(rpc_out, reply, MAX_FRAME_BYTES)
-        except Unsendable as exc:  # the judge would refuse it: say why instead
-            write_frame(rpc_out, {"unsendable": f"the reply: {exc}"})
+        replies = server.cases(request) if request["op"] == "cases" else (server.handle(request),)
+        for reply in replies:
+            try:
+                write_frame(rpc_out, reply, MAX_FRAME_BYTES)
+            except Unsendable as exc:  # the judge would refuse it: say why instead
+                write_frame(rpc_out, {"unsendable": f"the reply: {exc}"})
 
 
 def _write_files(files: dict[str, str]) -> None:

@@ -20,7 +20,7 @@ import os
 import struct
 import sys
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 MAX_FRAME_BYTES = 64 << 20
@@ -90,10 +90,32 @@ def read_exact(fd: int, n: int) -> bytes | bytearray:
 
 def read_frame(fd: int, max_bytes: int = MAX_FRAME_BYTES) -> Any:
     (size,) = _HEADER.unpack(read_exact(fd, _HEADER.size))
+    return _loads(read_exact(fd, _checked(size, max_bytes)))
+
+
+def frames_in(data: bytes | bytearray, max_bytes: int = MAX_FRAME_BYTES) -> Iterator[Any]:
+    """The frames of ``data``, all a pipe carried, as ``read_frame`` takes them from the pipe
+    one by one: with its errors, and ``PeerClosed`` where the bytes end."""
+    view, offset = memoryview(data), 0
+    while True:
+        if len(view) - offset < _HEADER.size:
+            raise PeerClosed("peer closed the pipe")
+        (size,) = _HEADER.unpack_from(view, offset)
+        offset += _HEADER.size + _checked(size, max_bytes)
+        if offset > len(view):
+            raise PeerClosed("peer closed the pipe")
+        yield _loads(view[offset - size : offset])
+
+
+def _checked(size: int, max_bytes: int) -> int:
     if size > max_bytes:
         raise ProtocolError(f"frame of {size} bytes exceeds the {max_bytes} byte limit")
+    return size
+
+
+def _loads(data: bytes | bytearray | memoryview) -> Any:
     try:
-        return json.loads(read_exact(fd, size))
+        return json.loads(bytes(data) if isinstance(data, memoryview) else data)
     except (ValueError, RecursionError) as exc:
         raise ProtocolError(f"undecodable frame: {exc}") from None
 

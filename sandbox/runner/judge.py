@@ -6,6 +6,10 @@ do (a caller's inline test module may patch this module, leave a thread or a pro
 another job. The candidate cannot read its memory, patch its builtins or hand it objects:
 every reply is decoded into exact builtin types or a ``RemoteRef``, which compares equal only
 to itself. Test outcomes go to the supervisor over a pipe the candidate does not have.
+
+Value tests (plain calls compared with plain values) run no test code, so they need no judge
+process: the supervisor runs ``run_values`` over a ``Replay`` of the replies the candidate
+gave to their script, and the same code here decides them.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import collections
 import contextlib
 import functools
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .codec import (
@@ -131,14 +135,18 @@ class Connection:
         if self.crashed:
             raise CandidateCrashed(self.crashed)
         try:
-            write_frame(self.to_candidate, message)
-            reply = read_frame(self.from_candidate, MAX_FRAME_BYTES)
+            reply = self.transact(message)
             if type(reply) is not dict:
                 raise ProtocolError("reply is not an object")
             return reply
         except (OSError, ProtocolError, MemoryError, RecursionError) as exc:
             self.crashed = f"the candidate process exited or broke the protocol ({exc})"
             raise CandidateCrashed(self.crashed) from None
+
+    def transact(self, message: dict[str, Any]) -> Any:
+        """The candidate's reply to ``message``: a round trip over the pipes."""
+        write_frame(self.to_candidate, message)
+        return read_frame(self.from_candidate, MAX_FRAME_BYTES)
 
     def decode(self, tokens: Any) -> Any:
         try:
@@ -313,24 +321,48 @@ def is_candidate_failure(exc: BaseException) -> bool:
     )
 
 
-def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: int) -> None:
-    conn = Connection(to_candidate, from_candidate)
-    judge = job["judge"]
+Emit = Callable[[dict[str, Any]], None]  # where test outcomes go: the supervisor's pipe, a list
+
+
+def load(conn: Connection, program: str, emit: Emit) -> bool:
+    """Load the program in the candidate; when that fails, say how (``load_error``)."""
     try:
-        loaded = conn.exchange({"op": "load", "program": job["program"]})
+        loaded = conn.exchange({"op": "load", "program": program})
     except CandidateCrashed as exc:
         loaded = {"error": "runtime_error", "message": f"{exc}"}
-    if "ok" not in loaded:  # the reply is the candidate's word: it may only pick a failure
-        kind = loaded.get("error")
-        write_frame(
-            results,
-            {
-                "event": "load_error",
-                "kind": kind if kind in LOAD_ERRORS else "runtime_error",
-                "message": str(loaded.get("message", ""))[:4000],
-                "crashed": conn.crashed is not None,
-            },
-        )
+    if "ok" in loaded:
+        return True
+    kind = loaded.get("error")  # the reply is the candidate's word: it may only pick a failure
+    emit(
+        {
+            "event": "load_error",
+            "kind": kind if kind in LOAD_ERRORS else "runtime_error",
+            "message": str(loaded.get("message", ""))[:4000],
+            "crashed": conn.crashed is not None,
+        }
+    )
+    return False
+
+
+def outcome_event(name: str, failure: BaseException | None, duration_s: float) -> dict[str, Any]:
+    return {
+        "event": "test",
+        "name": name,
+        "passed": failure is None,
+        "error": None if failure is None else _describe(failure),
+        "candidate_error": failure is not None and is_candidate_failure(failure),
+        "memory_error": isinstance(failure, MemoryError) and is_candidate_failure(failure),
+        "duration_s": duration_s,
+    }
+
+
+def labels(judge: dict[str, Any]) -> list[str]:
+    return judge.get("test_names") or [f"test_{i}" for i in range(len(judge["tests"]))]
+
+
+def run(job: dict[str, Any], conn: Connection, emit: Emit) -> None:
+    judge = job["judge"]
+    if not load(conn, job["program"], emit):
         return
     namespace = module_namespace("__judge__")  # a module, as the tests' own harness has
     namespace.update(__remote__=conn.get, __remote_names__=conn.names)
@@ -339,8 +371,7 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: in
         exec(compile(judge["setup"], "<judge-setup>", "exec", dont_inherit=True), namespace)
     except BaseException as exc:
         setup_failure = exc
-    names = judge.get("test_names") or [f"test_{i}" for i in range(len(judge["tests"]))]
-    for name, source in zip(names, judge["tests"], strict=True):
+    for name, source in zip(labels(judge), judge["tests"], strict=True):
         started = time.perf_counter()
         failure = setup_failure
         if failure is None:
@@ -348,25 +379,73 @@ def run(job: dict[str, Any], to_candidate: int, from_candidate: int, results: in
                 exec(compile(source, f"<{name}>", "exec", dont_inherit=True), namespace)
             except BaseException as exc:
                 failure = exc
-        write_frame(
-            results,
-            {
-                "event": "test",
-                "name": name,
-                "passed": failure is None,
-                "error": None if failure is None else _describe(failure),
-                "candidate_error": failure is not None and is_candidate_failure(failure),
-                "memory_error": isinstance(failure, MemoryError) and is_candidate_failure(failure),
-                "duration_s": time.perf_counter() - started,
-            },
-        )
-    write_frame(results, {"event": "done", "crashed": conn.crashed is not None})
+        emit(outcome_event(name, failure, time.perf_counter() - started))
+    emit({"event": "done", "crashed": conn.crashed is not None})
+
+
+class Replay(Connection):
+    """The replies of a candidate that ran the value tests' script on its own
+    (``CandidateServer.cases``), handed out in order as the live candidate would give them, so
+    that the judge's own code decides value tests without a judge process. A question off the
+    script (the ``str`` of a program's object, for an error message) has no answer here."""
+
+    SCRIPT = frozenset({"load", "get", "call"})
+
+    def __init__(self, replies: Iterator[Any]) -> None:
+        super().__init__(-1, -1)
+        self.replies = replies
+        self.duration_s = 0.0  # the last call's time, as the program's process measured it
+
+    def transact(self, message: dict[str, Any]) -> Any:
+        if message["op"] not in self.SCRIPT:
+            raise CandidateError(f"the program is not asked for {message['op']}() here")
+        reply = next(self.replies)  # PeerClosed where the candidate's replies ended
+        duration = reply.get("duration_s") if type(reply) is dict else None
+        self.duration_s = duration if type(duration) is float and 0 <= duration < 1e6 else 0.0
+        return reply
+
+
+def run_values(job: dict[str, Any], conn: Replay, emit: Emit) -> None:
+    """Value tests (``JudgeSpec.values``), decided as ``run`` decides the code they stand for:
+    ``assert target(*args) == expected, message``, or ``assert expected, message`` where a
+    case has no ``args``. The setup does not run."""
+    judge, values = job["judge"], job["judge"]["values"]
+    if not load(conn, job["program"], emit):
+        return
+    setup_failure: BaseException | None = None
+    try:
+        target = conn.get(values["target"])
+    except BaseException as exc:
+        setup_failure = exc
+    for name, case in zip(labels(judge), values["cases"], strict=True):
+        conn.duration_s = 0.0
+        failure = setup_failure
+        if failure is None:
+            try:
+                asserted = decode(case["expected"], _no_refs)
+                if case["args"] is not None:
+                    asserted = target(*decode(case["args"], _no_refs)) == asserted
+                if not asserted:
+                    message = case["message"]
+                    raise AssertionError() if message is None else AssertionError(message)
+            except BaseException as exc:
+                failure = exc
+        emit(outcome_event(name, failure, conn.duration_s))
+    emit({"event": "done", "crashed": conn.crashed is not None})
+
+
+def _no_refs(ref: int) -> Any:
+    raise ProtocolError("a value test holds a reference")
 
 
 def run_job(job_fd: int, to_candidate: int, from_candidate: int, results: int) -> None:
     """The judge process's one job: its frame on ``job_fd``, then its tests."""
     try:
-        run(read_frame(job_fd), to_candidate, from_candidate, results)
+        run(
+            read_frame(job_fd),
+            Connection(to_candidate, from_candidate),
+            functools.partial(write_frame, results),
+        )
     except Exception as exc:  # a bad job, a broken pipe after a time-out: report it
         with contextlib.suppress(OSError):
             write_frame(results, {"event": "judge_error", "message": repr(exc)[:2000]})

@@ -10,6 +10,7 @@ Processes inside the container:
     +-- pytest judge zygote (the same with pytest imported, started by the first job that
     |       runs pytest), forks the judges of such jobs
     +-- judge (judge user, non-dumpable; one per call job)   runs the job's tests, dies with it
+    |       (a job whose tests are plain values has none: ``run_values``)
     +-- candidate (sandbox user; one per job or io case)     forked as a child of this process
     +-- compiler (sandbox user; once per job of a compiled language), forked the same way
 
@@ -48,14 +49,15 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import languages, source_version
-from .codec import PeerClosed, frame, read_frame, write_all, write_frame
+from . import judge, languages, source_version
+from .codec import PeerClosed, frame, frames_in, read_frame, write_all, write_frame
 from .zygote import WRITABLE_DIRS
 
 CANDIDATE_UID = int(os.environ.get("CODEPOST_CANDIDATE_UID", "10001"))
 JUDGE_UID = int(os.environ.get("CODEPOST_JUDGE_UID", "10002"))
 ZYGOTE_UIDS = {"judge": JUDGE_UID, "candidate": CANDIDATE_UID}  # started first, swept in order
 EXCERPT_BYTES = 4096
+REPLY_BYTES = 1 << 20  # value tests: the most reply bytes read here; past it, the judge decides
 JUDGE_GRACE_S = 1.0  # after a timeout, how long the judge may take to wind down
 JUDGE_MEMORY_MB = 1024  # the judge's address space
 JUDGE_PROCESSES = 4  # threads and processes a judge may have at once
@@ -91,6 +93,13 @@ def _parse_frames(data: bytes) -> list[dict[str, Any]]:
         frames.append(json.loads(data[offset + 4 : offset + 4 + size]))
         offset += 4 + size
     return frames
+
+
+def _drain(fd: int, buffer: bytearray) -> None:
+    """What the pipe ``fd`` holds now (a pipe holds at most 1 MiB), without waiting for more."""
+    os.set_blocking(fd, False)
+    with contextlib.suppress(BlockingIOError):
+        buffer += os.read(fd, 1 << 20)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -524,11 +533,13 @@ class Supervisor:
         until_closed: tuple[int, ...] = (),
         until_exit: int | None = None,
         feed: tuple[int, bytes] | None = None,
+        capped: tuple[int, int] | None = None,
     ) -> str | None:
         """Pump the pipes until every fd of ``until_closed`` hits EOF or ``until_exit`` exits.
 
-        Returns "timeout", or "output_limit" when the ``counted`` streams hold more than
-        ``limit`` bytes, when a limit ended it, else None.
+        Returns "timeout", "output_limit" when the ``counted`` streams hold more than
+        ``limit`` bytes, or "capped" when the stream of ``capped``'s fd holds more than its
+        bytes, when a limit ended it, else None.
         """
         selector = selectors.DefaultSelector()
         for fd in streams:
@@ -578,6 +589,9 @@ class Supervisor:
                 if sum(len(streams[fd]) for fd in counted) > limit:
                     outcome = "output_limit"
                     break
+                if capped and len(streams[capped[0]]) > capped[1]:
+                    outcome = "capped"
+                    break
         finally:
             selector.close()
             if feed_fd is not None:
@@ -607,6 +621,11 @@ class Supervisor:
     # -- the two job kinds
 
     def run_call(self, job: dict[str, Any]) -> dict[str, Any]:
+        if job["judge"].get("values") is not None:
+            result = self.run_values(job)
+            if result is not None:
+                return result
+            self.restore_dirs()  # the judge decides after all: a fresh start
         limits = job["limits"]
         started = time.monotonic()
         oom_before = oom_kills()
@@ -662,20 +681,115 @@ class Supervisor:
             os.close(fd)
         if setup_failed:
             raise SetupFailed(_excerpt(streams[err_r]) or "a process of the job died in set-up")
+        return self.call_result(
+            events,
+            outcome,
+            deadline,
+            (streams[out_r], streams[err_r]),
+            candidate_exit,
+            _how_it_ended(judge_exit, "judge"),
+            limits,
+            started=started,
+            oom=oom_kills() > oom_before,
+            leftover=leftover,
+        )
+
+    def run_values(self, job: dict[str, Any]) -> dict[str, Any] | None:
+        """Value tests (``JudgeSpec.values``) with no judge process: the candidate runs their
+        script on its own (the target's lookup, a call per case) and exits; the supervisor
+        reads its replies back through the judge's code (``judge.Replay``). None when the
+        replies were too large to read here: the judge decides then."""
+        limits = job["limits"]
+        started = time.monotonic()
+        oom_before = oom_kills()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        devnull = os.open("/dev/null", os.O_RDWR)
+        candidate, ready_r = self.spawn("call", limits, [devnull, out_w, err_w, req_r, rep_w])
+        for fd in (devnull, out_w, err_w, req_r, rep_w):
+            os.close(fd)
+        streams = {out_r: bytearray(), err_r: bytearray(), rep_r: bytearray(), ready_r: bytearray()}
+        values = job["judge"]["values"]
+        script = frame({"op": "load", "program": job["program"]}) + frame(
+            {
+                "op": "cases",
+                "name": values["target"],
+                "calls": [case["args"] for case in values["cases"] if case["args"] is not None],
+            }
+        )
+        deadline = Deadline(limits["wall_time_s"], limits, (candidate,), started, self.job_time)
+        outcome = self.collect(
+            streams,
+            deadline,
+            counted=(out_r, err_r),
+            limit=limits["output_bytes"],
+            until_exit=candidate,
+            feed=(req_w, script),
+            capped=(rep_r, REPLY_BYTES),
+        )
+        if outcome:
+            self.stop_program(candidate)
+        for fd in streams:  # what the candidate wrote before it ended
+            _drain(fd, streams[fd])
+        if not outcome and len(streams[out_r]) + len(streams[err_r]) > limits["output_bytes"]:
+            outcome = "output_limit"
+        if len(streams[rep_r]) > REPLY_BYTES:
+            outcome = "capped"
+        candidate_exit = self.exited.get(candidate)
+        leftover = self.finish(candidate)
+        for fd in streams:
+            os.close(fd)
+        if outcome == "capped":
+            return None
+        if not outcome and not streams[ready_r]:
+            raise SetupFailed(_excerpt(streams[err_r]) or "a process of the job died in set-up")
+        events: list[dict[str, Any]] = []
+        judge.run_values(job, judge.Replay(frames_in(streams[rep_r])), events.append)
+        return self.call_result(
+            events,
+            outcome,
+            deadline,
+            (streams[out_r], streams[err_r]),
+            candidate_exit,
+            "no judge process: value tests",
+            limits,
+            started=started,
+            oom=oom_kills() > oom_before,
+            leftover=leftover,
+        )
+
+    def call_result(
+        self,
+        events: list[dict[str, Any]],
+        outcome: str | None,
+        deadline: Deadline,
+        output: tuple[bytearray, bytearray],
+        candidate_exit: tuple[int, float] | None,
+        judge_ended: str,
+        limits: dict[str, Any],
+        *,
+        started: float,
+        oom: bool,
+        leftover: int,
+    ) -> dict[str, Any]:
+        """A call job's result from its test events and how its processes ended."""
         tests = [e for e in events if e.get("event") == "test"]
         load_error = next((e for e in events if e.get("event") == "load_error"), None)
         judge_error = next((e for e in events if e.get("event") == "judge_error"), None)
+        done = any(e.get("event") == "done" for e in events)
         result: dict[str, Any] = {
             "tests": [
                 {k: e[k] for k in ("name", "passed", "error", "candidate_error", "duration_s")}
                 for e in tests
             ],
-            "stdout": _excerpt(streams[out_r]),
-            "stderr": _excerpt(streams[err_r]),
+            "stdout": _excerpt(output[0]),
+            "stderr": _excerpt(output[1]),
             "duration_s": time.monotonic() - started,
             "leftover_processes": leftover,
         }
-        verdict = _signal_verdict(candidate_exit, limits, oom_kills() > oom_before)
+        verdict = _signal_verdict(candidate_exit, limits, oom)
         if outcome == "output_limit":
             result.update(
                 status="output_limit", error=f"output exceeded {limits['output_bytes']} bytes"
@@ -689,7 +803,7 @@ class Supervisor:
         elif judge_error is not None or not done:
             # The tests could not run to their end (a caller's test code that kills or exits
             # its judge): no verdict, and nothing the container must be replaced for.
-            why = judge_error["message"] if judge_error else _how_it_ended(judge_exit, "judge")
+            why = judge_error["message"] if judge_error else judge_ended
             result.update(status="sandbox_error", error=f"the judge gave no verdict: {why}")
         elif any(e.get("memory_error") for e in tests):
             result.update(status="memory_limit", error="MemoryError in the program")
