@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator, model_validator
 
-from ...sandbox import Job, JudgeSpec, Limits
+from ...sandbox import Job, JudgeSpec, Limits, ValueCase
 from ..extraction import import_lines
-from ..judges import longest_first, short_name
+from ..judges import longest_first, short_name, value_case
 from ..python_ast import parse_python
 from . import FormTests, JudgedForm, kept_with_tests, register
 
@@ -128,8 +128,30 @@ def asserts_judge(problem: Problem) -> JudgeSpec:
         + "".join(line.rstrip() + "\n" for line in problem.test_imports)
         + import_lines(problem.test_setup_code)
     )
+    values = values_of(problem.tests)  # type: ignore[arg-type]
+    target, cases = values if values and values[0] in names else ("", None)
     return JudgeSpec(
         setup=setup,
         tests=tuple(line.strip() + "\n" for line in tests),
         test_names=tuple(short_name(line) for line in tests),
+        target=target,
+        values=cases,
     )
+
+
+@kept_with_tests
+def values_of(tests: AssertsTests) -> tuple[str, tuple[ValueCase, ...]] | None:
+    """The function the asserts call and the asserts as plain data, when each is
+    ``assert f(<literals>) == <literal>`` of that one function (965 of MBPP's 974 problems):
+    the job then needs no judge process."""
+    _, called, _ = names_of(tests)
+    if len(called) != 1:
+        return None
+    (target,) = called
+    cases = []
+    for line in tests.test_list:
+        case = value_case(line, target)
+        if case is None:
+            return None
+        cases.append(case)
+    return target, tuple(cases)

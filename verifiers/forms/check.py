@@ -9,9 +9,9 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING, Literal
 
-from ...sandbox import Job, JudgeSpec, Limits
+from ...sandbox import Job, JudgeSpec, Limits, ValueCase
 from ..extraction import prompt_code
-from ..judges import short_name
+from ..judges import short_name, value_case
 from ..python_ast import is_docstring, parse_tests, statement_source
 from . import FormTests, JudgedForm, kept_with_tests, register
 
@@ -78,7 +78,22 @@ def check_judge(problem: Problem) -> JudgeSpec:
         setup=setup,
         tests=tuple(source for _, source in tests),
         test_names=tuple(name for name, _ in tests),
+        target=problem.entry_point or "",
+        values=values_of(problem.tests),  # type: ignore[arg-type]
     )
+
+
+@kept_with_tests
+def values_of(tests: CheckTests) -> tuple[ValueCase, ...] | None:
+    """``check``'s tests as plain data, when every one of them is (136 of HumanEval's 164
+    problems): the job then needs no judge process."""
+    cases = []
+    for _, source in checks_of(tests):
+        case = value_case(source, "candidate")
+        if case is None:
+            return None
+        cases.append(case)
+    return tuple(cases)
 
 
 @kept_with_tests
