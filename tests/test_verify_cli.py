@@ -349,3 +349,20 @@ def test_columns_and_max_tests(tmp_path, monkeypatch):
     assert read_rows(tmp_path / "s.jsonl_results.jsonl")[0]["passed"]
     with pytest.raises(SystemExit):
         cli.main([*args[:4], "--columns", "no-equals-sign"])
+
+
+def test_a_server_client_does_not_import_dockers_client():
+    """``codepost verify --server`` runs nothing here: the pool (and Docker's client, 0.2 s of a
+    short command's start) is imported only by what starts one."""
+    code = (
+        "import sys\n"
+        "from codepost.flows.cli import build_parser\n"
+        "from codepost.verifiers.remote import RemoteVerifier\n"
+        "build_parser()\n"
+        "RemoteVerifier('http://127.0.0.1:9', 'humaneval').close()\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] == 'docker'))\n"
+        "from codepost.sandbox import SandboxPool\n"
+        "print('docker' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[:2] == ["[]", "True"], done.stdout + done.stderr

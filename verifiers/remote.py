@@ -50,8 +50,13 @@ class RemoteVerifier:
         # checks samples and holds the options; never starts a pool
         self.local = Verifier(reward_config=reward_config, completion_style=completion_style)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        # No read time-out: a batch waits for its turn on the server's containers.
-        self.client = httpx.Client(headers=headers, timeout=httpx.Timeout(None, connect=10.0))
+        # No read time-out: a batch waits for its turn on the server's containers. A plain-HTTP
+        # server needs no certificates, whose loading costs 0.13 s.
+        self.client = httpx.Client(
+            headers=headers,
+            timeout=httpx.Timeout(None, connect=10.0),
+            verify=self.url.startswith("https:"),
+        )
 
     def close(self, abort: bool = False) -> None:
         """``abort`` as in ``Verifier.close``: a batch in flight is the server's to finish."""
