@@ -505,9 +505,12 @@ def run_in_fresh_container(job: Job, config: PoolConfig | None = None) -> Execut
 
 def _host_deadline(payload: dict[str, Any], grace_s: float) -> float:
     """How long the host waits for a job's reply: its compile and every case at their
-    stretched wall limits, then the grace."""
+    stretched wall limits, then the grace. Value tests may run twice: replies too large to
+    read in the supervisor send the job to a judge, with its time again."""
     limits = payload["limits"]
     cases = len(payload.get("stdin_cases", ())) or 1
+    if payload.get("judge", {}).get("values") is not None:
+        cases = 2
     compile_s = limits["compile_cap_s"] if languages.get(payload["language"]).compiled else 0.0
     longest = compile_s + limits["wall_cap_s"] * cases
     if limits["job_time_s"] is not None:

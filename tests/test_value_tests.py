@@ -8,7 +8,8 @@ import dataclasses
 
 import pytest
 
-from codepost.sandbox import ExecStatus, Job, JudgeSpec, Limits, ValueCase
+from codepost.sandbox import ExecStatus, Job, JudgeSpec, Limits, PoolConfig, ValueCase
+from codepost.sandbox.pool import _host_deadline, _job_payload
 from codepost.sandbox.runner.codec import PeerClosed, ProtocolError, encode, frame, frames_in
 from codepost.sandbox.runner.judge import Replay, run_values
 from codepost.verifiers.forms.asserts import asserts_judge
@@ -218,3 +219,13 @@ def test_a_judge_spec_checks_its_values():
         dataclasses.replace(spec, tests=())
     with pytest.raises(ValueError, match="target"):
         dataclasses.replace(spec, target="")
+
+
+def test_the_host_waits_for_a_value_job_to_run_twice():
+    """Its replies may send it to the judge, with its time again: the host must not take the
+    container for dead in the meantime."""
+    config = PoolConfig(grace_s=10.0, wall_stretch=3.0)
+    spec = JudgeSpec(setup="", tests=TESTS, target="f", values=VALUES)
+    for values, runs in ((VALUES, 2), (None, 1)):
+        job = Job(program=ADD, judge=dataclasses.replace(spec, values=values), limits=FAST)
+        assert _host_deadline(_job_payload(job, config), config.grace_s) == runs * 2.0 * 3 + 10
