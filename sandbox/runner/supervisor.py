@@ -521,6 +521,20 @@ class Supervisor:
             os.close(ready_w)
         return reply["pid"], ready_r
 
+    def spawn_program(self, limits: dict[str, Any]) -> tuple[int, int, int, int, int, int]:
+        """The program's process of a call job: its pid, and the ends of its pipes that are
+        not its own: set-up report, stdout and stderr (to read), requests (to write) and
+        replies (to read)."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        requests_r, requests_w = os.pipe()
+        replies_r, replies_w = os.pipe()
+        devnull = os.open("/dev/null", os.O_RDWR)
+        pid, ready_r = self.spawn("call", limits, [devnull, out_w, err_w, requests_r, replies_w])
+        for fd in (devnull, out_w, err_w, requests_r, replies_w):
+            os.close(fd)
+        return pid, ready_r, out_r, err_r, requests_w, replies_r
+
     # -- collecting output
 
     def collect(
@@ -629,21 +643,17 @@ class Supervisor:
         limits = job["limits"]
         started = time.monotonic()
         oom_before = oom_kills()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        j2c_r, j2c_w = os.pipe()
-        c2j_r, c2j_w = os.pipe()
+        candidate, ready_r, out_r, err_r, j2c_w, c2j_r = self.spawn_program(limits)
         res_r, res_w = os.pipe()
         job_r, job_w = os.pipe()
         devnull = os.open("/dev/null", os.O_RDWR)
-        candidate, ready_r = self.spawn("call", limits, [devnull, out_w, err_w, j2c_r, c2j_w])
         judge, judge_ready_r = self.spawn(
             "judge",
             judge_limits(limits),
             [devnull, devnull, devnull, job_r, j2c_w, c2j_r, res_w],
             pytest=bool(job["judge"].get("pytest")),
         )
-        for fd in (devnull, out_w, err_w, j2c_r, c2j_w, j2c_w, c2j_r, res_w, job_r):
+        for fd in (devnull, j2c_w, c2j_r, res_w, job_r):
             os.close(fd)
         streams = {
             out_r: bytearray(),
@@ -702,14 +712,7 @@ class Supervisor:
         limits = job["limits"]
         started = time.monotonic()
         oom_before = oom_kills()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        req_r, req_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        devnull = os.open("/dev/null", os.O_RDWR)
-        candidate, ready_r = self.spawn("call", limits, [devnull, out_w, err_w, req_r, rep_w])
-        for fd in (devnull, out_w, err_w, req_r, rep_w):
-            os.close(fd)
+        candidate, ready_r, out_r, err_r, req_w, rep_r = self.spawn_program(limits)
         streams = {out_r: bytearray(), err_r: bytearray(), rep_r: bytearray(), ready_r: bytearray()}
         values = job["judge"]["values"]
         script = frame({"op": "load", "program": job["program"]}) + frame(
