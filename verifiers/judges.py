@@ -7,7 +7,7 @@ program's process, and expected output never enters the sandbox with the program
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from ..sandbox import ValueCase
@@ -74,3 +74,15 @@ def value_case(source: str, callee: str) -> ValueCase | None:
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         pass  # not literals (``3 * 19``, ``{[1]}``): the judge evaluates them
     return None
+
+
+def value_cases(sources: Iterable[str], callee: str) -> tuple[ValueCase, ...] | None:
+    """Every test as plain data (``value_case``), or None when any one is not: a job's tests
+    go to the judge together or not at all."""
+    cases = []
+    for source in sources:
+        case = value_case(source, callee)
+        if case is None:
+            return None
+        cases.append(case)
+    return tuple(cases)

@@ -11,7 +11,7 @@ from pydantic import field_validator, model_validator
 
 from ...sandbox import Job, JudgeSpec, Limits, ValueCase
 from ..extraction import import_lines
-from ..judges import longest_first, short_name, value_case
+from ..judges import longest_first, short_name, value_cases
 from ..python_ast import parse_python
 from . import FormTests, JudgedForm, kept_with_tests, register
 
@@ -148,10 +148,5 @@ def values_of(tests: AssertsTests) -> tuple[str, tuple[ValueCase, ...]] | None:
     if len(called) != 1:
         return None
     (target,) = called
-    cases = []
-    for line in tests.test_list:
-        case = value_case(line, target)
-        if case is None:
-            return None
-        cases.append(case)
-    return target, tuple(cases)
+    cases = value_cases(tests.test_list, target)
+    return None if cases is None else (target, cases)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ...sandbox import Job, JudgeSpec, Limits, ValueCase
 from ..extraction import prompt_code
-from ..judges import short_name, value_case
+from ..judges import short_name, value_cases
 from ..python_ast import is_docstring, parse_tests, statement_source
 from . import FormTests, JudgedForm, kept_with_tests, register
 
@@ -87,13 +87,7 @@ def check_judge(problem: Problem) -> JudgeSpec:
 def values_of(tests: CheckTests) -> tuple[ValueCase, ...] | None:
     """``check``'s tests as plain data, when every one of them is (136 of HumanEval's 164
     problems): the job then needs no judge process."""
-    cases = []
-    for _, source in checks_of(tests):
-        case = value_case(source, "candidate")
-        if case is None:
-            return None
-        cases.append(case)
-    return tuple(cases)
+    return value_cases((source for _, source in checks_of(tests)), "candidate")
 
 
 @kept_with_tests
