@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import fcntl
 import hashlib
 import json
 import math
@@ -58,6 +59,9 @@ JUDGE_UID = int(os.environ.get("CODEPOST_JUDGE_UID", "10002"))
 ZYGOTE_UIDS = {"judge": JUDGE_UID, "candidate": CANDIDATE_UID}  # started first, swept in order
 EXCERPT_BYTES = 4096
 REPLY_BYTES = 1 << 20  # value tests: the most reply bytes read here; past it, the judge decides
+# Pipes read only when their writer ends: emptied this often meanwhile, so that a writer the
+# pipe cannot hold waits this long at most.
+UNWATCHED_S = 0.05
 JUDGE_GRACE_S = 1.0  # after a timeout, how long the judge may take to wind down
 JUDGE_MEMORY_MB = 1024  # the judge's address space
 JUDGE_PROCESSES = 4  # threads and processes a judge may have at once
@@ -548,15 +552,18 @@ class Supervisor:
         until_exit: int | None = None,
         feed: tuple[int, bytes] | None = None,
         capped: tuple[int, int] | None = None,
+        unwatched: tuple[int, ...] = (),
     ) -> str | None:
         """Pump the pipes until every fd of ``until_closed`` hits EOF or ``until_exit`` exits.
+        The ``unwatched`` ones are emptied every ``UNWATCHED_S`` only, not as each write
+        arrives: a reply per call would wake this process, and stop the program, each time.
 
         Returns "timeout", "output_limit" when the ``counted`` streams hold more than
         ``limit`` bytes, or "capped" when the stream of ``capped``'s fd holds more than its
         bytes, when a limit ended it, else None.
         """
         selector = selectors.DefaultSelector()
-        for fd in streams:
+        for fd in streams.keys() - set(unwatched):
             selector.register(fd, selectors.EVENT_READ)
         selector.register(self.wake_r, selectors.EVENT_READ)
         feed_fd, pending = (feed[0], memoryview(feed[1])) if feed else (None, memoryview(b""))
@@ -565,6 +572,7 @@ class Supervisor:
             selector.register(feed_fd, selectors.EVENT_WRITE)
         open_fds = set(streams)
         outcome = None
+        next_drain = time.monotonic() + UNWATCHED_S
         try:
             while True:
                 if until_closed and open_fds.isdisjoint(until_closed):
@@ -576,7 +584,14 @@ class Supervisor:
                     outcome = "timeout"
                     break
                 self.beat()
-                for key, _ in selector.select(min(remaining, HEARTBEAT_S)):
+                wait = min(remaining, HEARTBEAT_S)
+                if unwatched:
+                    if time.monotonic() >= next_drain:
+                        for fd in unwatched:
+                            _drain(fd, streams[fd])
+                        next_drain = time.monotonic() + UNWATCHED_S
+                    wait = min(wait, max(next_drain - time.monotonic(), 0.0))
+                for key, _ in selector.select(wait):
                     fd = key.fd
                     if fd == self.wake_r:
                         with contextlib.suppress(BlockingIOError):
@@ -714,6 +729,11 @@ class Supervisor:
         oom_before = oom_kills()
         candidate, ready_r, out_r, err_r, req_w, rep_r = self.spawn_program(limits)
         streams = {out_r: bytearray(), err_r: bytearray(), rep_r: bytearray(), ready_r: bytearray()}
+        try:  # the replies wait in the pipe until the program ends: all of them fit
+            fcntl.fcntl(rep_r, fcntl.F_SETPIPE_SZ, REPLY_BYTES)
+            unwatched: tuple[int, ...] = (ready_r, rep_r)
+        except OSError:  # over the user's pipe quota: read them as they come
+            unwatched = (ready_r,)
         values = job["judge"]["values"]
         script = frame({"op": "load", "program": job["program"]}) + frame(
             {
@@ -731,6 +751,7 @@ class Supervisor:
             until_exit=candidate,
             feed=(req_w, script),
             capped=(rep_r, REPLY_BYTES),
+            unwatched=unwatched,
         )
         if outcome:
             self.stop_program(candidate)
