@@ -513,3 +513,36 @@ def test_containers_keep_no_log_of_the_replies():
         container.reload()
         assert container.attrs["HostConfig"]["LogConfig"]["Type"] == "none"
         assert not container.attrs["LogPath"] or not os.path.exists(container.attrs["LogPath"])
+
+
+LOOK_AROUND = (
+    "import os\n"
+    "print(sorted(os.listdir('/tmp')))\n"
+    "print([line.split()[-1] for line in open('/proc/net/unix').read().splitlines()[1:]"
+    " if len(line.split()) > 7])\n"
+)
+
+
+def test_a_local_engines_containers_talk_over_their_supervisors_socket_which_no_program_sees():
+    """Frames go past dockerd and containerd's shim; the socket the supervisor listened on
+    until the host connected is gone before the first job."""
+    with SandboxPool(PoolConfig(size=1)) as pool:
+        (container,) = pool._live
+        assert not container.demux and container.sock.family == socket.AF_UNIX
+        result = pool.run(Job(program=LOOK_AROUND, stdin_cases=("",), limits=FAST))
+        called = pool.run(call_job("def f():\n    return 1\n", "assert f() == 1"))
+    assert result.cases[0].stdout == "[]\n[]\n", result
+    assert passed(called) == [True]
+
+
+def test_a_host_that_cannot_reach_the_supervisors_socket_uses_the_attached_stream(monkeypatch):
+    """As a remote engine's host, or one not root: its next frame, on stdin, tells the
+    supervisor to stay there; the same results, and the socket gone all the same."""
+    monkeypatch.setattr(pool_module, "_is_local", lambda client: False)
+    with SandboxPool(PoolConfig(size=1)) as pool:
+        (container,) = pool._live
+        assert container.demux
+        result = pool.run(Job(program=LOOK_AROUND, stdin_cases=("",), limits=FAST))
+        called = list(pool.map([call_job("def f():\n    return 1\n", "assert f() == 1")] * 3))
+    assert result.cases[0].stdout == "[]\n[]\n", result
+    assert [passed(result) for result in called] == [[True]] * 3

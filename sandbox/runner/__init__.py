@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# Where the supervisor listens for its host, from its first pong to the host's next frame.
+HOST_SOCKET = "/tmp/.codepost-host/host.sock"
+
 
 def source_version() -> str:
     """A hash of this package's sources. The host compares its own with the one a container
