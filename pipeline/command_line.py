@@ -15,7 +15,8 @@ from typing import Any
 from pydantic import BaseModel
 from rich.console import Console
 
-from .settings import setting_flags, settings_help, split_settings
+# .settings is imported where a command has settings: its models and YAML take 25 ms of the
+# start of every command, `codepost verify` too, which has none.
 
 EXIT_BAD_INPUT = 2
 EXIT_SANDBOX_UNAVAILABLE = 3
@@ -39,6 +40,8 @@ class SettingsParser(argparse.ArgumentParser):
     ) -> tuple[argparse.Namespace, list[str]]:
         if self.settings_model is None or args is None:
             return super().parse_known_args(args, namespace)
+        from .settings import split_settings
+
         flags, rest = split_settings(args, self.settings_model)
         parsed, extras = super().parse_known_args(rest, namespace)
         unknown = [item for item in extras if item.startswith("-")]
@@ -50,6 +53,8 @@ class SettingsParser(argparse.ArgumentParser):
     def _close_to(self, option: str) -> str:
         """Flags spelled like ``option`` (an option of an earlier version, a typo)."""
         assert self.settings_model is not None
+        from .settings import setting_flags
+
         known = setting_flags(self.settings_model)
         known += [string for action in self._actions for string in action.option_strings]
         name = option.partition("=")[0].lstrip("-")
@@ -67,6 +72,8 @@ def settings_command(
 ) -> argparse.ArgumentParser:
     """A subcommand whose settings are ``model``'s fields, with ``--config`` for a YAML file
     of them; ``--help`` lists every setting."""
+    from .settings import settings_help
+
     epilog = (
         f"settings: every field of {model.__name__} below is a flag, by its path (e.g. "
         f"{example}); a flag sets that one field over the YAML of --config (or the default) and "
