@@ -199,14 +199,7 @@ class Connection:
 
     def call(self, ref: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Call a candidate object; what it changed in the arguments changes here too."""
-        reply = self.exchange(
-            {
-                "op": "call",
-                "ref": ref,
-                "args": self.encode(list(args)),
-                "kwargs": self.encode(kwargs),
-            }
-        )
+        reply = self.exchange(self.call_request(ref, args, kwargs))
         if "args_after" in reply:
             update_all(args, self.decode(reply["args_after"]))
         if "kwargs_after" in reply:
@@ -214,6 +207,14 @@ class Connection:
             if type(after) is dict and after.keys() == kwargs.keys():
                 update_all(kwargs.values(), list(after.values()))
         return self.result(reply)
+
+    def call_request(self, ref: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return {
+            "op": "call",
+            "ref": ref,
+            "args": self.encode(list(args)),
+            "kwargs": self.encode(kwargs),
+        }
 
     def rebuild_exception(self, info: Any) -> BaseException:
         """The candidate's exception as one the tests can catch: a builtin one as itself, a
@@ -395,6 +396,9 @@ class Replay(Connection):
         super().__init__(-1, -1)
         self.replies = replies
         self.duration_s = 0.0  # the last call's time, as the program's process measured it
+
+    def call_request(self, ref: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return {"op": "call"}  # made already, with the script's arguments these were decoded from
 
     def transact(self, message: dict[str, Any]) -> Any:
         if message["op"] not in self.SCRIPT:
