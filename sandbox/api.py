@@ -43,7 +43,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from .runner import languages
 
@@ -96,11 +96,25 @@ class ValueCase:
     """A test as plain data: ``assert target(*args) == expected, message``, or, with ``args``
     None, ``assert expected, message`` (``message`` None: no message). ``args`` and
     ``expected`` hold only values the judge's codec carries (builtin values, and the
-    standard-library value types listed above)."""
+    standard-library value types listed above). ``compare`` is the assert's comparison:
+    ``"=="``, ``"is"`` (``expected`` True, False or None) or ``"close"``:
+    ``assert abs(target(*args) - expected) < tolerance``."""
 
     args: tuple[Any, ...] | None
     expected: Any
     message: str | None = None
+    compare: Literal["==", "is", "close"] = "=="
+    tolerance: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.compare != "==" and self.args is None:
+            raise ValueError(f"a {self.compare!r} ValueCase compares a call's result: no args")
+        if self.compare == "is" and not any(self.expected is v for v in (True, False, None)):
+            raise ValueError(f"'is' compares with True, False or None, not {self.expected!r}")
+        if self.compare == "close" and not (
+            type(self.tolerance) in (int, float) and math.isfinite(self.tolerance)
+        ):
+            raise ValueError(f"a 'close' ValueCase needs a finite tolerance: {self.tolerance!r}")
 
 
 @dataclass(frozen=True)
@@ -117,8 +131,8 @@ class JudgeSpec:
     zygote that has it imported; any judge may import it, at the cost of the import per job.
 
     ``values``: the same tests as data, one ``ValueCase`` per test, where each is a call of the
-    program's ``target`` with plain values compared with a plain value by ``==`` (HumanEval's
-    ``assert candidate(1, 2) == 3``). They are decided without a judge process, so a job costs
+    program's ``target`` with plain values compared with a plain value (HumanEval's
+    ``assert candidate(1, 2) == 3``; ``ValueCase.compare``). They are decided without a judge process, so a job costs
     one process instead of two: the program runs the calls on its own, and the supervisor
     compares its replies, read through the judge's own code. The outcomes are those of the
     tests' code, except that ``setup`` does not run (nor can it fail), and the names the code

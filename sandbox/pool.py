@@ -593,6 +593,8 @@ def _values(judge: JudgeSpec) -> dict[str, Any]:
                 "args": None if case.args is None else encode(list(case.args), _no_refs),
                 "expected": encode(case.expected, _no_refs),
                 "message": case.message,
+                "compare": case.compare,
+                "tolerance": case.tolerance,
             }
             for case in judge.values or ()
         ],

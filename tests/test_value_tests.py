@@ -71,12 +71,12 @@ def outcomes(result) -> tuple:
     )
 
 
-def run_both(pool, program: str, setup: str = "f = __remote__('f')\n", values=VALUES):
+def run_both(pool, program: str, setup: str = "f = __remote__('f')\n", values=VALUES, tests=TESTS):
     judged, valued = (
         pool.run(
             Job(
                 program=program,
-                judge=JudgeSpec(setup=setup, tests=TESTS, target="f", values=cases),
+                judge=JudgeSpec(setup=setup, tests=tests, target="f", values=cases),
                 limits=FAST,
             )
         )
@@ -90,6 +90,36 @@ def run_both(pool, program: str, setup: str = "f = __remote__('f')\n", values=VA
 def test_value_tests_decide_as_the_judge_does(sandbox_pool, program):
     judged, valued = run_both(sandbox_pool, program)
     assert outcomes(valued) == outcomes(judged)
+
+
+# Asserts of the other shapes value tests take: folded literals, `is`, `abs(...) < tolerance`.
+SHAPES = (
+    "assert f(3 * 19, -(2 ** 3)) == (3 + 5 + 7, 'ab' + 'c')\n",
+    "assert f(1, 2) is True\n",
+    "assert abs(f(1.5, 2) - 2.0 / 3.0) < 1e-6, 'close'\n",
+)
+SHAPED = {
+    "right": (
+        "def f(a, b):\n    if a == 57:\n        return (15, 'abc')\n"
+        "    return True if a == 1 else 2 / 3\n"
+    ),
+    "wrong": "def f(a, b):\n    return 0\n",
+    "1 for True, a near miss": "def f(a, b):\n    return 1 if a == 1 else 0.6667\n",
+    "text to subtract from": "def f(a, b):\n    return 'x'\n",
+    "an object of its own": "class C:\n    pass\ndef f(a, b):\n    return C()\n",
+    "nan": "def f(a, b):\n    return float('nan')\n",
+    "raises": "def f(a, b):\n    raise ValueError(a)\n",
+}
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("program", SHAPED.values(), ids=list(SHAPED))
+def test_folded_literals_identity_and_tolerance_decide_as_the_judge_does(sandbox_pool, program):
+    values = tuple(value_case(test, "f") for test in SHAPES)
+    assert [case.compare for case in values] == ["==", "is", "close"]
+    judged, valued = run_both(sandbox_pool, program, values=values, tests=SHAPES)
+    assert outcomes(valued) == outcomes(judged)
+    assert [t.passed for t in valued.tests] == [program == SHAPED["right"]] * 3
 
 
 @pytest.mark.docker
@@ -118,13 +148,29 @@ def test_statements_that_are_plain_data():
         (-1.5,), {1: None}, "msg"
     )
     assert value_case("assert True, 'fine'", "candidate") == ValueCase(None, True, "fine")
+    assert value_case("assert candidate(3 * 19, 'a' + 'b') == [0 ** 0, -2 ** 3]", "candidate") == (
+        ValueCase((57, "ab"), [1, -8])
+    )
+    assert value_case("assert candidate(1) is None", "candidate") == ValueCase(
+        (1,), None, compare="is"
+    )
+    assert value_case("assert abs(candidate(1.33) - 0.33) < 1e-6", "candidate") == ValueCase(
+        (1.33,), 0.33, compare="close", tolerance=1e-6
+    )
     for code in (
-        "assert candidate(3 * 19) == [3, 19]",  # an expression the judge evaluates
         "assert candidate(1) == True, 'got ' + str(candidate(1))",  # a message that calls
-        "assert abs(candidate(1.33) - 0.33) < 1e-6",
         "assert candidate([1, 2])",  # truth: the program answers for its own objects
         "assert not candidate(1)",
-        "assert candidate(1) is True",
+        "assert candidate(1) is 1",
+        "assert candidate(1) is not None",
+        "assert abs(candidate(1) - 1) <= 1e-6",
+        "assert abs(candidate(1) - x) < 1e-6",
+        "assert abs(other(1) - 1) < 1e-6",
+        "assert candidate(2 ** 100_000) == 1",  # arithmetic folded only while it stays small
+        "assert candidate(1 / 0) == 1",  # the test itself raises: the judge's to report
+        "assert candidate('ab' * 3) == 1",
+        "assert candidate(True + 1) == 2",
+        "assert candidate(x + 1) == 2",
         "assert other(1) == 2",
         "assert candidate(x=1) == 2",
         "assert candidate(...) == 1",
@@ -137,7 +183,7 @@ def test_statements_that_are_plain_data():
 def test_humaneval_problems_whose_tests_are_all_values():
     problems = load_problems("humaneval")
     valued = [p for p in problems.values() if values_of(p.tests) is not None]
-    assert len(valued) == 136
+    assert len(valued) == 146
     sample = problems["HumanEval/0"]
     assert values_of(sample.tests)[0] == ValueCase(([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3), True)
 
@@ -147,12 +193,13 @@ def test_mbpp_problems_whose_asserts_are_all_values():
     comes from the program only where the judge would take it from there)."""
     problems = load_problems("mbpp")
     judges = {task: asserts_judge(problem) for task, problem in problems.items()}
-    assert sum(judge.values is not None for judge in judges.values()) == 965
+    assert sum(judge.values is not None for judge in judges.values()) == 966
     first = judges[next(iter(problems))]
     assert first.target == problems[next(iter(problems))].entry_point and first.values
 
 
 def _replay(*replies: dict, tail: bytes = b"") -> list[dict]:
+    case = {"message": None, "compare": "==", "tolerance": 0.0}
     job = {
         "program": "",
         "judge": {
@@ -161,8 +208,13 @@ def _replay(*replies: dict, tail: bytes = b"") -> list[dict]:
             "values": {
                 "target": "f",
                 "cases": [
-                    {"args": encode([1], None), "expected": encode(2, None), "message": None},
-                    {"args": encode([2], None), "expected": encode(3, None), "message": "m"},
+                    {**case, "args": encode([1], None), "expected": encode(2, None)},
+                    {
+                        **case,
+                        "args": encode([2], None),
+                        "expected": encode(3, None),
+                        "message": "m",
+                    },
                 ],
             },
         },
@@ -219,6 +271,13 @@ def test_a_judge_spec_checks_its_values():
         dataclasses.replace(spec, tests=())
     with pytest.raises(ValueError, match="target"):
         dataclasses.replace(spec, target="")
+    for case, why in (
+        (lambda: ValueCase(None, True, compare="is"), "no args"),
+        (lambda: ValueCase((1,), 5, compare="is"), "True, False or None"),
+        (lambda: ValueCase((1,), 1.0, compare="close", tolerance=float("inf")), "finite"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            case()
 
 
 def test_the_host_waits_for_a_value_job_to_run_twice():

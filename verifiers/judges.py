@@ -7,8 +7,9 @@ program's process, and expected output never enters the sandbox with the program
 from __future__ import annotations
 
 import ast
+import operator
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..sandbox import ValueCase
 from .forms import form_of
@@ -20,6 +21,19 @@ if TYPE_CHECKING:
 
 _NAME_CHARS = 100
 T = TypeVar("T")
+# Arithmetic folded in literals, as Python computes it (``3 * 19``, ``0 ** 0``, ``2.0 / 3.0``),
+# on numbers whose results stay small: a test's own ``10 ** 10 ** 9`` is the judge's to time out.
+_ARITHMETIC: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_FOLDED_BITS = 10_000  # the largest int folded (the codec's limit for decimal ints)
+_FOLDED_CHARS = 100_000  # the longest string folded from literals joined with +
 
 
 def build_job(problem: Problem, program: str, limits: Limits, *, all_cases: bool = True) -> Job:
@@ -44,8 +58,11 @@ def longest_first(items: Sequence[T], count: int, size: Callable[[T], int]) -> t
 
 def value_case(source: str, callee: str) -> ValueCase | None:
     """A test, one statement, as plain data (``JudgeSpec.values``) when it is one:
-    ``assert callee(<literals>) == <literal>`` or ``assert <literal>``, its message a string
-    literal if it has one. None for any other test, which runs in the judge."""
+    ``assert callee(<literals>) == <literal>``, ``... is True`` (False, None),
+    ``assert abs(callee(<literals>) - <literal>) < <literal>`` or ``assert <literal>``, its
+    message a string literal if it has one. Literals may hold arithmetic on numbers and
+    strings joined with ``+`` (folded: ``_literal``). None for any other test, which runs in the
+    judge."""
     body = parse_python(source).body
     if len(body) != 1 or not isinstance(body[0], ast.Assert):
         return None
@@ -59,21 +76,100 @@ def value_case(source: str, callee: str) -> ValueCase | None:
     text = None if message is None else str(message.value)
     try:
         if not isinstance(test, ast.Compare):
-            return ValueCase(None, ast.literal_eval(test), text)
-        call = test.left
+            return ValueCase(None, _literal(test), text)
+        if len(test.ops) != 1:
+            return None
+        op, left, right = test.ops[0], test.left, test.comparators[0]
+        if isinstance(op, ast.Eq) and _is_call(left, callee):
+            return ValueCase(_arguments(left), _literal(right), text)
         if (
-            isinstance(call, ast.Call)
-            and isinstance(call.func, ast.Name)
-            and call.func.id == callee
-            and not call.keywords
-            and len(test.ops) == 1
-            and isinstance(test.ops[0], ast.Eq)
+            isinstance(op, ast.Is)
+            and _is_call(left, callee)
+            and isinstance(right, ast.Constant)
+            and any(right.value is v for v in (True, False, None))
         ):
-            arguments = tuple(ast.literal_eval(argument) for argument in call.args)
-            return ValueCase(arguments, ast.literal_eval(test.comparators[0]), text)
+            return ValueCase(_arguments(left), right.value, text, compare="is")
+        if (
+            isinstance(op, ast.Lt)
+            and isinstance(left, ast.Call)
+            and isinstance(left.func, ast.Name)
+            and left.func.id == "abs"
+            and len(left.args) == 1
+            and not left.keywords
+            and isinstance(left.args[0], ast.BinOp)
+            and isinstance(left.args[0].op, ast.Sub)
+            and _is_call(left.args[0].left, callee)
+        ):
+            difference = left.args[0]
+            expected, tolerance = _literal(difference.right), _literal(right)
+            if type(expected) in (int, float) and type(tolerance) in (int, float):
+                return ValueCase(_arguments(difference.left), expected, text, "close", tolerance)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        pass  # not literals (``3 * 19``, ``{[1]}``): the judge evaluates them
+        pass  # not literals (``{[1]}``, ``x + 1``): the judge evaluates them
     return None
+
+
+def _is_call(node: ast.expr, callee: str) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == callee
+        and not node.keywords
+    )
+
+
+def _arguments(call: ast.expr) -> tuple[Any, ...]:
+    assert isinstance(call, ast.Call)
+    return tuple(_literal(argument) for argument in call.args)
+
+
+def _literal(node: ast.expr) -> Any:
+    """``ast.literal_eval`` of ``node``, with its arithmetic folded first (``_ARITHMETIC``);
+    ValueError where it is not a literal or its arithmetic is not folded."""
+    return ast.literal_eval(_Folder().visit(node))
+
+
+class _Folder(ast.NodeTransformer):
+    """Arithmetic on number literals, and string literals joined with ``+``, replaced by its
+    value, computed as Python computes it, wherever the result stays small."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        folded = ast.BinOp(self.visit(node.left), node.op, self.visit(node.right))
+        left, right = folded.left, folded.right
+        if not (isinstance(left, ast.Constant) and isinstance(right, ast.Constant)):
+            return folded
+        a, b, compute = left.value, right.value, _ARITHMETIC.get(type(node.op))
+        if type(a) is str and type(b) is str and isinstance(node.op, ast.Add):
+            if len(a) + len(b) <= _FOLDED_CHARS:
+                return ast.Constant(a + b)
+        elif (
+            compute
+            and type(a) in (int, float)
+            and type(b) in (int, float)
+            and _small(node.op, a, b)
+        ):
+            try:
+                return ast.Constant(compute(a, b))
+            except ArithmeticError:  # 1 / 0: the test itself raises, in the judge
+                pass
+        return folded
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        return ast.UnaryOp(node.op, self.visit(node.operand))
+
+
+def _small(op: ast.operator, a: int | float, b: int | float) -> bool:
+    """Whether ``a op b`` is an int of at most ``_FOLDED_BITS`` bits (or a float)."""
+    bits = [abs(x).bit_length() for x in (a, b) if type(x) is int]
+    if isinstance(op, ast.Pow):
+        return (
+            type(b) is int
+            and abs(b) <= 1024
+            and (type(a) is float or bits[0] * abs(b) <= _FOLDED_BITS)
+        )
+    if isinstance(op, ast.Mult):
+        return sum(bits) <= _FOLDED_BITS
+    return max(bits, default=0) <= _FOLDED_BITS
 
 
 def value_cases(sources: Iterable[str], callee: str) -> tuple[ValueCase, ...] | None:

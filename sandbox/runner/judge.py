@@ -411,8 +411,9 @@ class Replay(Connection):
 
 def run_values(job: dict[str, Any], conn: Replay, emit: Emit) -> None:
     """Value tests (``JudgeSpec.values``), decided as ``run`` decides the code they stand for:
-    ``assert target(*args) == expected, message``, or ``assert expected, message`` where a
-    case has no ``args``. The setup does not run."""
+    ``assert target(*args) == expected, message`` (or ``is``, or ``abs(... - expected) <
+    tolerance``), or ``assert expected, message`` where a case has no ``args``. The setup does
+    not run."""
     judge, values = job["judge"], job["judge"]["values"]
     if not load(conn, job["program"], emit):
         return
@@ -428,7 +429,8 @@ def run_values(job: dict[str, Any], conn: Replay, emit: Emit) -> None:
             try:
                 asserted = decode(case["expected"], _no_refs)
                 if case["args"] is not None:
-                    asserted = target(*decode(case["args"], _no_refs)) == asserted
+                    result = target(*decode(case["args"], _no_refs))
+                    asserted = _compare(case, result, asserted)
                 if not asserted:
                     message = case["message"]
                     raise AssertionError() if message is None else AssertionError(message)
@@ -436,6 +438,15 @@ def run_values(job: dict[str, Any], conn: Replay, emit: Emit) -> None:
                 failure = exc
         emit(outcome_event(name, failure, conn.duration_s))
     emit({"event": "done", "crashed": conn.crashed is not None})
+
+
+def _compare(case: dict[str, Any], result: Any, expected: Any) -> Any:
+    """What the case's assert tests, computed as its code computes it."""
+    if case["compare"] == "is":
+        return result is expected
+    if case["compare"] == "close":
+        return abs(result - expected) < case["tolerance"]
+    return result == expected
 
 
 def _no_refs(ref: int) -> Any:

@@ -142,7 +142,7 @@ def asserts_judge(problem: Problem) -> JudgeSpec:
 @kept_with_tests
 def values_of(tests: AssertsTests) -> tuple[str, tuple[ValueCase, ...]] | None:
     """The function the asserts call and the asserts as plain data, when each is
-    ``assert f(<literals>) == <literal>`` of that one function (965 of MBPP's 974 problems):
+    ``assert f(<literals>) == <literal>`` of that one function (966 of MBPP's 974 problems):
     the job then needs no judge process."""
     _, called, _ = names_of(tests)
     if len(called) != 1:
