@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from ..sandbox import ValueCase
 from .forms import form_of
@@ -142,12 +142,7 @@ class _Folder(ast.NodeTransformer):
         if type(a) is str and type(b) is str and isinstance(node.op, ast.Add):
             if len(a) + len(b) <= _FOLDED_CHARS:
                 return ast.Constant(a + b)
-        elif (
-            compute
-            and type(a) in (int, float)
-            and type(b) in (int, float)
-            and _small(node.op, a, b)
-        ):
+        elif compute and _is_number(a) and _is_number(b) and _small(node.op, a, b):
             try:
                 return ast.Constant(compute(a, b))
             except ArithmeticError:  # 1 / 0: the test itself raises, in the judge
@@ -156,6 +151,11 @@ class _Folder(ast.NodeTransformer):
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
         return ast.UnaryOp(node.op, self.visit(node.operand))
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    """An int or a float, not a bool (``True + 1`` is the judge's to compute)."""
+    return type(value) in (int, float)
 
 
 def _small(op: ast.operator, a: int | float, b: int | float) -> bool:
