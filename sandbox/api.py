@@ -132,12 +132,12 @@ class JudgeSpec:
 
     ``values``: the same tests as data, one ``ValueCase`` per test, where each is a call of the
     program's ``target`` with plain values compared with a plain value (HumanEval's
-    ``assert candidate(1, 2) == 3``; ``ValueCase.compare``). They are decided without a judge process, so a job costs
-    one process instead of two: the program runs the calls on its own, and the supervisor
-    compares its replies, read through the judge's own code. The outcomes are those of the
-    tests' code, except that ``setup`` does not run (nor can it fail), and the names the code
-    binds are not asked of the program beyond ``target``. Replies past 1 MiB in all go to the
-    judge, which runs the job again.
+    ``assert candidate(1, 2) == 3``; ``ValueCase.compare``). They are decided without a judge
+    process, so a job costs one process instead of two: the program runs the calls on its own,
+    and the supervisor compares its replies, read through the judge's own code. The outcomes
+    are those of the tests' code, except that ``setup`` does not run (nor can it fail), and the
+    names the code binds are not asked of the program beyond ``target``. Replies past 1 MiB in
+    all go to the judge, which runs the job again.
     """
 
     setup: str

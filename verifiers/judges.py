@@ -91,25 +91,21 @@ def value_case(source: str, callee: str) -> ValueCase | None:
             return ValueCase(_arguments(left), right.value, text, compare="is")
         if (
             isinstance(op, ast.Lt)
-            and isinstance(left, ast.Call)
-            and isinstance(left.func, ast.Name)
-            and left.func.id == "abs"
+            and _is_call(left, "abs")
             and len(left.args) == 1
-            and not left.keywords
             and isinstance(left.args[0], ast.BinOp)
             and isinstance(left.args[0].op, ast.Sub)
-            and _is_call(left.args[0].left, callee)
         ):
             difference = left.args[0]
             expected, tolerance = _literal(difference.right), _literal(right)
-            if type(expected) in (int, float) and type(tolerance) in (int, float):
+            if _is_call(difference.left, callee) and _is_number(expected) and _is_number(tolerance):
                 return ValueCase(_arguments(difference.left), expected, text, "close", tolerance)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         pass  # not literals (``{[1]}``, ``x + 1``): the judge evaluates them
     return None
 
 
-def _is_call(node: ast.expr, callee: str) -> bool:
+def _is_call(node: ast.expr, callee: str) -> TypeGuard[ast.Call]:
     return (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
@@ -118,8 +114,7 @@ def _is_call(node: ast.expr, callee: str) -> bool:
     )
 
 
-def _arguments(call: ast.expr) -> tuple[Any, ...]:
-    assert isinstance(call, ast.Call)
+def _arguments(call: ast.Call) -> tuple[Any, ...]:
     return tuple(_literal(argument) for argument in call.args)
 
 
