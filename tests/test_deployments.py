@@ -76,7 +76,7 @@ def served(tmp_path_factory):
         serving = _start([codepost, "serve", "--cron", CRON], env, home / "serve.log")
         from codepost.flows.post_train import STAGE_FLOWS
 
-        every = len(STAGE_FLOWS)  # nightly/nightly and each flow's on-demand
+        every = 1 + len(STAGE_FLOWS)  # nightly/nightly and each flow's on-demand
         _wait(lambda: _deployment_count(api) >= every, 240, home / "serve.log")
         yield api, env, home, serving.pid
     finally:
