@@ -546,16 +546,16 @@ def run_in_fresh_container(job: Job, config: PoolConfig | None = None) -> Execut
 
 def _host_deadline(payload: dict[str, Any], grace_s: float) -> float:
     """How long the host waits for a job's reply: its compile and every case at their
-    stretched wall limits, then the grace. Value tests may run twice: replies too large to
-    read in the supervisor send the job to a judge, with its time again."""
+    stretched wall limits, then the grace. Value tests may run twice, each time with the job's
+    time: replies too large to read in the supervisor send the job to a judge, and replies
+    costly to decide go to a decider."""
     limits = payload["limits"]
     cases = len(payload.get("stdin_cases", ())) or 1
-    if payload.get("judge", {}).get("values") is not None:
-        cases = 2
+    runs = 2 if payload.get("judge", {}).get("values") is not None else 1
     compile_s = limits["compile_cap_s"] if languages.get(payload["language"]).compiled else 0.0
-    longest = compile_s + limits["wall_cap_s"] * cases
+    longest = compile_s + limits["wall_cap_s"] * cases * runs
     if limits["job_time_s"] is not None:
-        longest = min(longest, limits["job_time_s"])
+        longest = min(longest, limits["job_time_s"] * runs)
     return longest + grace_s
 
 

@@ -4,18 +4,37 @@ here (fast); the comparison with the judge runs in the Docker sandbox."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import decimal
+import fractions
+import time
 
+import psutil
 import pytest
 
-from codepost.sandbox import ExecStatus, Job, JudgeSpec, Limits, PoolConfig, ValueCase
+from codepost.sandbox import (
+    ExecStatus,
+    Job,
+    JudgeSpec,
+    Limits,
+    PoolConfig,
+    SandboxPool,
+    ValueCase,
+)
 from codepost.sandbox.pool import _host_deadline, _job_payload
 from codepost.sandbox.runner.codec import PeerClosed, ProtocolError, encode, frame, frames_in
-from codepost.sandbox.runner.judge import Replay, run_values
+from codepost.sandbox.runner.judge import (
+    HASHED_TOKENS,
+    Replay,
+    cheap_to_decide,
+    read_replies,
+    run_values,
+)
 from codepost.verifiers.forms.asserts import asserts_judge
-from codepost.verifiers.forms.check import values_of
-from codepost.verifiers.judges import value_case
-from codepost.verifiers.problems import load_problems
+from codepost.verifiers.forms.check import check_judge, values_of
+from codepost.verifiers.judges import may_rebind, value_case
+from codepost.verifiers.problems import Problem, load_problems
 
 FAST = Limits(wall_time_s=2.0, cpu_time_s=4.0, memory_mb=256, output_bytes=64_000)  # wall first
 TESTS = (
@@ -224,7 +243,7 @@ def _replay(*replies: dict, tail: bytes = b"") -> list[dict]:
     }
     events: list[dict] = []
     data = b"".join(frame(reply) for reply in replies) + tail
-    run_values(job, Replay(frames_in(data)), events.append)
+    run_values(job, Replay(read_replies(data)), events.append)
     return events
 
 
@@ -251,7 +270,7 @@ def test_replies_that_end_or_break_fail_the_rest_as_a_crash():
 
 def test_a_question_off_the_script_has_no_answer_and_is_no_crash():
     ref = encode(object(), lambda obj: 1)
-    replay = Replay(frames_in(frame({"ok": ref})))
+    replay = Replay(read_replies(frame({"ok": ref})))
     with pytest.raises(Exception, match="not asked for repr"):
         replay.exchange({"op": "repr", "ref": 1})
     assert replay.crashed is None and replay.exchange({"op": "get", "name": "f"}) == {"ok": ref}
@@ -291,3 +310,211 @@ def test_the_host_waits_for_a_value_job_to_run_twice():
     for values, runs in ((VALUES, 2), (None, 1)):
         job = Job(program=ADD, judge=dataclasses.replace(spec, values=values), limits=FAST)
         assert _host_deadline(_job_payload(job, config), config.grace_s) == runs * 2.0 * 3 + 10
+
+
+# A program that writes the replies of the value tests' script on its own reply pipe (fd 4)
+# before the real ones: the script's load and lookup, then `FORGED` as its call's result.
+FORGED_REPLIES = (
+    "import json, os, struct\n"
+    "def _frame(message):\n"
+    "    data = json.dumps(message).encode()\n"
+    "    return struct.pack('>I', len(data)) + data\n"
+    "os.write(4, _frame({'ok': None}) + _frame({'ok': [['ref', 0, 1]]}) + _frame({'ok': FORGED}))\n"
+    "def f(a, b):\n"
+    "    return 0\n"
+)
+COLLIDING = 2**61 - 1  # i * COLLIDING hashes to 0 for every int i
+ONE_CALL = (ValueCase((1, 2), 3),)
+
+
+def forged(tokens: str) -> str:
+    return f"FORGED = {tokens}\n{FORGED_REPLIES}"
+
+
+def supervisor_rss(pool) -> int:
+    """The resident memory of the pool's one container's PID 1, the supervisor."""
+    (container,) = pool._live
+    container.container.reload()
+    return psutil.Process(container.container.attrs["State"]["Pid"]).memory_info().rss
+
+
+@pytest.mark.docker
+def test_nothing_a_program_replies_stays_in_the_supervisor():
+    """Every other answer names a namedtuple of 20,000 fields of its own (rebuilt in a decider
+    that dies with the job), the others are 20,000 strings (rebuilt in the supervisor): it
+    keeps none of them, so a later program that needs memory still has the container's."""
+    program = (
+        "import collections, os\n"
+        "def f(a, b):\n"
+        "    if os.getpid() % 2:\n"
+        "        return [str(i) for i in range(20_000)]\n"
+        "    return collections.namedtuple(f'T{os.getpid()}', [f'f{i}' for i in range(20_000)])"
+        "(*range(20_000))\n"
+    )
+    needs_memory = "def f(a, b):\n    x = bytearray(300 << 20)\n    return a + b\n"
+    limits = dataclasses.replace(FAST, memory_mb=1024, wall_time_s=10.0, cpu_time_s=10.0)
+    with SandboxPool(PoolConfig(size=1)) as pool:
+
+        def run(code: str):
+            spec = JudgeSpec(setup="", tests=TESTS[:1], target="f", values=ONE_CALL)
+            return pool.run(Job(program=code, judge=spec, limits=limits))
+
+        assert run(needs_memory).status is ExecStatus.COMPLETED
+        before = supervisor_rss(pool)
+        results = [run(program) for _ in range(8)]
+        grown = supervisor_rss(pool) - before
+        assert [(r.status, r.tests[0].passed) for r in results] == [
+            (ExecStatus.COMPLETED, False)
+        ] * 8, results[0]
+        assert grown < 8 << 20, f"the supervisor grew by {grown / 2**20:.1f} MB"
+        honest = run(needs_memory)
+    assert honest.status is ExecStatus.COMPLETED and honest.tests[0].passed, honest
+
+
+@pytest.mark.docker
+def test_a_reply_slow_to_rebuild_is_the_programs_timeout_not_a_sandbox_error(sandbox_pool):
+    """42,000 ints that collide in a set take the decider minutes: it is stopped at the job's
+    wall time, the supervisor answering meanwhile, and the container serves the next job."""
+    program = forged(f"[['set', 42_000]] + [i * {COLLIDING} for i in range(42_000)]")
+    started = time.monotonic()
+    judged, valued = run_both(sandbox_pool, program, values=ONE_CALL, tests=TESTS[:1])
+    took = time.monotonic() - started
+    assert valued.status is ExecStatus.TIMEOUT, valued
+    assert not any(t.passed for t in valued.tests)
+    assert took < 60, took  # the decider's wall time (2 s, stretched on a busy machine) and more
+    judged, valued = run_both(sandbox_pool, ADD)
+    assert outcomes(valued) == outcomes(judged) and all(t.passed for t in valued.tests)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        "[['set', 3], 1, 2, 3]",  # cheap: decided in the supervisor
+        f"[['set', 2000]] + [i * {COLLIDING} for i in range(2000)]",  # past the hashed budget
+        "[['Fraction', 2], 3, 1]",
+        "[['namedtuple', 1, 'T', 'x'], 3]",
+    ],
+    ids=["cheap set", "colliding set", "fraction", "namedtuple"],
+)
+def test_forged_replies_decide_as_the_judge_does_wherever_they_are_decided(sandbox_pool, tokens):
+    judged, valued = run_both(sandbox_pool, forged(tokens), values=ONE_CALL, tests=TESTS[:1])
+    assert outcomes(valued) == outcomes(judged)
+    assert valued.tests[0].passed is (tokens == "[['Fraction', 2], 3, 1]")
+
+
+@pytest.mark.docker
+def test_numbers_are_sent_as_their_own_value_not_as_their_methods_say(sandbox_pool):
+    """Python's ``X(3) == 7`` is False for an int subclass whose ``__int__`` says 7."""
+    program = (
+        "class X(int):\n    def __int__(self):\n        return 7\n"
+        "class Y(float):\n    def __float__(self):\n        return 7.0\n"
+        "def f(a, b):\n    return X(3) if a == 1 else Y(3.0)\n"
+    )
+    tests = ("assert f(1, 2) == 3\n", "assert f(2, 2) == 3.0\n", "assert f(1, 2) == 7\n")
+    values = tuple(value_case(test, "f") for test in tests)
+    judged, valued = run_both(sandbox_pool, program, values=values, tests=tests)
+    assert outcomes(valued) == outcomes(judged)
+    assert [t.passed for t in valued.tests] == [True, True, False]
+
+
+@pytest.mark.docker
+def test_a_value_job_sent_to_the_judge_runs_again_with_its_own_time(sandbox_pool):
+    """Replies past a mebibyte after 1.5 s of a 2.5 s job: the judge's run has 2.5 s too."""
+    program = "import time\ndef f(a, b):\n    time.sleep(1.5)\n    return 'x' * (2 << 20)\n"
+    limits = dataclasses.replace(FAST, wall_time_s=4.0, cpu_time_s=4.0, job_time_s=2.5)
+    spec = JudgeSpec(
+        setup="f = __remote__('f')\n",
+        tests=("assert f(1, 2) == 'x' * (2 << 20)\n",),
+        target="f",
+        values=(ValueCase((1, 2), "x" * (2 << 20)),),
+    )
+    result = sandbox_pool.run(Job(program=program, judge=spec, limits=limits))
+    assert result.status is ExecStatus.COMPLETED and result.tests[0].passed, result
+
+
+def test_which_replies_the_supervisor_decides_itself():
+    def cheap(*oks, raised=None) -> bool:
+        replies = [{"ok": None}, {"ok": encode(object(), lambda obj: 1)}]
+        replies += [{"ok": ok} for ok in oks]
+        if raised is not None:
+            replies.append({"raise": raised})
+        return cheap_to_decide(read_replies(b"".join(frame(r) for r in replies)))
+
+    assert cheap(encode([1, "a", 2.5, None], None), encode(10**5000, None))
+    assert cheap(encode({"a": [1, (2, 3)], "b": {4, 5}}, None))
+    assert cheap(encode(list(range(100_000)), None))  # long, but no hashing
+    assert cheap(raised={"type": "ValueError", "bases": ["ValueError", "Exception"]})
+    assert not cheap(raised={"type": "E", "bases": ["KeyError"]})  # a class of its own
+    assert not cheap(encode(set(range(HASHED_TOKENS + 1)), None))
+    assert not cheap(*[encode(set(range(HASHED_TOKENS // 4)), None)] * 5)  # a budget per job
+    assert not cheap(encode(collections.namedtuple("T", "x")(1), None))
+    assert not cheap(encode([fractions.Fraction(1, 3)], None))
+    assert not cheap(encode(decimal.Decimal("1.5"), None))
+    assert not cheap(encode({"k": collections.Counter("ab")}, None))
+
+
+# Setups that change what `abs` means to the tests after them, each in a way of its own.
+REBIND_ABS = {
+    "an import": "from math import fabs as abs\n",
+    "a module import": "import abs\n",
+    "a tuple assignment": "abs, other = (lambda x: 0), 1\n",
+    "a starred assignment": "*abs, = [1]\n",
+    "a nested definition": "if True:\n    def abs(x):\n        return 0\n",
+    "a global in a function": "def patch():\n    global abs\n    abs = len\npatch()\n",
+    "a walrus": "[(abs := len) for _ in range(1)]\n",
+    "a loop target": "for abs in [len]:\n    pass\n",
+    "a with target": "import contextlib\nwith contextlib.nullcontext(len) as abs:\n    pass\n",
+    "a star import": "from os.path import *\n",
+    "builtins": "import builtins\nbuiltins.abs = lambda x: 0\n",
+    "globals()": "globals()['abs'] = lambda x: 0\n",
+    "exec": "exec('abs = len')\n",
+    "sys.modules": "import sys\nsys.modules['builtins'].abs = len\n",
+    "a class": "class abs:\n    pass\n",
+}
+
+
+def close_problem(setup: str) -> Problem:
+    return Problem(
+        task_id="close",
+        prompt="def f(x):\n",
+        prompt_is_code=True,
+        entry_point="f",
+        test=f"{setup}\n\ndef check(candidate):\n    assert abs(candidate(1.0) - 0.5) < 1e-6\n",
+    )
+
+
+@pytest.mark.parametrize("setup", REBIND_ABS.values(), ids=list(REBIND_ABS))
+def test_a_setup_that_may_rebind_abs_keeps_its_judge(setup):
+    assert check_judge(close_problem(setup)).values is None
+
+
+def test_code_that_does_not_parse_may_rebind_anything():
+    assert may_rebind("def (:\n", {"abs"}) and not may_rebind("x = abs(1)\n", {"abs"})
+
+
+def test_a_setup_that_only_uses_abs_keeps_its_value_tests():
+    setup = "import math\nTOLERANCE = abs(-1e-6)\ndef helper(y):\n    return abs(y)\n"
+    assert check_judge(close_problem(setup)).values == (
+        ValueCase((1.0,), 0.5, compare="close", tolerance=1e-6),
+    )
+
+
+def test_asserts_whose_imports_rebind_their_function_keep_their_judge():
+    problem = Problem(
+        task_id="gcd",
+        prompt="Write gcd.",
+        test_list=["assert gcd(4, 6) == 2"],
+        test_imports=["from math import gcd"],
+    )
+    assert asserts_judge(problem).values is None
+    assert asserts_judge(problem.model_copy(update={"test_imports": ["import math"]})).values
+
+
+@pytest.mark.docker
+def test_a_setup_that_rebinds_abs_decides_as_its_judge_does(sandbox_pool):
+    """The tests compare with the setup's `abs`, which a program cannot satisfy."""
+    problem = close_problem("abs = lambda x: 1.0\n")
+    job = Job(program="def f(x):\n    return 0.5\n", judge=check_judge(problem), limits=FAST)
+    result = sandbox_pool.run(job)
+    assert result.status is ExecStatus.COMPLETED and not result.tests[0].passed, result

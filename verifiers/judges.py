@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import operator
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 from ..sandbox import ValueCase
@@ -102,6 +102,56 @@ def value_case(source: str, callee: str) -> ValueCase | None:
                 return ValueCase(_arguments(difference.left), expected, text, "close", tolerance)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         pass  # not literals (``{[1]}``, ``x + 1``): the judge evaluates them
+    return None
+
+
+# Names through which code reaches any binding, builtins included, without naming it.
+_INDIRECT = frozenset(
+    {"builtins", "__builtins__", "__builtin__", "globals", "locals", "vars", "exec", "eval",
+     "compile", "setattr", "delattr", "__import__", "importlib", "sys"}
+)  # fmt: skip
+
+
+def may_rebind(code: str, names: Collection[str]) -> bool:
+    """Whether running ``code`` may change what ``names`` mean at its top level (value tests
+    assume a problem's setup, which they skip, leaves them as they were): any binding of one
+    of them anywhere in it (assignment and unpacking, ``del``, imports, definitions at any
+    depth, ``global``, ``:=``, loop, ``with`` and ``except`` targets, match captures,
+    parameters), a star import, or a way to bind without naming (``builtins``, ``globals()``,
+    ``exec``, ``sys.modules``, ``__dict__``). Code that does not parse may."""
+    try:
+        tree = parse_python(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            bound = node.id in _INDIRECT or (
+                node.id in names and not isinstance(node.ctx, ast.Load)
+            )
+        elif isinstance(node, ast.alias):
+            imported = (node.asname or node.name).split(".")[0]
+            bound = node.name == "*" or imported in names or node.name.split(".")[0] in _INDIRECT
+        elif isinstance(node, ast.Attribute):
+            bound = node.attr in ("__dict__", "__builtins__")
+        elif isinstance(node, ast.Global | ast.Nonlocal):
+            bound = any(name in names for name in node.names)
+        else:
+            bound = _bound_name(node) in names
+        if bound:
+            return True
+    return False
+
+
+def _bound_name(node: ast.AST) -> str | None:
+    """The name a definition, handler, parameter or match capture binds."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return node.name
+    if isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar):
+        return node.name
+    if isinstance(node, ast.arg):
+        return node.arg
+    if isinstance(node, ast.MatchMapping):
+        return node.rest
     return None
 
 

@@ -127,7 +127,7 @@ MakeRef = Callable[[Any], int]
 
 
 def _int(value: int) -> Any:
-    value = int(value)
+    value = int.__int__(value)
     return value if value.bit_length() <= _BIG_INT_BITS else ["int", 0, hex(value)]
 
 
@@ -135,7 +135,7 @@ def _pairs(items: Iterable[tuple[Any, Any]]) -> list[Any]:
     return [part for pair in items for part in pair]
 
 
-def _tuple(value: tuple) -> Encoded:
+def _tuple(value: tuple, cls: type) -> Encoded:
     fields = getattr(type(value), "_fields", None)
     items = list(tuple.__iter__(value))
     if type(fields) is tuple and len(fields) == len(items):  # a namedtuple
@@ -143,61 +143,105 @@ def _tuple(value: tuple) -> Encoded:
     return ["tuple", len(items)], items
 
 
-# (module, qualified name) of a class in the value's MRO -> its encoding. The first class of the
-# MRO found here wins, so a Counter is a Counter and any other dict subclass a dict.
-_ENCODERS: dict[tuple[str, str], Callable[[Any], Encoded]] = {
-    ("builtins", "bool"): lambda v: (bool(v), []),
-    ("builtins", "int"): lambda v: (_int(v), []),
-    ("builtins", "float"): lambda v: (float(v), []),
-    ("builtins", "str"): lambda v: (str.__str__(v), []),
-    ("builtins", "complex"): lambda v: (["complex", 0, complex(v).real, complex(v).imag], []),
-    ("builtins", "bytes"): lambda v: (["bytes", 0, base64.b64encode(bytes(v)).decode()], []),
-    ("builtins", "bytearray"): lambda v: (
-        ["bytearray", 0, base64.b64encode(bytes(v)).decode()],
+def _own(cls: type, value: Any, *names: str) -> list[Any]:
+    """The attributes ``names`` of ``value`` as the standard library's ``cls`` stores them: a
+    subclass's property or method of the same name is not called."""
+    return [cls.__dict__[name].__get__(value, cls) for name in names]
+
+
+def _dict(value: dict) -> list[Any]:
+    return _pairs(dict.items(value))
+
+
+# (module, qualified name) of a class in the value's MRO -> its encoding, from the value's own
+# data as that class stores it, never through the program's methods (an int subclass whose
+# ``__int__`` says 7 is still 3). The first class of the MRO found here wins, so a Counter is a
+# Counter and any other dict subclass a dict.
+_ENCODERS: dict[tuple[str, str], Callable[[Any, type], Encoded]] = {
+    ("builtins", "bool"): lambda v, c: (bool(v), []),
+    ("builtins", "int"): lambda v, c: (_int(v), []),
+    ("builtins", "float"): lambda v, c: (float.__float__(v), []),
+    ("builtins", "str"): lambda v, c: (str.__str__(v), []),
+    ("builtins", "complex"): lambda v, c: (["complex", 0, *_own(complex, v, "real", "imag")], []),
+    ("builtins", "bytes"): lambda v, c: (
+        ["bytes", 0, base64.b64encode(memoryview(v)).decode()],
         [],
     ),
-    ("builtins", "list"): lambda v: (["list", len(v)], list(list.__iter__(v))),
+    ("builtins", "bytearray"): lambda v, c: (
+        ["bytearray", 0, base64.b64encode(memoryview(v)).decode()],
+        [],
+    ),
+    ("builtins", "list"): lambda v, c: (["list", list.__len__(v)], list(list.__iter__(v))),
     ("builtins", "tuple"): _tuple,
-    ("builtins", "set"): lambda v: (["set", len(v)], list(set.__iter__(v))),
-    ("builtins", "frozenset"): lambda v: (["frozenset", len(v)], list(frozenset.__iter__(v))),
-    ("builtins", "dict"): lambda v: (["dict", 2 * len(v)], _pairs(dict.items(v))),
-    ("builtins", "range"): lambda v: (["range", 3], [v.start, v.stop, v.step]),
-    ("builtins", "dict_keys"): lambda v: (["dict_keys", len(v)], list(v)),
-    ("builtins", "dict_values"): lambda v: (["dict_values", len(v)], list(v)),
-    ("builtins", "dict_items"): lambda v: (["dict_items", len(v)], list(v)),
-    ("collections", "OrderedDict"): lambda v: (["OrderedDict", 2 * len(v)], _pairs(v.items())),
-    ("collections", "Counter"): lambda v: (["Counter", 2 * len(v)], _pairs(v.items())),
-    ("collections", "defaultdict"): lambda v: (
-        ["defaultdict", 1 + 2 * len(v)],
-        [v.default_factory, *_pairs(v.items())],
+    ("builtins", "set"): lambda v, c: (["set", set.__len__(v)], list(set.__iter__(v))),
+    ("builtins", "frozenset"): lambda v, c: (
+        ["frozenset", frozenset.__len__(v)],
+        list(frozenset.__iter__(v)),
     ),
-    ("collections", "deque"): lambda v: (["deque", len(v), v.maxlen], list(v)),
-    ("fractions", "Fraction"): lambda v: (["Fraction", 2], [v.numerator, v.denominator]),
-    ("decimal", "Decimal"): lambda v: (["Decimal", 0, str(v)], []),
-    ("datetime", "timedelta"): lambda v: (
-        ["timedelta", 0, v.days, v.seconds, v.microseconds],
+    ("builtins", "dict"): lambda v, c: (["dict", 2 * dict.__len__(v)], _dict(v)),
+    ("builtins", "range"): lambda v, c: (["range", 3], [v.start, v.stop, v.step]),
+    ("builtins", "dict_keys"): lambda v, c: (["dict_keys", len(v)], list(v)),
+    ("builtins", "dict_values"): lambda v, c: (["dict_values", len(v)], list(v)),
+    ("builtins", "dict_items"): lambda v, c: (["dict_items", len(v)], list(v)),
+    ("collections", "OrderedDict"): lambda v, c: (
+        ["OrderedDict", 2 * dict.__len__(v)],
+        _pairs(c.items(v)),
+    ),
+    ("collections", "Counter"): lambda v, c: (["Counter", 2 * dict.__len__(v)], _dict(v)),
+    ("collections", "defaultdict"): lambda v, c: (
+        ["defaultdict", 1 + 2 * dict.__len__(v)],
+        [*_own(c, v, "default_factory"), *_dict(v)],
+    ),
+    ("collections", "deque"): lambda v, c: (
+        ["deque", c.__len__(v), *_own(c, v, "maxlen")],
+        list(c.__iter__(v)),
+    ),
+    ("fractions", "Fraction"): lambda v, c: (
+        ["Fraction", 2],
+        _own(c, v, "_numerator", "_denominator"),
+    ),
+    ("decimal", "Decimal"): lambda v, c: (["Decimal", 0, c.__str__(v)], []),
+    ("datetime", "timedelta"): lambda v, c: (
+        ["timedelta", 0, *_own(c, v, "days", "seconds", "microseconds")],
         [],
     ),
-    ("datetime", "date"): lambda v: (["date", 0, v.year, v.month, v.day], []),
-    ("datetime", "time"): lambda v: (
-        ["time", 1, v.hour, v.minute, v.second, v.microsecond, v.fold],
-        [v.tzinfo],
+    ("datetime", "date"): lambda v, c: (["date", 0, *_own(c, v, "year", "month", "day")], []),
+    ("datetime", "time"): lambda v, c: (
+        ["time", 1, *_own(c, v, "hour", "minute", "second", "microsecond", "fold")],
+        _own(c, v, "tzinfo"),
     ),
-    ("datetime", "datetime"): lambda v: (
-        ["datetime", 1, v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond, v.fold],
-        [v.tzinfo],
+    ("datetime", "datetime"): lambda v, c: (
+        [
+            "datetime",
+            1,
+            *_own(c.__base__, v, "year", "month", "day"),
+            *_own(c, v, "hour", "minute", "second", "microsecond", "fold"),
+        ],
+        _own(c, v, "tzinfo"),
     ),
-    ("datetime", "timezone"): lambda v: (["timezone", 1, v.tzname(None)], [v.utcoffset(None)]),
-    ("zoneinfo", "ZoneInfo"): lambda v: (["ZoneInfo", 0, v.key], []),
+    ("datetime", "timezone"): lambda v, c: (
+        ["timezone", 1, c.tzname(v, None)],
+        [c.utcoffset(v, None)],
+    ),
+    ("zoneinfo", "ZoneInfo"): lambda v, c: (["ZoneInfo", 0, *_own(c, v, "key")], []),
 }
 
 
 def _encoder(kind: type) -> Callable[[Any], Encoded] | None:
     """The encoder of the first class of ``kind``'s MRO that has one (cached per class)."""
     if kind not in _ENCODER_OF:
-        keys = ((cls.__module__, cls.__qualname__) for cls in kind.__mro__)
-        _ENCODER_OF[kind] = next((_ENCODERS[key] for key in keys if key in _ENCODERS), None)
+        found = (
+            (cls, _ENCODERS[key])
+            for cls in kind.__mro__
+            if (key := (cls.__module__, cls.__qualname__)) in _ENCODERS
+        )
+        match = next(found, None)
+        _ENCODER_OF[kind] = None if match is None else functools.partial(_apply, *match)
     return _ENCODER_OF[kind]
+
+
+def _apply(cls: type, encoder: Callable[[Any, type], Encoded], value: Any) -> Encoded:
+    return encoder(value, cls)
 
 
 _ENCODER_OF: dict[type, Callable[[Any], Encoded] | None] = {}
@@ -309,11 +353,14 @@ def _dict_pairs(items: list[Any]) -> list[tuple[Any, Any]]:
     return list(zip(items[::2], items[1::2], strict=True))
 
 
-@functools.lru_cache(maxsize=256)
-def _namedtuple(typename: str, fields: tuple[str, ...]) -> type:
-    from collections import namedtuple
+def _namedtuple(classes: dict[Any, type], typename: str, fields: tuple[str, ...]) -> type:
+    """The namedtuple class of ``typename`` and ``fields``, made once per decoding session
+    (``classes``): the program names it, so nothing keeps it past the session."""
+    if (typename, fields) not in classes:
+        from collections import namedtuple
 
-    return namedtuple(typename, fields)
+        classes[typename, fields] = namedtuple(typename, fields)
+    return classes[typename, fields]
 
 
 def _tzinfo(value: Any) -> Any:
@@ -358,7 +405,7 @@ def _build_leaf(tag: str, params: list[Any], resolve_ref: Callable[[int], Any]) 
     return kinds[tag](*params)
 
 
-def _build(tag: str, params: list[Any], items: list[Any]) -> Any:
+def _build(tag: str, params: list[Any], items: list[Any], classes: dict[Any, type]) -> Any:
     if tag == "list":
         return items
     if tag == "tuple":
@@ -382,7 +429,7 @@ def _build(tag: str, params: list[Any], items: list[Any]) -> Any:
         return range(*items)
     if tag == "namedtuple":
         _exact(str, *params)
-        return _namedtuple(params[0], tuple(params[1:]))(*items)
+        return _namedtuple(classes, params[0], tuple(params[1:]))(*items)
     if tag == "Fraction":
         from fractions import Fraction
 
@@ -440,8 +487,13 @@ _LEAVES = frozenset(
 _NOTHING = object()
 
 
-def decode(tokens: Any, resolve_ref: Callable[[int], Any]) -> Any:
-    """Rebuild a value from ``encode``'s tokens; raise ProtocolError on anything else."""
+def decode(
+    tokens: Any, resolve_ref: Callable[[int], Any], classes: dict[Any, type] | None = None
+) -> Any:
+    """Rebuild a value from ``encode``'s tokens; raise ProtocolError on anything else.
+    ``classes`` keeps the classes it makes (namedtuples) for the decoding session's next
+    values."""
+    classes = {} if classes is None else classes
     if type(tokens) is not list:
         raise ProtocolError(f"not an encoded value: {type(tokens).__name__}")
     open_: list[tuple[str, list[Any], int, list[Any]]] = []  # containers still being filled
@@ -451,7 +503,7 @@ def decode(tokens: Any, resolve_ref: Callable[[int], Any]) -> Any:
         while position < end:
             if result is not _NOTHING:
                 raise ProtocolError("tokens after the end of the value")
-            value = _decode_token(tokens[position], resolve_ref, open_)
+            value = _decode_token(tokens[position], resolve_ref, open_, classes)
             position += 1
             if value is _NOTHING:  # a container opened: all-scalar children are taken at once
                 tag, params, size, _ = open_[-1]
@@ -459,7 +511,7 @@ def decode(tokens: Any, resolve_ref: Callable[[int], Any]) -> Any:
                 if len(children) == size and _SCALAR_SET.issuperset(map(type, children)):
                     open_.pop()
                     position += size
-                    value = _build(tag, params, children)
+                    value = _build(tag, params, children, classes)
             while value is not _NOTHING:
                 if not open_:
                     result = value
@@ -469,7 +521,7 @@ def decode(tokens: Any, resolve_ref: Callable[[int], Any]) -> Any:
                 if len(items) < size:
                     break
                 open_.pop()
-                value = _build(tag, params, items)
+                value = _build(tag, params, items, classes)
     except (TypeError, ValueError, LookupError, ArithmeticError) as exc:
         raise ProtocolError(f"bad value: {exc!r}"[:200]) from None
     if open_ or result is _NOTHING:
@@ -477,7 +529,9 @@ def decode(tokens: Any, resolve_ref: Callable[[int], Any]) -> Any:
     return result
 
 
-def _decode_token(token: Any, resolve_ref: Callable[[int], Any], open_: list) -> Any:
+def _decode_token(
+    token: Any, resolve_ref: Callable[[int], Any], open_: list, classes: dict[Any, type]
+) -> Any:
     """A scalar or leaf as its value; a container header opens it (``_NOTHING`` until full)."""
     if type(token) in _SCALARS:
         return token
@@ -492,7 +546,7 @@ def _decode_token(token: Any, resolve_ref: Callable[[int], Any], open_: list) ->
             raise ProtocolError(f"{tag!r} has no children")
         return _build_leaf(tag, params, resolve_ref)
     if size == 0:
-        return _build(tag, params, [])
+        return _build(tag, params, [], classes)
     open_.append((tag, params, size, []))
     return _NOTHING
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import itertools
+import os
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
 from .codec import (
     MAX_FRAME_BYTES,
@@ -27,6 +29,7 @@ from .codec import (
     builtin_exception,
     decode,
     encode,
+    frames_in,
     module_namespace,
     read_frame,
     write_frame,
@@ -122,6 +125,9 @@ class Connection:
         self.from_candidate = from_candidate
         self.crashed: str | None = None
         self.iterations: dict[int, _Iteration] = {}
+        # Classes rebuilt from the program's replies (namedtuples, its exceptions): kept for
+        # this job's connection only, since the program chooses how many and how large.
+        self.classes: dict[Any, type] = {}
 
     def encode(self, value: Any) -> Any:
         def ref_of(obj: Any) -> int:
@@ -150,7 +156,7 @@ class Connection:
 
     def decode(self, tokens: Any) -> Any:
         try:
-            return decode(tokens, lambda ref: RemoteRef(self, ref))
+            return decode(tokens, lambda ref: RemoteRef(self, ref), self.classes)
         except (ProtocolError, MemoryError, RecursionError) as exc:
             self.crashed = f"the candidate sent an invalid value ({exc})"
             raise CandidateCrashed(self.crashed) from None
@@ -230,10 +236,11 @@ class Connection:
             exc.from_candidate = True  # type: ignore[attr-defined]
             return exc
         try:
-            args = decode(info.get("args"), lambda ref: RemoteRef(self, ref))
+            args = decode(info.get("args"), lambda ref: RemoteRef(self, ref), self.classes)
         except (ProtocolError, MemoryError, RecursionError):
             args = None
-        cls = _exception_class(name, tuple(bases))
+        key = (name, tuple(bases))
+        cls = self.classes.get(key) or self.classes.setdefault(key, _exception_class(*key))
         for attempt in (args if type(args) is list else [message], [message]):
             try:
                 exc = cls(*attempt)
@@ -259,7 +266,6 @@ class Connection:
         return names
 
 
-@functools.lru_cache(maxsize=256)
 def _exception_class(name: str, builtin_bases: tuple[type[Exception], ...]) -> type[Exception]:
     """``name`` itself when it is the nearest builtin base, else a subclass of the bases that
     no other base already covers (``class E(KeyError, TypeError)``)."""
@@ -384,6 +390,9 @@ def run(job: dict[str, Any], conn: Connection, emit: Emit) -> None:
     emit({"event": "done", "crashed": conn.crashed is not None})
 
 
+_ENDED = object()
+
+
 class Replay(Connection):
     """The replies of a candidate that ran the value tests' script on its own
     (``CandidateServer.cases``), handed out in order as the live candidate would give them, so
@@ -392,9 +401,10 @@ class Replay(Connection):
 
     SCRIPT = frozenset({"load", "get", "call"})
 
-    def __init__(self, replies: Iterator[Any]) -> None:
+    def __init__(self, replies: Replies) -> None:
         super().__init__(-1, -1)
-        self.replies = replies
+        self.replies = iter(replies.frames)
+        self.end = replies.end
         self.duration_s = 0.0  # the last call's time, as the program's process measured it
 
     def call_request(self, ref: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -403,41 +413,173 @@ class Replay(Connection):
     def transact(self, message: dict[str, Any]) -> Any:
         if message["op"] not in self.SCRIPT:
             raise CandidateError(f"the program is not asked for {message['op']}() here")
-        reply = next(self.replies)  # PeerClosed where the candidate's replies ended
+        reply = next(self.replies, _ENDED)
+        if reply is _ENDED:  # where the candidate's replies ended, or what broke them
+            raise type(self.end)(*self.end.args)  # a new one: raising attaches a traceback
         duration = reply.get("duration_s") if type(reply) is dict else None
         self.duration_s = duration if type(duration) is float and 0 <= duration < 1e6 else 0.0
         return reply
+
+
+class Replies(NamedTuple):
+    """The frames a candidate's reply pipe carried, and what ended them (``PeerClosed`` where
+    the bytes ended, or the ``ProtocolError`` of a broken frame)."""
+
+    frames: list[Any]
+    end: ProtocolError
+
+
+def read_replies(data: bytes | bytearray) -> Replies:
+    frames: list[Any] = []
+    replies = frames_in(data)
+    while True:
+        try:
+            frames.append(next(replies))
+        except ProtocolError as end:  # kept without its traceback, which holds our callers
+            return Replies(frames, type(end)(*end.args))
+
+
+# What the supervisor (PID 1, as long-lived as its container) may rebuild from a program's
+# replies itself: values whose decoding and comparison cost time and memory in proportion to
+# their bytes and make nothing that outlives the job. Any other reply is decided by a process
+# of its own that dies with the job (``decide_values``): classes the program names (a
+# namedtuple, its exception), Fractions (a gcd of two large ints), Decimals, and hashed items
+# past a budget (ints that collide in a set make its building quadratic; strings do not, their
+# hashes are secret to this process).
+_CHEAP_LEAVES = frozenset({"ref", "type", "int", "bytes", "bytearray", "complex"})
+_SEQUENCES = frozenset({"list", "tuple"})
+_HASHED = frozenset({"dict", "set", "frozenset"})
+_CHEAP_TAGS = _CHEAP_LEAVES | _SEQUENCES | _HASHED | {""}  # "": malformed, refused at once
+_SCALAR_TYPES = frozenset({type(None), bool, int, float, str})
+HASHED_TOKENS = 1024  # tokens inside dicts and sets, all the replies of a job together
+
+
+def cheap_to_decide(replies: Replies) -> bool:
+    """Whether deciding ``replies`` is cheap and leaves nothing behind (see above)."""
+    budget = [HASHED_TOKENS]
+    for reply in replies.frames:
+        if type(reply) is not dict:
+            continue  # the replay's own refusal: nothing is rebuilt from it
+        info = reply.get("raise")
+        if info is not None:
+            if type(info) is not dict or not _builtin_raise(info):
+                return False
+            if not _cheap_tokens(info.get("args"), budget):
+                return False
+        for field in ("ok", "args_after", "kwargs_after"):
+            if field in reply and not _cheap_tokens(reply[field], budget):
+                return False
+    return True
+
+
+def _builtin_raise(info: dict[str, Any]) -> bool:
+    """The program raised a builtin exception itself (``rebuild_exception`` makes no class)."""
+    name, bases = info.get("type"), info.get("bases")
+    return (
+        type(bases) is list
+        and bool(bases)
+        and bases[0] == name
+        and (type(name) is str and builtin_exception(name) is not None)
+    )
+
+
+def _cheap_tokens(tokens: Any, budget: list[int]) -> bool:
+    """A walk of one value's tokens, in their prefix order, that spends ``budget`` on each
+    token inside a dict or set. Malformed tokens are cheap: decoding refuses them at once."""
+    if type(tokens) is not list or not tokens:
+        return True
+    if _tag(tokens[0]) in _SEQUENCES and _SCALAR_TYPES.issuperset(
+        map(type, itertools.islice(tokens, 1, None))
+    ):
+        return True  # a list of scalars (of any length), checked at C speed
+    open_: list[list[int]] = []  # [children left, whether hashed] of each open container
+    hashed = 0  # how many of them are dicts or sets
+    for token in tokens:
+        if hashed:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return False
+        tag = _tag(token)
+        if tag is not None:
+            if tag not in _CHEAP_TAGS:
+                return False
+            size = token[1] if len(token) > 1 and type(token[1]) is int else 0
+            if size > 0 and tag not in _CHEAP_LEAVES:
+                open_.append([size, tag in _HASHED])
+                hashed += tag in _HASHED
+                continue
+        while open_:  # a whole value: it fills its container's next place
+            open_[-1][0] -= 1
+            if open_[-1][0]:
+                break
+            hashed -= open_.pop()[1]
+    return True
+
+
+def _tag(token: Any) -> str | None:
+    """A header's tag (``""`` for a malformed header); None for a scalar token."""
+    if type(token) is not list:
+        return None
+    return token[0] if token and type(token[0]) is str else ""
+
+
+def decide_values(job_fd: int, results: int) -> None:
+    """A value decider's one job: the job's frame, then the candidate's replies as they came
+    (until the end of ``job_fd``), decided as the supervisor decides cheap ones."""
+    emit = functools.partial(write_frame, results)
+    try:
+        job = read_frame(job_fd)
+        data = bytearray()
+        while chunk := os.read(job_fd, 1 << 20):
+            data += chunk
+        run_values(job, Replay(read_replies(data)), emit)
+    except Exception as exc:  # a bad job: report it
+        with contextlib.suppress(OSError):
+            emit({"event": "judge_error", "message": repr(exc)[:2000]})
 
 
 def run_values(job: dict[str, Any], conn: Replay, emit: Emit) -> None:
     """Value tests (``JudgeSpec.values``), decided as ``run`` decides the code they stand for:
     ``assert target(*args) == expected, message`` (or ``is``, or ``abs(... - expected) <
     tolerance``), or ``assert expected, message`` where a case has no ``args``. The setup does
-    not run."""
+    not run.
+
+    No failure outlives the ``except`` that caught it: its traceback holds its frames, each
+    frame its caller, up to this one, so a failure kept here would be a cycle holding the
+    program's replies (``conn``) in the supervisor until a full collection."""
     judge, values = job["judge"], job["judge"]["values"]
     if not load(conn, job["program"], emit):
         return
-    setup_failure: BaseException | None = None
-    try:
-        target = conn.get(values["target"])
-    except BaseException as exc:
-        setup_failure = exc
+    target, lookup_failed = _look_up(conn, values["target"])
     for name, case in zip(labels(judge), values["cases"], strict=True):
         conn.duration_s = 0.0
-        failure = setup_failure
-        if failure is None:
-            try:
-                asserted = decode(case["expected"], _no_refs)
-                if case["args"] is not None:
-                    result = target(*decode(case["args"], _no_refs))
-                    asserted = _compare(case, result, asserted)
-                if not asserted:
-                    message = case["message"]
-                    raise AssertionError() if message is None else AssertionError(message)
-            except BaseException as exc:
-                failure = exc
-        emit(outcome_event(name, failure, conn.duration_s))
+        if lookup_failed is not None:
+            emit({**lookup_failed, "name": name})
+        else:
+            emit(_value_test(name, case, target, conn))
     emit({"event": "done", "crashed": conn.crashed is not None})
+
+
+def _look_up(conn: Connection, name: str) -> tuple[Any, dict[str, Any] | None]:
+    """The program's ``name``, or the outcome of every test when it cannot be had."""
+    try:
+        return conn.get(name), None
+    except BaseException as exc:
+        return None, outcome_event("", exc, 0.0)
+
+
+def _value_test(name: str, case: dict[str, Any], target: Any, conn: Replay) -> dict[str, Any]:
+    try:
+        asserted = decode(case["expected"], _no_refs)
+        if case["args"] is not None:
+            result = target(*decode(case["args"], _no_refs))
+            asserted = _compare(case, result, asserted)
+        if not asserted:
+            message = case["message"]
+            raise AssertionError() if message is None else AssertionError(message)
+    except BaseException as exc:
+        return outcome_event(name, exc, conn.duration_s)
+    return outcome_event(name, None, conn.duration_s)
 
 
 def _compare(case: dict[str, Any], result: Any, expected: Any) -> Any:

@@ -52,8 +52,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import HOST_SOCKET, judge, languages, source_version
-from .codec import PeerClosed, frame, frames_in, read_frame, write_all, write_frame
-from .zygote import WRITABLE_DIRS
+from .codec import PeerClosed, frame, read_frame, write_all, write_frame
+from .zygote import JUDGE_MODES, WRITABLE_DIRS
 
 CANDIDATE_UID = int(os.environ.get("CODEPOST_CANDIDATE_UID", "10001"))
 JUDGE_UID = int(os.environ.get("CODEPOST_JUDGE_UID", "10002"))
@@ -513,11 +513,11 @@ class Supervisor:
     def spawn(
         self, mode: str, limits: dict[str, Any], fds: list[int], *, pytest: bool = False
     ) -> tuple[int, int]:
-        """Fork a process for ``mode`` (a judge, one that runs pytest with ``pytest``, or a
-        process of the sandbox user: ``zygote.py``); returns its pid and the pipe its set-up
-        reports on."""
+        """Fork a process for ``mode`` (a judge, one that runs pytest with ``pytest``, a value
+        tests' decider, or a process of the sandbox user: ``zygote.py``); returns its pid and
+        the pipe its set-up reports on."""
         ready_r, ready_w = os.pipe()
-        kind = ("pytest" if pytest else "judge") if mode == "judge" else "candidate"
+        kind = ("pytest" if pytest else "judge") if mode in JUDGE_MODES else "candidate"
         try:
             reply = self.zygote_call(
                 kind, {"op": "spawn", "mode": mode, "limits": limits}, [*fds, ready_w]
@@ -655,7 +655,8 @@ class Supervisor:
             result = self.run_values(job)
             if result is not None:
                 return result
-            self.restore_dirs()  # the judge decides after all: a fresh start
+            self.restore_dirs()  # the judge decides after all: a fresh start, its own time
+            self.job_time = JobTime.of(job["limits"])
         limits = job["limits"]
         started = time.monotonic()
         oom_before = oom_kills()
@@ -722,9 +723,11 @@ class Supervisor:
 
     def run_values(self, job: dict[str, Any]) -> dict[str, Any] | None:
         """Value tests (``JudgeSpec.values``) with no judge process: the candidate runs their
-        script on its own (the target's lookup, a call per case) and exits; the supervisor
-        reads its replies back through the judge's code (``judge.Replay``). None when the
-        replies were too large to read here: the judge decides then."""
+        script on its own (the target's lookup, a call per case) and exits; its replies are
+        then decided by the judge's code (``judge.run_values`` over a ``judge.Replay``), here
+        where that is cheap and leaves nothing behind, else in a decider process that dies
+        with the job (``judge.cheap_to_decide``). None when the replies were too large to read
+        here: the judge decides then."""
         limits = job["limits"]
         started = time.monotonic()
         oom_before = oom_kills()
@@ -770,20 +773,66 @@ class Supervisor:
             return None
         if not outcome and not streams[ready_r]:
             raise SetupFailed(_excerpt(streams[err_r]) or "a process of the job died in set-up")
+        replies = judge.read_replies(streams[rep_r])
         events: list[dict[str, Any]] = []
-        judge.run_values(job, judge.Replay(frames_in(streams[rep_r])), events.append)
+        decided_by = "no judge process: value tests"
+        if judge.cheap_to_decide(replies):
+            judge.run_values(job, judge.Replay(replies), events.append)
+        else:
+            events, undecided, left = self.decide_values(job, streams[rep_r], limits)
+            leftover = max(leftover, left)
+            if undecided:
+                outcome, deadline, decided_by = undecided
         return self.call_result(
             events,
             outcome,
             deadline,
             (streams[out_r], streams[err_r]),
             candidate_exit,
-            "no judge process: value tests",
+            decided_by,
             limits,
             started=started,
             oom=oom_kills() > oom_before,
             leftover=leftover,
         )
+
+    def decide_values(
+        self, job: dict[str, Any], replies: bytearray, limits: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]], tuple[str, Deadline, str] | None, int]:
+        """Decide value tests whose replies are costly to rebuild in a process of the judge
+        user (``judge.decide_values``), under a judge's limits and the job's wall time again;
+        the supervisor keeps beating meanwhile. Returns its test events; how it failed to decide
+        (a limit, its deadline, how it ended), the program's verdict then, since only the
+        program's replies can make deciding them costly; and the processes left."""
+        started = time.monotonic()
+        oom_before = oom_kills()
+        job_r, job_w = os.pipe()
+        res_r, res_w = os.pipe()
+        devnull = os.open("/dev/null", os.O_RDWR)
+        decider, ready_r = self.spawn(
+            "values", judge_limits(limits), [devnull, devnull, devnull, job_r, res_w]
+        )
+        for fd in (devnull, job_r, res_w):
+            os.close(fd)
+        streams = {res_r: bytearray(), ready_r: bytearray()}
+        deadline = Deadline(limits["wall_time_s"], limits, (decider,), started, self.job_time)
+        outcome = self.collect(
+            streams, deadline, until_closed=(res_r,), feed=(job_w, frame(job) + replies)
+        )
+        self.wait_exit(decider, 0 if outcome else 1.0)
+        decider_exit = self.exited.get(decider)
+        leftover = self.finish(decider)
+        for fd in streams:
+            os.close(fd)
+        events = _parse_frames(bytes(streams[res_r]))
+        if not outcome and not streams[ready_r]:
+            raise SetupFailed("the value tests' decider died in set-up")
+        if any(e.get("event") == "done" for e in events):
+            return events, None, leftover
+        how = _how_it_ended(decider_exit, "decider")
+        if not outcome:
+            outcome = "memory_limit" if oom_kills() > oom_before else "runtime_error"
+        return events, (outcome, deadline, f"deciding the program's results: {how}"), leftover
 
     def call_result(
         self,
@@ -821,6 +870,8 @@ class Supervisor:
             )
         elif outcome == "timeout":
             result.update(status="timeout", error=deadline.describe())
+        elif outcome in ("memory_limit", "runtime_error"):  # deciding the program's replies
+            result.update(status=outcome, error=judge_ended)
         elif load_error is not None:
             kind = verdict[0] if verdict and load_error["crashed"] else load_error["kind"]
             result.update(status=kind, error=load_error["message"][-2000:])

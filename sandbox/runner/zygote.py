@@ -33,6 +33,7 @@ from .isolation import drop_to, empty_dir, set_limits
 
 WRITABLE_DIRS = ("/work", "/tmp", "/dev/shm")
 JUDGE_KINDS = ("judge", "pytest")  # the zygotes that fork judges; "pytest" has pytest imported
+JUDGE_MODES = ("judge", "values")  # what the judge user's processes are for
 # clone(2)'s system call where the flags come first (the other arguments are 0 here)
 _CLONE = {"x86_64": 56, "aarch64": 220}[os.uname().machine]
 _CLONE_PARENT = 0x00008000
@@ -107,12 +108,14 @@ _MODES = {
 }
 
 
-def _become_judge(fds: list[int], limits: dict[str, Any], uid: int) -> None:
-    """In the grandchild: the judge of one job, under the judge user and its limits (CPU,
-    memory, threads and processes). Never returns.
+def _become_judge(fds: list[int], mode: str, limits: dict[str, Any], uid: int) -> None:
+    """In the grandchild: the judge of one job, or the decider of a job's value tests (see
+    ``judge.decide_values``), under the judge user and its limits (CPU, memory, threads and
+    processes). Never returns.
 
-    ``fds`` become 0-2 (/dev/null), 3 (the job), 4 and 5 (to and from the candidate), 6 (test
-    outcomes to the supervisor) and 7 (set-up report).
+    ``fds`` become 0-2 (/dev/null), then the mode's own: a judge's 3 (the job), 4 and 5 (to and
+    from the candidate), 6 (test outcomes to the supervisor); a decider's 3 (the job, then the
+    candidate's replies) and 4 (test outcomes); and last, the set-up report.
     """
     from . import judge
 
@@ -124,9 +127,12 @@ def _become_judge(fds: list[int], limits: dict[str, Any], uid: int) -> None:
         os.chdir("/")
     except BaseException:
         os._exit(111)
-    _ready(7)
+    _ready(len(fds) - 1)
     try:
-        judge.run_job(3, 4, 5, 6)
+        if mode == "judge":
+            judge.run_job(3, 4, 5, 6)
+        else:
+            judge.decide_values(3, 4)
     except BaseException:
         os._exit(1)
     os._exit(0)
@@ -150,8 +156,8 @@ def _spawn(request: dict[str, Any], fds: list[int], uid: int) -> dict[str, Any]:
     """Fork the process as the supervisor's child, so that it can reap it."""
     pid = _fork_sibling()
     if pid == 0:
-        if request["mode"] == "judge":
-            _become_judge(fds, request["limits"], uid)
+        if request["mode"] in JUDGE_MODES:
+            _become_judge(fds, request["mode"], request["limits"], uid)
         _become_candidate(fds, request["mode"], request["limits"], uid)
     return {"pid": pid}
 

@@ -11,7 +11,7 @@ from pydantic import field_validator, model_validator
 
 from ...sandbox import Job, JudgeSpec, Limits, ValueCase
 from ..extraction import import_lines
-from ..judges import longest_first, short_name, value_cases
+from ..judges import longest_first, may_rebind, short_name, value_cases
 from ..python_ast import parse_python
 from . import FormTests, JudgedForm, kept_with_tests, register
 
@@ -118,18 +118,21 @@ def asserts_judge(problem: Problem) -> JudgeSpec:
     elif not names and not problem.entry_point:
         names = set(called)
     from_program = sorted(names)
+    own_imports = "".join(line.rstrip() + "\n" for line in problem.test_imports) + import_lines(
+        problem.test_setup_code
+    )
     setup = (
         "".join(f"import {name}\n" for name in sorted(modules))
         + f"for __name in {from_program!r}:\n"
         "    try:\n"
         "        globals()[__name] = __remote__(__name)\n"
         "    except NameError:\n"
-        "        pass  # a test that uses it fails, naming it\n"
-        + "".join(line.rstrip() + "\n" for line in problem.test_imports)
-        + import_lines(problem.test_setup_code)
+        "        pass  # a test that uses it fails, naming it\n" + own_imports
     )
     values = values_of(problem.tests)  # type: ignore[arg-type]
     target, cases = values if values and values[0] in names else ("", None)
+    if cases is not None and may_rebind(own_imports, {target}):
+        target, cases = "", None  # its target may be the imports', which values skip
     return JudgeSpec(
         setup=setup,
         tests=tuple(line.strip() + "\n" for line in tests),

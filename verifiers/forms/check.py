@@ -10,8 +10,8 @@ import ast
 from typing import TYPE_CHECKING, Literal
 
 from ...sandbox import Job, JudgeSpec, Limits, ValueCase
-from ..extraction import defines, prompt_code
-from ..judges import short_name, value_cases
+from ..extraction import prompt_code
+from ..judges import may_rebind, short_name, value_cases
 from ..python_ast import is_docstring, parse_tests, statement_source
 from . import FormTests, JudgedForm, kept_with_tests, register
 
@@ -75,8 +75,8 @@ def check_judge(problem: Problem) -> JudgeSpec:
     )
     tests = checks_of(problem.tests)  # type: ignore[arg-type]
     values = values_of(problem.tests)  # type: ignore[arg-type]
-    if values and any(case.compare == "close" for case in values) and defines(setup, "abs"):
-        values = None  # its `abs` is the setup's, which value tests do not run
+    if values and any(case.compare == "close" for case in values) and may_rebind(setup, {"abs"}):
+        values = None  # its `abs` may be the setup's, which value tests do not run
     return JudgeSpec(
         setup=setup,
         tests=tuple(source for _, source in tests),
