@@ -1,6 +1,6 @@
 """The nightly series' pure parts: the gate's decision table on hand-computed McNemar values,
-the paired bootstrap for sampled runs, retention's choice, the config's checks, the series
-lock, the history report."""
+the paired bootstrap for sampled runs, the gate's check that an evaluation is the night's,
+retention's choice, the config's checks, the series lock, the history report."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from evaluation_helpers import outcomes, write_evaluation
 
 from codepost.pipeline.checkpoints.registry import Entry
 from codepost.pipeline.nightly import Decision, GateConfig, NightlyConfig, NightRecord, decide
-from codepost.pipeline.nightly.gate import compare
+from codepost.pipeline.nightly.gate import StaleEvaluation, check_evaluation, compare
 from codepost.pipeline.nightly.history import PLOT_FILE, write_history
 from codepost.pipeline.nightly.retention import prunable
 from codepost.pipeline.nightly.series import run_night
@@ -99,6 +99,25 @@ def test_sampled_runs_are_compared_with_the_paired_bootstrap(tmp_path):
     assert decide(0.05, gate, [])[0]
     with pytest.raises(ValueError, match="greedy run, not evaluated"):
         compare("b", *(load_evaluation(f) for f in folders), GREEDY)
+
+
+def test_the_gate_reads_only_evaluations_of_its_checkpoint_on_the_problems_read(
+    tmp_path, monkeypatch
+):
+    folder = write_evaluation(
+        tmp_path / "eval", "n1/sft/abc", outcomes({0}, 3), fingerprint="a" * 16
+    )
+    evaluation = load_evaluation(folder)
+    monkeypatch.chdir(tmp_path)
+    check_evaluation("sft/b", evaluation, str(tmp_path / "n1" / "sft" / "abc"), "a" * 16)
+    check_evaluation("sft/b", evaluation, "n1/sft/abc", None)  # a filter's problems: not read
+    with pytest.raises(StaleEvaluation) as stale:
+        check_evaluation("sft/b", evaluation, "n1/sft/other", "b" * 16)
+    assert str(stale.value) == (
+        f"the sft/b evaluation ({folder}) is not the night's: it evaluated n1/sft/abc, not "
+        f"n1/sft/other; its problems_fingerprint is {'a' * 16}, the night read {'b' * 16}; the "
+        f"gate does not decide on it (delete {folder} and {folder}.json to evaluate again)"
+    )
 
 
 def _entry(folder: str, *tags: str) -> Entry:

@@ -2,7 +2,7 @@
 series' champion, a paired test deciding whether the night's checkpoint replaces it, a history
 across nights and retention (docs/nightly.md)."""
 
-from .gate import Comparison, GateConfig, decide
+from .gate import Comparison, GateConfig, StaleEvaluation, decide
 from .records import Decision, NightRecord
 from .series import CHAMPION, NightFailed, NightlyConfig, champion, run_night
 
@@ -14,6 +14,7 @@ __all__ = [
     "NightFailed",
     "NightRecord",
     "NightlyConfig",
+    "StaleEvaluation",
     "champion",
     "decide",
     "run_night",

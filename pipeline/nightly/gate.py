@@ -4,11 +4,15 @@ significantly better on the gate benchmark and not significantly worse on any gu
 Both models are evaluated on the same problems in the night's run (the champion is the night's
 ``base``), so each comparison is paired, problem by problem: greedy pass@1 with the exact
 McNemar test, sampled pass@k with the paired bootstrap (:mod:`..reporting.stats`). The decision
-table (:func:`decide`) is plain data in, a verdict and its reason out.
+table (:func:`decide`) is plain data in, a verdict and its reason out. Before any test, each
+evaluation the gate reads must be of the checkpoint it stands for and on the problems the night
+read (:func:`check_evaluation`): an evaluation reused from before the data changed decides
+nothing.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -75,6 +79,39 @@ class Comparison(BaseModel):
             f"(Δ {self.difference:+.4f}{counts}{interval}, {self.test} "
             f"p={format_p_value(self.p_value)})"
         )
+
+
+class StaleEvaluation(ValueError):
+    """An evaluation of another checkpoint, or on other problems, than the night's."""
+
+
+def same_checkpoint(a: str, b: str) -> bool:
+    """Whether two names of a checkpoint (relative or absolute paths, hub ids) are one."""
+    return a == b or Path(a).resolve() == Path(b).resolve()
+
+
+def check_evaluation(
+    name: str, evaluation: Evaluation, checkpoint: str, fingerprint: str | None
+) -> Evaluation:
+    """``evaluation``, once it is known to be of ``checkpoint`` on the problems whose content
+    hash is ``fingerprint`` (None: not checked); else StaleEvaluation naming it and what
+    differs."""
+    results = evaluation.results
+    differs = []
+    if not same_checkpoint(results.checkpoint, checkpoint):
+        differs.append(f"it evaluated {results.checkpoint}, not {checkpoint}")
+    if fingerprint is not None and results.problems_fingerprint != fingerprint:
+        differs.append(
+            f"its problems_fingerprint is {results.problems_fingerprint}, the night read "
+            f"{fingerprint}"
+        )
+    if differs:
+        folder = evaluation.folder
+        raise StaleEvaluation(
+            f"the {name} evaluation ({folder}) is not the night's: {'; '.join(differs)}; the "
+            f"gate does not decide on it (delete {folder} and {folder}.json to evaluate again)"
+        )
+    return evaluation
 
 
 def compare(

@@ -30,7 +30,7 @@ from ..reporting.report import load_evaluation
 from ..run_lock import run_folder_lock
 from ..settings import Settings
 from ..tracking import RunTracking
-from .gate import Comparison, GateConfig, compare, decide
+from .gate import Comparison, GateConfig, check_evaluation, compare, decide
 from .history import write_history
 from .records import NIGHT_RECORD, Decision, NightRecord, ProblemsRead, read_history
 from .retention import prune_nights
@@ -144,7 +144,7 @@ def run_night(
         decided: list[Decision] = []
 
         def gate(result: RunResult, trackers: RunTracking) -> None:
-            decided.append(_gate(config, start, result))
+            decided.append(_gate(config, record, result))
             record.model_copy(update={"decision": decided[0]}).write(night_dir)
             trackers.log_metrics(_metrics(decided[0]))
             trackers.log_artifacts([done])
@@ -180,18 +180,18 @@ def run_night(
     return record
 
 
-def _gate(config: NightlyConfig, start: str, result: RunResult) -> Decision:
+def _gate(config: NightlyConfig, record: NightRecord, result: RunResult) -> Decision:
     """Compare the night's checkpoint with the champion and decide (the tag moves once the
     run has ended)."""
-    alpha, candidate = config.gate.alpha, result.checkpoint
+    alpha, candidate, start = config.gate.alpha, result.checkpoint, record.started_from
     trained = candidate != start
     problems: list[str] = []
     if trained:
         problems = verify(Path(candidate)) if is_published(Path(candidate)) else ["no manifest"]
     gate, guards = None, []
     if trained and not problems:
-        gate = _compare(config.benchmark, config, result)
-        guards = [_compare(name, config, result) for name in config.gate.guards]
+        gate = _compare(config.benchmark, config, record, result)
+        guards = [_compare(name, config, record, result) for name in config.gate.guards]
     promoted, reason = decide(alpha, gate, guards, trained=trained, verify_problems=problems)
     return Decision(
         promoted=promoted,
@@ -209,13 +209,36 @@ def _in_series(config: NightlyConfig, checkpoint: str) -> str:
     return str(Path(checkpoint).resolve().relative_to(config.series_dir.resolve()))
 
 
-def _compare(benchmark: str, config: NightlyConfig, result: RunResult) -> Comparison:
-    """The night's checkpoint against its base (the champion) on ``benchmark``."""
+def _compare(
+    benchmark: str, config: NightlyConfig, record: NightRecord, result: RunResult
+) -> Comparison:
+    """The night's checkpoint against its base (the champion) on ``benchmark``, each
+    evaluation checked to be of that checkpoint on the problems the night read."""
     folders = result.evaluations[benchmark]
-    evaluations = {label: load_evaluation(Path(folder)) for label, folder in folders.items()}
-    night = [e for label, e in evaluations.items()
-             if label != "base" and e.results.checkpoint == result.checkpoint][-1]  # fmt: skip
-    return compare(benchmark, evaluations["base"], night, config.gate)
+    made_by = next(
+        s["name"] for s in reversed(result.stages) if s.get("checkpoint") == result.checkpoint
+    )
+    problems = _fingerprint_read(config, record, benchmark)
+    champion, night = (
+        check_evaluation(
+            f"{label}/{benchmark}", load_evaluation(Path(folders[label])), checkpoint, problems
+        )
+        for label, checkpoint in (("base", record.started_from), (made_by, result.checkpoint))
+    )
+    return compare(benchmark, champion, night, config.gate)
+
+
+def _fingerprint_read(config: NightlyConfig, record: NightRecord, benchmark: str) -> str | None:
+    """The content hash of ``benchmark``'s problems as the night read them at its start; None
+    for problems a filter stage made that night (``problems_from``)."""
+    evaluation = config.run.evaluations[benchmark]
+    if evaluation.problems_from is not None:
+        return None
+    wanted = evaluation.problems.model_dump(mode="json")
+    for read in record.data:
+        if read.problems == wanted:
+            return read.fingerprint
+    raise ValueError(f"gate: the night's record has no problems read for {benchmark}")
 
 
 def _metrics(decision: Decision) -> dict[str, float]:

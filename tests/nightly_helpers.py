@@ -1,0 +1,94 @@
+"""Nights without a model, for the series' own logic (tags, records, retention, the gate's
+checks) in seconds: the night, its run, the stages' resume rule and the checkpoint registry are
+the real ones; only the stage executor is fake. Its ``sft`` publishes a checkpoint that knows
+the answers of the problems it trained on, as they were then; its ``evaluate`` scores a
+checkpoint on the problems as they are now (a model name knows nothing). The real series, with
+a model and the Docker sandbox: tests/test_nightly.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from evaluation_helpers import write_evaluation
+
+from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish
+from codepost.pipeline.data.problem_sets import ProblemSet, fingerprint, load_problem_set
+from codepost.pipeline.inference.sampling import EngineConfig
+from codepost.pipeline.launch import LaunchConfig
+from codepost.pipeline.model_config import ModelConfig
+from codepost.pipeline.nightly import NightlyConfig
+from codepost.pipeline.post_train import PostTrainConfig
+from codepost.pipeline.stages.evaluation import EvalConfig
+from codepost.pipeline.stages.registry import Artifacts, Stage
+from codepost.pipeline.stages.sft import SFTStageConfig
+
+ANSWERS = "answers.json"
+PROBLEMS = 6  # 6 gained, 0 lost: exact McNemar p = 2 / 2**6 = 0.03125 < 0.05
+
+
+def write_problems(path: Path, answer: int = 1) -> Path:
+    """Six HumanEval-style problems whose answer is ``return <answer>``."""
+    rows = [
+        {
+            "task_id": f"ones/{i}",
+            "prompt": f"def one_{i}():\n    return ",
+            "canonical_solution": f"{answer}\n",
+            "test": f"def check(candidate):\n    assert candidate() == {answer}\n",
+            "entry_point": f"one_{i}",
+        }
+        for i in range(PROBLEMS)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _answers(problems: ProblemSet) -> dict[str, str]:
+    """Each problem's task id -> the hash of its content: what a checkpoint that learned it
+    knows."""
+    return {task: fingerprint({task: p}) for task, p in load_problem_set(problems).items()}
+
+
+def fake_execute(
+    stage: Stage,
+    config: Any,
+    inputs: Artifacts,
+    out_dir: Path,
+    label: str,
+    launch: LaunchConfig | None = None,
+) -> Artifacts:
+    """The run's executor without a model: ``sft`` and ``evaluate`` only."""
+    if stage.name == "sft":
+        answers = _answers(config.problems)
+        manifest = CheckpointManifest(stage="sft", version="1", parent=inputs.checkpoint)
+        publish(
+            out_dir, lambda folder: (folder / ANSWERS).write_text(json.dumps(answers)), manifest
+        )
+        return Artifacts(checkpoint=str(out_dir))
+    if stage.name == "evaluate":
+        assert inputs.checkpoint is not None
+        known = Path(inputs.checkpoint) / ANSWERS
+        knows = json.loads(known.read_text()) if known.is_file() else {}
+        greedy = {task: knows.get(task) == sha for task, sha in _answers(config.problems).items()}
+        problems = fingerprint(load_problem_set(config.problems))
+        write_evaluation(out_dir, inputs.checkpoint, greedy, fingerprint=problems)
+        return Artifacts(evaluation=str(out_dir))
+    raise ValueError(f"fake_execute runs sft and evaluate, not {stage.name}")
+
+
+def fake_series(folder: Path, keep_nights: int = 3) -> NightlyConfig:
+    """A series that trains on ``train.jsonl`` and is gated on ``ones.jsonl`` (the same six
+    problems, until a test edits one): night 1 gains all six."""
+    train, benchmark = (
+        ProblemSet(source=str(write_problems(folder / name)), split="all")
+        for name in ("train.jsonl", "ones.jsonl")
+    )
+    run = PostTrainConfig(
+        model=ModelConfig(name_or_path="blank"),
+        stages=[{"stage": "sft", "config": SFTStageConfig(problems=train)}],
+        evaluations={"ones": EvalConfig(problems=benchmark, engine=EngineConfig(backend="hf"))},
+    )
+    return NightlyConfig(
+        root=str(folder / "series"), series="ones", run=run, keep_nights=keep_nights
+    )
