@@ -48,7 +48,6 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 
 from ..sandbox import (
@@ -79,13 +78,16 @@ from .problems import (
 from .rewards import RewardConfig
 from .serving import (
     ASGIApp,
+    BodyBudget,
     Guard,
+    HeldBodies,
     HTTPLimits,
     JSONAnswer,
     Receive,
     Scope,
     Send,
     answer_errors_plainly,
+    busy,
     http_server,
 )
 from .verifier import SampleError, Verifier
@@ -108,12 +110,6 @@ class ServerConfig(HTTPLimits):
         description="jobs accepted and not answered yet (running or queued); past it, 429 at "
         "once. Keep a trainer's own concurrency (verl's max_concurrent) within it",
     )
-    max_pending_bytes: int = Field(
-        256 << 20,
-        ge=1024,
-        description="request bodies held at once (being read, queued or running); past it, "
-        "429 at once. At least max_body_bytes",
-    )
     max_code_bytes: int = Field(1 << 20, ge=1, description="largest program of /run_code")
     max_timeout_s: float = Field(60.0, gt=0, description="cap on a request's run time-out")
     max_job_s: float = Field(
@@ -135,46 +131,22 @@ class ServerConfig(HTTPLimits):
         description="after SIGTERM, how long accepted requests may take to finish before the "
         "server stops anyway (a body being sent slowly would otherwise keep it up)",
     )
-    retry_after_s: int = Field(1, ge=1, description="Retry-After of a 429 answer")
-
-    @model_validator(mode="after")
-    def _one_body_fits(self) -> ServerConfig:
-        if self.max_pending_bytes < self.max_body_bytes:
-            raise ValueError(
-                f"max_pending_bytes {self.max_pending_bytes} is below max_body_bytes "
-                f"{self.max_body_bytes}: no body of the largest size could ever be accepted"
-            )
-        return self
 
 
 class Admission:
-    """Counts the jobs accepted and not yet answered, and the bytes of the request bodies held,
-    and refuses those past ``capacity`` jobs or ``capacity_bytes``.
+    """Counts the jobs accepted and not yet answered, and the bytes of the request bodies held
+    (``bodies``), and refuses with 429 those past ``capacity`` jobs or ``capacity_bytes``.
 
     Used from the event loop only, so it needs no lock.
     """
 
     def __init__(self, capacity: int, retry_after_s: int, capacity_bytes: int) -> None:
         self.capacity = capacity
-        self.capacity_bytes = capacity_bytes
         self.retry_after_s = retry_after_s
+        self.bodies = BodyBudget(capacity_bytes, retry_after_s, 429)
         self.pending = 0  # jobs
-        self.pending_bytes = 0  # of the bodies of requests not answered yet
         self.accepted = 0  # requests
         self.answered = 0
-
-    def hold_bytes(self, size: int) -> None:
-        """Count ``size`` more bytes of a body, or raise 429 when they do not fit."""
-        if self.pending_bytes + size > self.capacity_bytes:
-            raise self.busy(f"{self.pending_bytes} of {self.capacity_bytes} bytes of requests held")
-        self.pending_bytes += size
-
-    def busy(self, what: str) -> HTTPException:
-        return HTTPException(
-            429,
-            f"server busy: {what}; retry after {self.retry_after_s} s",
-            headers={"Retry-After": str(self.retry_after_s)},
-        )
 
     @contextlib.contextmanager
     def admit(self, jobs: int) -> Iterator[None]:
@@ -185,7 +157,8 @@ class Admission:
                 " send them in batches",
             )
         if self.pending + jobs > self.capacity:
-            raise self.busy(f"{self.pending} of {self.capacity} jobs pending")
+            what = f"{self.pending} of {self.capacity} jobs pending"
+            raise busy(429, what, self.retry_after_s)
         self.pending += jobs
         self.accepted += 1
         try:
@@ -228,7 +201,7 @@ class Metrics:
             "codepost_queue_capacity": ("max_pending", lambda: config.max_pending),
             "codepost_pending_bytes": (
                 "bytes of request bodies held (being read, queued or running)",
-                lambda: admission.pending_bytes,
+                lambda: admission.bodies.held,
             ),
             "codepost_pool_size": ("sandbox containers", lambda: config.workers),
         }
@@ -263,52 +236,6 @@ class Counted:
         finally:
             self.metrics.requests.labels(endpoint, str(code)).inc()
             self.metrics.latency.labels(endpoint, str(code)).observe(time.perf_counter() - started)
-
-
-class Admitted:
-    """ASGI middleware behind the :class:`~.serving.Guard`: the bytes of bodies held at once (a
-    declared length is counted before the body is read, a chunked body as it arrives, until the
-    answer is sent). Every body is JSON, whatever its declared type (curl -d says a form)."""
-
-    def __init__(self, app: ASGIApp, *, admission: Admission) -> None:
-        self.app, self.admission = app, admission
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        held = [0]  # bytes of this request's body counted in the admission
-        try:
-            length = dict(scope["headers"]).get(b"content-length", b"")
-            if length.isdigit():
-                try:
-                    self.admission.hold_bytes(int(length))
-                except HTTPException as busy:
-                    refusal = JSONAnswer(
-                        {"detail": busy.detail}, status_code=busy.status_code, headers=busy.headers
-                    )
-                    await refusal(scope, receive, send)
-                    return
-                held[0] = int(length)
-            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
-            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
-            await self.app(scope, self.counted(receive, held), send)
-        finally:
-            self.admission.pending_bytes -= held[0]
-
-    def counted(self, receive: Receive, held: list[int]) -> Receive:
-        received = 0
-
-        async def receive_counted() -> MutableMapping[str, Any]:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > held[0]:  # no Content-Length, or more than it said
-                self.admission.hold_bytes(received - held[0])
-                held[0] = received
-            return message
-
-        return receive_counted
 
 
 # -- /run_code: SandboxFusion's schema
@@ -571,8 +498,8 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
         default_response_class=JSONAnswer,
     )
     app.state.admission = admission
-    # The last added runs first: counted, then the token and body limits, then admitted.
-    app.add_middleware(Admitted, admission=admission)
+    # The last added runs first: counted, then the token and body limits, then the bodies held.
+    app.add_middleware(HeldBodies, budget=admission.bodies)
     app.add_middleware(Guard, limits=config)
     app.add_middleware(Counted, metrics=metrics)
     answer_errors_plainly(app)
@@ -637,7 +564,7 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
             "max_job_s": config.max_job_s,
             "max_memory_mb": config.max_memory_mb,
             "max_body_bytes": config.max_body_bytes,
-            "pending_bytes": admission.pending_bytes,
+            "pending_bytes": admission.bodies.held,
             "max_pending_bytes": config.max_pending_bytes,
             "max_problem_bytes": config.max_problem_bytes,
             "max_problem_tests": config.max_problem_tests,

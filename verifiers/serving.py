@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
@@ -107,6 +107,97 @@ class HTTPLimits(BaseModel):
     max_connections: int = Field(
         512, ge=1, description="open connections at once; past it, a new one is answered 503"
     )
+    max_pending_bytes: int = Field(
+        256 << 20,
+        ge=1024,
+        description="request bodies held at once (being read, queued or running); past it, "
+        "refused at once with Retry-After. At least max_body_bytes",
+    )
+    retry_after_s: int = Field(1, ge=1, description="Retry-After of a busy server's refusal")
+
+    @model_validator(mode="after")
+    def _one_body_fits(self) -> HTTPLimits:
+        if self.max_pending_bytes < self.max_body_bytes:
+            raise ValueError(
+                f"max_pending_bytes {self.max_pending_bytes} is below max_body_bytes "
+                f"{self.max_body_bytes}: no body of the largest size could ever be accepted"
+            )
+        return self
+
+
+def busy(status: int, what: str, retry_after_s: int) -> HTTPException:
+    """A refusal of work the server has no room for now, and when to try again."""
+    return HTTPException(
+        status,
+        f"server busy: {what}; retry after {retry_after_s} s",
+        headers={"Retry-After": str(retry_after_s)},
+    )
+
+
+class BodyBudget:
+    """The bytes of request bodies a server holds at once (being read, queued or running):
+    a body past ``capacity`` is refused at once with ``status`` and Retry-After. Used from the
+    event loop only, so it needs no lock."""
+
+    def __init__(self, capacity: int, retry_after_s: int, status: int) -> None:
+        self.capacity, self.retry_after_s, self.status = capacity, retry_after_s, status
+        self.held = 0
+
+    def hold(self, size: int) -> None:
+        """Count ``size`` more bytes of a body, or raise the refusal when they do not fit."""
+        if self.held + size > self.capacity:
+            what = f"{self.held} of {self.capacity} bytes of requests held"
+            raise busy(self.status, what, self.retry_after_s)
+        self.held += size
+
+
+class HeldBodies:
+    """ASGI middleware behind the :class:`Guard`: the bytes of the bodies held at once, in a
+    :class:`BodyBudget` (a declared length is counted before the body is read, a chunked body
+    as it arrives, until the answer is sent). Every body is JSON, whatever its declared type
+    (curl -d says a form)."""
+
+    def __init__(self, app: ASGIApp, *, budget: BodyBudget) -> None:
+        self.app, self.budget = app, budget
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        held = [0]  # bytes of this request's body counted in the budget
+        try:
+            length = dict(scope["headers"]).get(b"content-length", b"")
+            if length.isdigit():
+                try:
+                    self.budget.hold(int(length))
+                except HTTPException as refused:
+                    refusal = JSONAnswer(
+                        {"detail": refused.detail},
+                        status_code=refused.status_code,
+                        headers=refused.headers,
+                    )
+                    await refusal(scope, receive, send)
+                    return
+                held[0] = int(length)
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+            await self.app(scope, self.counted(receive, held), send)
+        finally:
+            self.budget.held -= held[0]
+
+    def counted(self, receive: Receive, held: list[int]) -> Receive:
+        received = 0
+
+        async def receive_counted() -> MutableMapping[str, Any]:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > held[0]:  # no Content-Length, or more than it said
+                self.budget.hold(received - held[0])
+                held[0] = received
+            return message
+
+        return receive_counted
 
 
 class Guard:
