@@ -1,18 +1,33 @@
-"""The series across nights, on nights without a model (tests/nightly_helpers.py): the gate
-refuses evaluations of other data."""
+"""The series across nights, on nights without a model (tests/nightly_helpers.py): a champion
+gone or corrupt stops the next night, and the gate refuses evaluations of other data."""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
-from nightly_helpers import fake_execute, fake_series, write_problems
+from nightly_helpers import ANSWERS, fake_execute, fake_series, write_problems
 
 from codepost.pipeline.checkpoints.registry import read_tags
-from codepost.pipeline.nightly import NightFailed, NightlyConfig, NightRecord, run_night, series
+from codepost.pipeline.nightly import (
+    ChampionUnusable,
+    NightFailed,
+    NightlyConfig,
+    NightRecord,
+    run_night,
+    series,
+)
 from codepost.pipeline.nightly.records import NIGHT_RECORD
 
 
 def _record(config: NightlyConfig, night: str) -> NightRecord:
     return NightRecord.read(config.series_dir / night / NIGHT_RECORD)
+
+
+def _checkpoint(config: NightlyConfig, night: str) -> Path:
+    (manifest,) = (config.series_dir / night / "sft").glob("*/manifest.json")
+    return manifest.parent
 
 
 def _champion(config: NightlyConfig) -> str | None:
@@ -21,6 +36,30 @@ def _champion(config: NightlyConfig) -> str | None:
 
 def _gate_crashes(*args, **kwargs):
     raise RuntimeError("the gate crashed")
+
+
+def _corrupt(checkpoint: Path) -> None:
+    (checkpoint / ANSWERS).write_text("{}")
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (shutil.rmtree, "no checkpoint there"),
+        (_corrupt, r"it does not match its manifest \(answers.json: sha256 differs"),
+    ],
+)
+def test_a_champion_gone_or_corrupt_stops_the_next_night(tmp_path, damage, problem):
+    """Never the run's model instead: that is only where a series without the tag starts."""
+    config = fake_series(tmp_path)
+    first = run_night(config, "n1", fake_execute)
+    assert first.started_from == "blank" and first.decision is not None
+    assert first.decision.promoted
+    damage(_checkpoint(config, "n1"))
+    tags = config.series_dir / "tags.json"
+    with pytest.raises(ChampionUnusable, match=f"{tags}: champion -> 'n1/sft/.*': {problem}"):
+        run_night(config, "n2", fake_execute)
+    assert not (config.series_dir / "n2").exists()
 
 
 def test_a_night_asked_again_after_its_benchmark_changed_does_not_gate_on_stale_evaluations(

@@ -4,10 +4,18 @@ across nights and retention (docs/nightly.md)."""
 
 from .gate import Comparison, GateConfig, StaleEvaluation, decide
 from .records import Decision, NightRecord
-from .series import CHAMPION, NightFailed, NightlyConfig, champion, run_night
+from .series import (
+    CHAMPION,
+    ChampionUnusable,
+    NightFailed,
+    NightlyConfig,
+    champion,
+    run_night,
+)
 
 __all__ = [
     "CHAMPION",
+    "ChampionUnusable",
     "Comparison",
     "Decision",
     "GateConfig",

@@ -10,6 +10,8 @@ The layout of a series folder (its checkpoint registry: the champion is its tag
 Nights of one series never overlap: the series folder is locked while a night runs, and a
 night that finds it locked does not run (:class:`~..run_lock.RunFolderLocked`). A night with a
 record whose decision was made is not run again; a failed one is (it resumes its folder).
+A champion tag that names a checkpoint gone or not matching its manifest stops the night
+(:class:`ChampionUnusable`): only a series without the tag starts from the run's model.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, model_validator
 
 from ..checkpoints.manifest import is_published, verify
-from ..checkpoints.registry import resolve, tag
+from ..checkpoints.registry import TAGS_FILE, read_tags, resolve, tag
 from ..config_walk import settings_of
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..launch import LaunchingExecutor, execute_launched
@@ -92,14 +94,29 @@ class NightFailed(RuntimeError):
         self.record = record
 
 
+class ChampionUnusable(RuntimeError):
+    """The champion tag names a checkpoint that is gone or does not match its manifest: no
+    night trains from it or is gated against it, and none falls back to the run's model."""
+
+
 def champion(series_dir: Path) -> str | None:
-    """The champion's folder, None before the first promotion."""
-    if not Path(series_dir).is_dir():
+    """The champion's folder, checked against its manifest; None when the series has no
+    champion tag (before its first promotion). Raises ChampionUnusable naming the tag."""
+    tagged = read_tags(series_dir).get(CHAMPION)
+    if tagged is None:
         return None
+    where = f"{Path(series_dir) / TAGS_FILE}: {CHAMPION} -> {tagged!r}"
+    fix = f"tag another checkpoint {CHAMPION} (codepost checkpoints --root {series_dir} tag)"
     try:
-        return str(resolve(series_dir, CHAMPION).path)
+        entry = resolve(series_dir, CHAMPION)
     except LookupError:
-        return None
+        raise ChampionUnusable(f"{where}: no checkpoint there; {fix}") from None
+    problems = list(entry.problems) or verify(entry.path)
+    if problems:
+        raise ChampionUnusable(
+            f"{where}: it does not match its manifest ({'; '.join(problems)}); {fix}"
+        )
+    return str(entry.path)
 
 
 def problems_read(config: BaseModel) -> list[ProblemsRead]:
@@ -121,8 +138,9 @@ def run_night(
     config: NightlyConfig, night: str, execute: LaunchingExecutor = execute_launched
 ) -> NightRecord:
     """Night ``night`` of the series: its run from the champion, the gate, the series' history
-    and retention. Raises RunFolderLocked when another night of the series is running, and
-    NightFailed (the champion unchanged, the record written) when the night fails."""
+    and retention. Raises RunFolderLocked when another night of the series is running,
+    ChampionUnusable (nothing run) when the champion is, and NightFailed (the champion
+    unchanged, the record written) when the night fails."""
     if not NIGHT_NAME.fullmatch(night):
         raise ValueError(f"night {night!r}: letters, digits, '.', '_' and '-' only")
     series_dir = config.series_dir
