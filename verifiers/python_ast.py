@@ -1,17 +1,22 @@
-"""Parsing Python source safely from several threads.
+"""Parsing Python source safely from several threads, and a problem's own code within bounds.
 
 CPython before 3.12.4 / 3.11.10 keeps the AST converter's recursion depth per interpreter, not
 per thread: two ``ast.parse`` calls at once can fail with ``SystemError: AST constructor
 recursion depth mismatch`` (python/cpython#106905). Scoring fans out over threads, so every
 parse in the verifier goes through one lock; a parse takes microseconds to milliseconds.
+
+No tree is cached: a tree is about 700 times its source's size, and what the verifier keeps of
+a problem's code is what it derived from the tree (``forms.kept_with_tests``), for as long as
+the problem lives.
 """
 
 from __future__ import annotations
 
 import ast
-import functools
 import threading
 from collections.abc import Sequence
+
+from .bounds import reading_bounds
 
 _LOCK = threading.Lock()
 
@@ -22,12 +27,22 @@ def parse_python(source: str) -> ast.Module:
         return ast.parse(source)
 
 
-@functools.lru_cache(maxsize=64)
-def parse_tests(source: str) -> ast.Module:
-    """A problem's test source parsed once for all its samples (a caller's inline test module
-    may be megabytes, and a request may hold many samples of it). The tree is shared: read it,
-    never change it."""
+def parse_problem_code(source: str, what: str) -> ast.Module:
+    """A problem's own code (``what``: its field) parsed, within the bound on a piece of code
+    of the problems being read (:mod:`.bounds`): ValueError naming it past that bound."""
+    check_code_length(source, what)
     return parse_python(source)
+
+
+def check_code_length(source: str, what: str) -> None:
+    """ValueError naming ``what`` when a problem's code is longer than the problems being read
+    may have: one ``ast.parse`` of it would hold the interpreter lock that much longer."""
+    limit = reading_bounds().code_chars
+    if limit is not None and len(source) > limit:
+        raise ValueError(
+            f"{what} is {len(source)} characters of Python, over the {limit} a piece of a "
+            "problem's code may have here"
+        )
 
 
 def is_docstring(node: ast.stmt) -> bool:

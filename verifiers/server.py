@@ -63,6 +63,7 @@ from ..sandbox import (
     SandboxPool,
     SandboxUnavailable,
 )
+from .bounds import ReadingBounds, reading_within
 from .cli import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE, TOKEN_ENV
 from .extraction import CompletionStyle
 from .problems import (
@@ -94,6 +95,10 @@ from .verifier import SampleError, Verifier
 
 MAX_ITEMS = 1 << 16  # samples, or inline problems, in one /verify request
 MAX_DEPTH = 32  # lists and objects nested in one sample or inline problem
+# How many times max_problem_bytes an inline problem's packed tests (LiveCodeBench's private
+# tests) may unpack to: zlib and base64 pack test data 1.5-4.5x (large numbers 1.5x, a grid of
+# '.' and '#' 4.5x), so honest tests fit, and a request holds at most 4x its body in them.
+UNPACKED_PER_PROBLEM_BYTE = 4
 
 
 class ServerConfig(HTTPLimits):
@@ -124,6 +129,13 @@ class ServerConfig(HTTPLimits):
     )
     max_problem_tests: int = Field(
         1024, ge=1, description="most tests (asserts, cases, test functions) per inline problem"
+    )
+    max_problem_code_chars: int = Field(
+        32 << 10,
+        ge=1024,
+        description="longest piece of Python code in an inline problem (its test module or "
+        "test file, one assert, its setup code, a prompt that is code): parsing it holds the "
+        "server's interpreter about 4 us a character, whatever else it serves",
     )
     shutdown_timeout_s: int = Field(
         120,
@@ -463,8 +475,13 @@ def named_or_inline(
                 f"problems[{index}] is {size} bytes of JSON, over the server's "
                 f"max_problem_bytes {config.max_problem_bytes}",
             )
+    bounds = ReadingBounds(
+        unpacked_bytes=UNPACKED_PER_PROBLEM_BYTE * config.max_problem_bytes,
+        code_chars=config.max_problem_code_chars,
+    )
     try:
-        return problems_from_records((f"problems[{i}]", r) for i, r in enumerate(problems))
+        with reading_within(bounds):
+            return problems_from_records((f"problems[{i}]", r) for i, r in enumerate(problems))
     except ProblemFormatError as exc:
         raise HTTPException(422, f"problems: {exc}") from None
 
@@ -568,6 +585,7 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
             "max_pending_bytes": config.max_pending_bytes,
             "max_problem_bytes": config.max_problem_bytes,
             "max_problem_tests": config.max_problem_tests,
+            "max_problem_code_chars": config.max_problem_code_chars,
             "max_code_bytes": config.max_code_bytes,
         }
 

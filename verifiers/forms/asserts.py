@@ -5,14 +5,14 @@ from __future__ import annotations
 import ast
 import builtins
 import sys
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import field_validator, model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
 from ...sandbox import Job, JudgeSpec, Limits, ValueCase
 from ..extraction import import_lines
 from ..judges import longest_first, may_rebind, short_name, value_cases
-from ..python_ast import parse_python
+from ..python_ast import check_code_length, parse_problem_code, parse_python
 from . import FormTests, JudgedForm, kept_with_tests, register
 
 if TYPE_CHECKING:
@@ -32,12 +32,19 @@ class AssertsTests(FormTests):
             if not line.strip():
                 raise ValueError(f"test {index} is blank")
             try:
-                parse_python(line)
+                parse_problem_code(line, f"test {index}")
             except SyntaxError as exc:
                 raise ValueError(
                     f"test {index} is not valid Python ({exc.msg}): {line!r}"
                 ) from None
         return tests
+
+    @field_validator("test_setup_code", "test_imports")
+    @classmethod
+    def _code_within_bounds(cls, code: str | tuple[str, ...], info: ValidationInfo) -> Any:
+        # parsed for their imports as each sample's judge is built
+        check_code_length("".join(code), str(info.field_name))
+        return code
 
     @model_validator(mode="after")
     def _not_empty(self) -> AssertsTests:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 from ...sandbox import Job, JudgeSpec, Limits, ValueCase
 from ..extraction import prompt_code
 from ..judges import may_rebind, short_name, value_cases
-from ..python_ast import is_docstring, parse_tests, statement_source
+from ..python_ast import is_docstring, parse_problem_code, statement_source
 from . import FormTests, JudgedForm, kept_with_tests, register
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class CheckForm(JudgedForm):
     def validate(self, problem: Problem) -> None:
         if not problem.entry_point:
             raise ValueError("a HumanEval-style test needs an entry_point")
-        check_body(problem.test)  # raises ValueError naming what is wrong
+        checks_of(problem.tests)  # type: ignore[arg-type]  # ValueError naming what is wrong
 
     def build_job(self, problem: Problem, program: str, limits: Limits, *, all_cases: bool) -> Job:
         return Job(program=program, judge=check_judge(problem), limits=limits)
@@ -46,7 +46,7 @@ register(CheckForm())
 def check_body(test: str) -> list[ast.stmt]:
     """The statements of ``check(candidate)`` in a HumanEval test module."""
     try:
-        module = parse_tests(test)
+        module = parse_problem_code(test, "test")
     except SyntaxError as exc:
         raise ValueError(f"test is not valid Python: {exc.msg} (line {exc.lineno})") from None
     for node in module.body:

@@ -17,13 +17,13 @@ files it reads from the test's ``tmp_path``, and exception classes it defines
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from pydantic import field_validator, model_validator
 
 from ...sandbox import Job, JudgeSpec, Limits
-from ..python_ast import parse_tests
-from . import FormTests, JudgedForm, register
+from ..python_ast import parse_problem_code
+from . import FormTests, JudgedForm, kept_with_tests, register
 
 if TYPE_CHECKING:
     from ..problems import Problem
@@ -52,18 +52,12 @@ class PytestTests(FormTests):
 
     @model_validator(mode="after")
     def _has_tests(self) -> PytestTests:
-        try:
-            parse_tests(self.test_file)
-        except SyntaxError as exc:
-            raise ValueError(
-                f"test_file is not valid Python: {exc.msg} (line {exc.lineno})"
-            ) from None
-        if not pytest_functions(self.test_file):
+        if not names_of(self).functions:
             raise ValueError("test_file has no test functions (test_* or Test*.test_*)")
         return self
 
     def count(self) -> int:
-        return len(pytest_functions(self.test_file))
+        return len(names_of(self).functions)
 
 
 class PytestForm(JudgedForm):
@@ -72,7 +66,7 @@ class PytestForm(JudgedForm):
 
     def instructions(self, problem: Problem) -> list[str]:
         tests: PytestTests = problem.tests  # type: ignore[assignment]
-        names = imported_names(tests.test_file, tests.module) or list(tests.entry_points)
+        names = list(names_of(tests).imported or tests.entry_points)
         defines = f"; it must define {', '.join(f'`{n}`' for n in names)}" if names else ""
         return [
             f"Your code is imported as the module `{tests.module}` and tested with pytest{defines}."
@@ -80,14 +74,15 @@ class PytestForm(JudgedForm):
 
     def build_job(self, problem: Problem, program: str, limits: Limits, *, all_cases: bool) -> Job:
         tests: PytestTests = problem.tests  # type: ignore[assignment]
+        names = names_of(tests)
         setup = JUDGE_SETUP.format(
             source=tests.test_file,
             filename=f"test_{tests.module}.py",
             module=tests.module,
-            bound=sorted(bound_names(tests.test_file)),
+            bound=sorted(names.bound),
             entry_points=list(tests.entry_points),
         )
-        keys = pytest_functions(tests.test_file)
+        keys = names.functions
         return Job(
             program=program,
             judge=JudgeSpec(
@@ -103,12 +98,31 @@ class PytestForm(JudgedForm):
 register(PytestForm())
 
 
-def pytest_functions(source: str) -> tuple[str, ...]:
+class PytestNames(NamedTuple):
+    """What the verifier reads of a test file, from one parse of it."""
+
+    functions: tuple[str, ...]  # the test functions pytest collects
+    bound: frozenset[str]  # the names the file binds at its top level
+    imported: tuple[str, ...]  # the names it imports from the program's module
+
+
+@kept_with_tests
+def names_of(tests: PytestTests) -> PytestNames:
+    try:
+        module = parse_problem_code(tests.test_file, "test_file")
+    except SyntaxError as exc:
+        raise ValueError(f"test_file is not valid Python: {exc.msg} (line {exc.lineno})") from None
+    return PytestNames(
+        pytest_functions(module), bound_names(module), imported_names(module, tests.module)
+    )
+
+
+def pytest_functions(module: ast.Module) -> tuple[str, ...]:
     """The test functions pytest collects from a module, by its default rules: ``test*``
     functions, and ``test*`` methods of ``Test*`` classes without ``__init__`` or of
     ``unittest.TestCase`` subclasses (``Class::method``)."""
     keys: dict[str, None] = {}
-    for node in parse_tests(source).body:
+    for node in module.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
             "test"
         ):
@@ -134,11 +148,11 @@ def _collected(node: ast.ClassDef) -> bool:
     return node.name.startswith("Test") and not has_init
 
 
-def bound_names(source: str) -> set[str]:
+def bound_names(module: ast.Module) -> frozenset[str]:
     """The names a module binds at its top level (imports, definitions, assignments): the
     judge never lets ``from solution import *`` replace one of them."""
     names: set[str] = set()
-    for statement in parse_tests(source).body:
+    for statement in module.body:
         if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(statement.name)
         elif isinstance(statement, ast.Import | ast.ImportFrom):
@@ -151,15 +165,15 @@ def bound_names(source: str) -> set[str]:
                 for node in ast.walk(statement)
                 if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
             )
-    return names
+    return frozenset(names)
 
 
-def imported_names(source: str, module: str) -> list[str]:
+def imported_names(module: ast.Module, program: str) -> tuple[str, ...]:
     """The names a test file imports from the program's module (``from solution import f``)."""
-    return [
+    return tuple(
         alias.name
-        for statement in parse_tests(source).body
-        if isinstance(statement, ast.ImportFrom) and statement.module == module
+        for statement in module.body
+        if isinstance(statement, ast.ImportFrom) and statement.module == program
         for alias in statement.names
         if alias.name != "*"
-    ]
+    )

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..forms import forms
-from ..python_ast import parse_python
+from ..python_ast import parse_problem_code
 from . import Schema, first, register
 
 TASK_ID_KEYS = ("task_id", "problem_id", "name")
@@ -63,7 +63,7 @@ def first_called_name(test_list: Any) -> str | None:
         return None
     for line in test_list:
         try:
-            tree = parse_python(str(line))
+            tree = parse_problem_code(str(line), "test_list")
         except SyntaxError:
             return None  # the validator reports it
         for node in ast.walk(tree):

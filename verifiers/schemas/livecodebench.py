@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
+from ..bounds import reading_bounds
 from . import (
     ProblemFormatError,
     Schema,
@@ -29,8 +30,6 @@ from . import (
     register,
     stdin_tests,
 )
-
-MAX_PRIVATE_BYTES = 1 << 30  # decompressed: a data set's largest tests are tens of MB
 
 
 class PlainUnpickler(pickle.Unpickler):
@@ -45,24 +44,27 @@ class PlainUnpickler(pickle.Unpickler):
 
 
 def private_tests(text: str) -> Any:
-    """LiveCodeBench's private tests: JSON, or base64(zlib(pickle(JSON string)))."""
+    """LiveCodeBench's private tests: JSON, or base64(zlib(pickle(JSON string))), refused as
+    soon as they inflate past the bound of the problems being read (:mod:`..bounds`), before
+    they are unpickled."""
+    limit = reading_bounds().unpacked_bytes
     try:
         return json.loads(text)
     except json.JSONDecodeError:
         pass
+    inflater = zlib.decompressobj()
     try:
-        packed = base64.b64decode(text.encode(), validate=True)
-        inflater = zlib.decompressobj()
-        data = inflater.decompress(packed, MAX_PRIVATE_BYTES)
-        if inflater.unconsumed_tail:
-            raise ProblemFormatError(
-                f"field 'private_test_cases': over {MAX_PRIVATE_BYTES} bytes decompressed"
-            )
-        value = PlainUnpickler(io.BytesIO(data)).load()
+        data = inflater.decompress(base64.b64decode(text.encode(), validate=True), limit)
+        value = None if inflater.unconsumed_tail else PlainUnpickler(io.BytesIO(data)).load()
     except (binascii.Error, zlib.error, pickle.UnpicklingError, EOFError, ValueError) as exc:
         raise ProblemFormatError(
             f"field 'private_test_cases': neither JSON nor LiveCodeBench's packed form ({exc})"
         ) from None
+    if inflater.unconsumed_tail:
+        raise ProblemFormatError(
+            f"field 'private_test_cases': its packed tests inflate past {limit} bytes, the most "
+            "unpacked here: send fewer tests, or send them as JSON"
+        )
     if not isinstance(value, str):
         raise ProblemFormatError(
             f"field 'private_test_cases': the packed tests hold a {type(value).__name__}, "
