@@ -2,7 +2,8 @@
 tasks, and the gate's decision and the series' history as artifacts, whatever the decision.
 
 A night that finds another night of its series running ends Cancelled, saying so, without
-training; a failed night ends Failed, its decision (the champion kept) published first.
+training; a failed night ends Failed, its decision (the champion kept, or a promotion the next
+night finishes) published first.
 """
 
 from __future__ import annotations
@@ -53,7 +54,13 @@ def _publish(config: NightlyConfig, record: NightRecord) -> None:
     """The decision with its numbers, and the series' report with its plot."""
     decision = record.decision
     assert decision is not None
-    verdict = "promoted" if decision.promoted else "kept the champion"
+    verdict = (
+        "promoted"
+        if decision.promoted
+        else "promoting (the next night moves the tag)"
+        if decision.promoting
+        else "kept the champion"
+    )
     lines = [
         f"# {config.series}, night {record.night}: {verdict}",
         "",

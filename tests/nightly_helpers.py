@@ -8,17 +8,22 @@ a model and the Docker sandbox: tests/test_nightly.py."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from evaluation_helpers import write_evaluation
 
 from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish
+from codepost.pipeline.checkpoints.registry import Entry, tag
 from codepost.pipeline.data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from codepost.pipeline.inference.sampling import EngineConfig
 from codepost.pipeline.launch import LaunchConfig
 from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.nightly import NightlyConfig
+from codepost.pipeline.nightly import NightlyConfig, run_night, series
 from codepost.pipeline.post_train import PostTrainConfig
 from codepost.pipeline.stages.evaluation import EvalConfig
 from codepost.pipeline.stages.registry import Artifacts, Stage
@@ -92,3 +97,26 @@ def fake_series(folder: Path, keep_nights: int = 3) -> NightlyConfig:
     return NightlyConfig(
         root=str(folder / "series"), series="ones", run=run, keep_nights=keep_nights
     )
+
+
+BEFORE_THE_TAG, AFTER_THE_TAG = "before the tag moves", "after the tag moved"
+
+
+def stopping_tag(point: str, stop: Callable[[], object]) -> Callable[..., Entry]:
+    """The registry's ``tag`` with ``stop()`` (a kill, a crash) at ``point``: the two steps of
+    a promotion the series must survive a stop between."""
+
+    def stopping(*args: Any, **kwargs: Any) -> Entry:
+        if point == BEFORE_THE_TAG:
+            stop()
+        entry = tag(*args, **kwargs)
+        stop()
+        return entry
+
+    return stopping
+
+
+if __name__ == "__main__":  # python nightly_helpers.py CONFIG.json NIGHT POINT: a killed night
+    config_file, night, point = sys.argv[1:]
+    series.tag = stopping_tag(point, lambda: os.kill(os.getpid(), signal.SIGKILL))
+    run_night(NightlyConfig.model_validate_json(Path(config_file).read_text()), night, fake_execute)

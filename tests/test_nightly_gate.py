@@ -170,14 +170,18 @@ def test_the_history_marks_promotions(tmp_path):
             promoted=True, reason="significant gain", champion="n1/sft", alpha=0.05, gate=gate
         ),
         Decision(promoted=False, reason="the night failed: boom", champion="n1/sft", alpha=0.05),
+        Decision(
+            promoted=False, promoting=True, reason="significant gain", champion="n1", alpha=0.05
+        ),
     ]
     records = [
         NightRecord(series="s", night=f"n{i}", started_from="base", decision=decision)
         for i, decision in enumerate(decisions, 1)
     ]
     report = write_history(tmp_path, records).read_text()
-    assert "2 night(s), 1 promotion(s)" in report
+    assert "3 night(s), 1 promotion(s)" in report
     assert "| n1 | `base` | 0.2667 [" in report and "+0.4667, +8/-1, p=0.0391" in report
     assert "**promoted**: significant gain" in report
     assert "kept the champion: the night failed: boom" in report
+    assert "| promoting, the tag not moved yet (the next night settles it): significant" in report
     assert (tmp_path / PLOT_FILE).stat().st_size > 0

@@ -1,15 +1,27 @@
-"""The series across nights, on nights without a model (tests/nightly_helpers.py): a champion
-gone or corrupt stops the next night, and the gate refuses evaluations of other data."""
+"""The series across nights, on nights without a model (tests/nightly_helpers.py): a promotion
+survives a stop between the gate and the tag, a champion gone or corrupt stops the next night,
+and the gate refuses evaluations of other data."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from nightly_helpers import ANSWERS, fake_execute, fake_series, write_problems
+from nightly_helpers import (
+    AFTER_THE_TAG,
+    ANSWERS,
+    BEFORE_THE_TAG,
+    fake_execute,
+    fake_series,
+    stopping_tag,
+    write_problems,
+)
 
-from codepost.pipeline.checkpoints.registry import read_tags
+from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish
+from codepost.pipeline.checkpoints.registry import read_tags, tag
 from codepost.pipeline.nightly import (
     ChampionUnusable,
     NightFailed,
@@ -19,6 +31,14 @@ from codepost.pipeline.nightly import (
     series,
 )
 from codepost.pipeline.nightly.records import NIGHT_RECORD
+
+
+class Stopped(BaseException):
+    """A crash no handler of the night catches, as a kill: nothing after it runs."""
+
+
+def _stop() -> None:
+    raise Stopped
 
 
 def _record(config: NightlyConfig, night: str) -> NightRecord:
@@ -38,8 +58,96 @@ def _gate_crashes(*args, **kwargs):
     raise RuntimeError("the gate crashed")
 
 
+@pytest.mark.parametrize("point", [BEFORE_THE_TAG, AFTER_THE_TAG])
+@pytest.mark.parametrize("asked", ["n1", "n2"])
+def test_a_promotion_stopped_before_its_record_says_promoted_is_finished(
+    tmp_path, monkeypatch, point, asked
+):
+    """Stopped between the gate and the tag, or between the tag and the record: the night
+    asked again, or the next night, finishes the promotion; the next night starts from it."""
+    config = fake_series(tmp_path)
+    monkeypatch.setattr(series, "tag", stopping_tag(point, _stop))
+    with pytest.raises(Stopped):
+        run_night(config, "n1", fake_execute)
+    monkeypatch.undo()
+    checkpoint = _checkpoint(config, "n1")
+    decision = _record(config, "n1").decision
+    assert decision is not None and decision.promoting and not decision.promoted
+    assert decision.champion == "blank" and decision.candidate == str(checkpoint)
+    assert _champion(config) == (None if point == BEFORE_THE_TAG else "n1/sft/" + checkpoint.name)
+
+    record = run_night(config, asked, fake_execute)
+    first = _record(config, "n1").decision
+    assert first is not None and first.promoted and not first.promoting
+    assert first.champion == str(checkpoint) and first.gate == decision.gate
+    assert _champion(config) == f"n1/sft/{checkpoint.name}"
+    if asked == "n2":
+        assert record.started_from == str(checkpoint)
+        assert record.decision is not None and not record.decision.promoted
+    report = (config.series_dir / "report.md").read_text()
+    assert "1 promotion(s)" in report and "promoting" not in report
+
+
+@pytest.mark.slow
+def test_a_night_killed_between_the_gate_and_the_tag_is_finished_when_asked_again(tmp_path):
+    """A real SIGKILL in the window the fault campaign hit: the record is promoting, the tag
+    has not moved; asked again, the night moves it and says promoted."""
+    config = fake_series(tmp_path)
+    config_file = tmp_path / "series.json"
+    config_file.write_text(config.model_dump_json())
+    helper = Path(__file__).with_name("nightly_helpers.py")
+    killed = subprocess.run(
+        [sys.executable, str(helper), str(config_file), "n1", BEFORE_THE_TAG],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    decision = _record(config, "n1").decision
+    assert decision is not None and decision.promoting and _champion(config) is None
+
+    record = run_night(config, "n1", fake_execute)
+    assert record.decision is not None and record.decision.promoted
+    assert _champion(config) == "n1/sft/" + _checkpoint(config, "n1").name
+
+
 def _corrupt(checkpoint: Path) -> None:
     (checkpoint / ANSWERS).write_text("{}")
+
+
+def _tag_another_champion(config: NightlyConfig) -> None:
+    other = config.series_dir / "elsewhere"
+    publish(
+        other,
+        lambda folder: (folder / ANSWERS).write_text("{}"),
+        CheckpointManifest(stage="sft", version="0"),
+    )
+    tag(config.series_dir, "elsewhere", "champion")
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda config: _corrupt(_checkpoint(config, "n1")), "answers.json: sha256 differs"),
+        (_tag_another_champion, "the champion is now .*elsewhere, not blank that the gate"),
+    ],
+)
+def test_a_stopped_promotion_that_cannot_finish_fails_and_keeps_the_champion(
+    tmp_path, monkeypatch, change, why
+):
+    config = fake_series(tmp_path)
+    monkeypatch.setattr(series, "tag", stopping_tag(BEFORE_THE_TAG, _stop))
+    with pytest.raises(Stopped):
+        run_night(config, "n1", fake_execute)
+    monkeypatch.undo()
+    change(config)
+    champion = _champion(config)
+    with pytest.raises(NightFailed, match=f"its promotion cannot finish: {why}"):
+        run_night(config, "n1", fake_execute)
+    decision = _record(config, "n1").decision
+    assert decision is not None and not decision.promoted and not decision.promoting
+    assert decision.gate is not None and decision.gate.gained == 6  # the gate's numbers stay
+    assert _champion(config) == champion
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from typing import Any
 from ..atomic import write_text
 from ..reporting.plots import plot_curves
 from ..reporting.report import format_p_value
-from .records import NightRecord
+from .records import Decision, NightRecord
 
 REPORT_FILE = "report.md"
 PLOT_FILE = "history.png"
@@ -51,16 +51,9 @@ def write_history(series_dir: Path, records: list[NightRecord]) -> Path:
             if decision
             else ""
         )
-        verdict = (
-            "not decided (running or killed)"
-            if decision is None
-            else f"**promoted**: {decision.reason}"
-            if decision.promoted
-            else f"kept the champion: {decision.reason}"
-        )
         lines.append(
             f"| {record.night} | `{record.started_from}` | {scores} | {changes} | {guards} "
-            f"| {_cell(verdict)} |"
+            f"| {_cell(_verdict(decision))} |"
         )
     champion = next((r.decision.champion for r in reversed(records) if r.decision), None)
     if champion is not None:
@@ -90,6 +83,16 @@ def _plot(records: list[NightRecord], path: Path) -> None:
         y_from_zero=True,
         marks={"promoted": [r.night for r in records if _promoted(r)]},
     )
+
+
+def _verdict(decision: Decision | None) -> str:
+    if decision is None:
+        return "not decided (running or killed)"
+    if decision.promoted:
+        return f"**promoted**: {decision.reason}"
+    if decision.promoting:
+        return f"promoting, the tag not moved yet (the next night settles it): {decision.reason}"
+    return f"kept the champion: {decision.reason}"
 
 
 def _promoted(record: NightRecord) -> bool:

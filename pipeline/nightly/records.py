@@ -31,13 +31,20 @@ class ProblemsRead(BaseModel):
 
 
 class Decision(BaseModel):
-    """The gate's verdict on a night, whatever it is, with the numbers it was made from."""
+    """The gate's verdict on a night, whatever it is, with the numbers it was made from.
+
+    A promotion is recorded twice: ``promoting`` when the gate has decided (the tag not moved
+    yet), then ``promoted`` once the tag has moved. A night stopped in between (killed) leaves
+    ``promoting``, which the next night of the series finishes or fails."""
 
     model_config = ConfigDict(frozen=True)
 
-    promoted: bool
+    promoted: bool = Field(description="the champion tag moved to the night's checkpoint")
+    promoting: bool = Field(
+        False, description="the gate promoted the night's checkpoint; the tag has not moved yet"
+    )
     reason: str
-    champion: str = Field(description="the champion after the night")
+    champion: str = Field(description="the champion after the night (so far, when promoting)")
     candidate: str | None = Field(None, description="the night's checkpoint")
     alpha: float
     gate: Comparison | None = None

@@ -10,8 +10,12 @@ The layout of a series folder (its checkpoint registry: the champion is its tag
 Nights of one series never overlap: the series folder is locked while a night runs, and a
 night that finds it locked does not run (:class:`~..run_lock.RunFolderLocked`). A night with a
 record whose decision was made is not run again; a failed one is (it resumes its folder).
-A champion tag that names a checkpoint gone or not matching its manifest stops the night
-(:class:`ChampionUnusable`): only a series without the tag starts from the run's model.
+
+A promotion is one step as the series sees it: the record says ``promoting`` (the gate's
+verdict), the tag moves, then the record says ``promoted``. Every night first settles a night
+stopped in between (:func:`_settle`), so a kill there delays a promotion and never loses or
+half-makes one. A champion tag that names a checkpoint gone or not matching its manifest stops
+the night (:class:`ChampionUnusable`): only a series without the tag starts from the run's model.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, model_validator
 
-from ..checkpoints.manifest import is_published, verify
+from ..checkpoints.manifest import MANIFEST, is_published, verify
 from ..checkpoints.registry import TAGS_FILE, read_tags, resolve, tag
 from ..config_walk import settings_of
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
@@ -32,7 +36,7 @@ from ..reporting.report import load_evaluation
 from ..run_lock import run_folder_lock
 from ..settings import Settings
 from ..tracking import RunTracking
-from .gate import Comparison, GateConfig, check_evaluation, compare, decide
+from .gate import Comparison, GateConfig, check_evaluation, compare, decide, same_checkpoint
 from .history import write_history
 from .records import NIGHT_RECORD, Decision, NightRecord, ProblemsRead, read_history
 from .retention import prune_nights
@@ -87,10 +91,11 @@ class NightlyConfig(Settings):
 
 
 class NightFailed(RuntimeError):
-    """The night failed; its record (a decision that kept the champion) is written."""
+    """The night failed; its record is written: a decision that kept the champion, or, when
+    it failed after its gate promoted, one still promoting (the next night settles it)."""
 
-    def __init__(self, record: NightRecord) -> None:
-        super().__init__(record.decision.reason if record.decision else "the night failed")
+    def __init__(self, record: NightRecord, error: str | None = None) -> None:
+        super().__init__(error or (record.decision.reason if record.decision else "failed"))
         self.record = record
 
 
@@ -139,8 +144,8 @@ def run_night(
 ) -> NightRecord:
     """Night ``night`` of the series: its run from the champion, the gate, the series' history
     and retention. Raises RunFolderLocked when another night of the series is running,
-    ChampionUnusable (nothing run) when the champion is, and NightFailed (the champion
-    unchanged, the record written) when the night fails."""
+    ChampionUnusable (nothing run) when the champion is, and NightFailed (the record written)
+    when the night fails."""
     if not NIGHT_NAME.fullmatch(night):
         raise ValueError(f"night {night!r}: letters, digits, '.', '_' and '-' only")
     series_dir = config.series_dir
@@ -151,11 +156,18 @@ def run_night(
     ):
         night_dir = series_dir / night
         done = night_dir / NIGHT_RECORD
-        if done.is_file():
-            previous = NightRecord.read(done)
-            if previous.decision is not None and previous.decision.failed is None:
-                log.info("night %s has run: %s", night, previous.decision.reason)
-                return previous
+        previous = NightRecord.read(done) if done.is_file() else None
+        if _decided(previous):
+            assert previous is not None and previous.decision is not None
+            log.info("night %s has run: %s", night, previous.decision.reason)
+            return previous
+        for stopped in [r for r in read_history(series_dir) if _promoting(r)]:
+            settled = _settle(config, stopped)
+            if settled.night == night:  # asked again: settling was what it had left to do
+                _after_the_night(config)
+                if not _decided(settled):
+                    raise NightFailed(settled)
+                return settled
         start = champion(series_dir) or config.run.model.name_or_path
         record = NightRecord(series=config.series, night=night, started_from=start)
         log.info("night %s of %s from %s", night, config.series, start)
@@ -177,25 +189,90 @@ def run_night(
                 }
             )
             run_post_train(run, execute, then=gate)
-            if decided[0].promoted:  # only once the run has ended well
-                tag(config.series_dir, _in_series(config, decided[0].champion), CHAMPION)
+            record = record.model_copy(update={"decision": decided[0]})
+            if decided[0].promoting:  # the run has ended: the tag moves
+                record = _promote(config, record)
         except Exception as exc:
             failed = f"{type(exc).__name__}: {exc}"
-            kept = {
-                "promoted": False,
-                "reason": decide(config.gate.alpha, None, [], failed=failed)[1],
-                "champion": start,
-                "failed": failed,
-            }  # the gate's numbers, when it ran, stay
-            decision = decided[0] if decided else Decision(alpha=config.gate.alpha, **kept)
-            record = record.model_copy(update={"decision": decision.model_copy(update=kept)})
-            record.write(night_dir)
+            if decided and decided[0].promoting:  # the gate's verdict stands: see _settle
+                _after_the_night(config)
+                raise NightFailed(
+                    record.model_copy(update={"decision": decided[0]}),
+                    f"the gate promoted {decided[0].candidate}, then the night failed "
+                    f"({failed}); the next night of the series finishes the promotion or "
+                    "fails it",
+                ) from exc
+            record = _failed(config, record, decided[0] if decided else None, failed)
             _after_the_night(config)
             raise NightFailed(record) from exc
-        record = record.model_copy(update={"decision": decided[0]})
         _after_the_night(config)
-    log.info("night %s: %s", night, decided[0].reason)
+    log.info("night %s: %s", night, record.decision.reason if record.decision else "")
     return record
+
+
+def _decided(record: NightRecord | None) -> bool:
+    """A night that is not run again: decided, neither failed nor still promoting."""
+    decision = record.decision if record is not None else None
+    return decision is not None and decision.failed is None and not decision.promoting
+
+
+def _promoting(record: NightRecord) -> bool:
+    return record.decision is not None and record.decision.promoting
+
+
+def _failed(
+    config: NightlyConfig, record: NightRecord, decision: Decision | None, failed: str
+) -> NightRecord:
+    """``record`` with a decision that keeps the champion because of ``failed`` (the gate's
+    numbers, when it ran, kept), written."""
+    kept = {
+        "promoted": False,
+        "promoting": False,
+        "reason": decide(config.gate.alpha, None, [], failed=failed)[1],
+        "champion": record.started_from,
+        "failed": failed,
+    }
+    decision = decision or Decision(alpha=config.gate.alpha, **kept)
+    record = record.model_copy(update={"decision": decision.model_copy(update=kept)})
+    record.write(config.series_dir / record.night)
+    return record
+
+
+def _promote(config: NightlyConfig, record: NightRecord) -> NightRecord:
+    """Move the champion tag to the night's checkpoint, then record the night promoted."""
+    decision = record.decision
+    assert decision is not None and decision.candidate is not None
+    tag(config.series_dir, _in_series(config, decision.candidate), CHAMPION)
+    promoted = {"promoted": True, "promoting": False, "champion": decision.candidate}
+    record = record.model_copy(update={"decision": decision.model_copy(update=promoted)})
+    record.write(config.series_dir / record.night)
+    return record
+
+
+def _settle(config: NightlyConfig, record: NightRecord) -> NightRecord:
+    """Finish the promotion of a night stopped after its gate promoted: the tag moves when
+    the champion is still the one the gate compared with (or already is the night's
+    checkpoint) and that checkpoint still matches its manifest; else the night fails, the
+    champion kept, its record saying why."""
+    decision = record.decision
+    assert decision is not None and decision.candidate is not None
+    current = champion(config.series_dir)
+    log.info("night %s stopped promoting %s: settling it", record.night, decision.candidate)
+    if current is not None and same_checkpoint(current, decision.candidate):
+        return _promote(config, record)  # stopped after the tag moved
+    start = current or config.run.model.name_or_path
+    if not same_checkpoint(start, record.started_from):
+        why = f"the champion is now {start}, not {record.started_from} that the gate compared with"
+    else:
+        why = "; ".join(_unverified(Path(decision.candidate)))
+    if not why:
+        return _promote(config, record)
+    return _failed(config, record, decision, f"its promotion cannot finish: {why}")
+
+
+def _unverified(checkpoint: Path) -> list[str]:
+    """What does not match in ``checkpoint`` against its manifest; empty when it is whole."""
+    return verify(checkpoint) if is_published(checkpoint) else [f"{checkpoint}: no {MANIFEST}"]
 
 
 def _gate(config: NightlyConfig, record: NightRecord, result: RunResult) -> Decision:
@@ -203,18 +280,17 @@ def _gate(config: NightlyConfig, record: NightRecord, result: RunResult) -> Deci
     run has ended)."""
     alpha, candidate, start = config.gate.alpha, result.checkpoint, record.started_from
     trained = candidate != start
-    problems: list[str] = []
-    if trained:
-        problems = verify(Path(candidate)) if is_published(Path(candidate)) else ["no manifest"]
+    problems = _unverified(Path(candidate)) if trained else []
     gate, guards = None, []
     if trained and not problems:
         gate = _compare(config.benchmark, config, record, result)
         guards = [_compare(name, config, record, result) for name in config.gate.guards]
     promoted, reason = decide(alpha, gate, guards, trained=trained, verify_problems=problems)
     return Decision(
-        promoted=promoted,
+        promoted=False,
+        promoting=promoted,
         reason=reason,
-        champion=candidate if promoted else start,
+        champion=start,
         candidate=candidate if trained else None,
         alpha=alpha,
         gate=gate,
@@ -260,7 +336,7 @@ def _fingerprint_read(config: NightlyConfig, record: NightRecord, benchmark: str
 
 
 def _metrics(decision: Decision) -> dict[str, float]:
-    metrics = {"gate/promoted": float(decision.promoted)}
+    metrics = {"gate/promoted": float(decision.promoting)}  # the verdict: the tag moves next
     for comparison in [decision.gate] if decision.gate else []:
         metrics |= {
             "gate/p_value": comparison.p_value,
