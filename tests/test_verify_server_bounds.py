@@ -208,7 +208,7 @@ def test_inline_problems_are_bounded_parsed_once_per_request_and_not_kept(parses
         verify(check_problem("p", 51)),
         verify(check_problem("p", 51), max_tests=50),
         verify(check_problem("p", 50, 20_000), samples=8),
-        *(verify(check_problem("p", 50, 20_000 + i)) for i in range(6)),
+        *(verify(check_problem("p", 50, 20_001 + i)) for i in range(6)),
     )
     assert (
         too_big.status_code == 413 and "over the server's max_problem_bytes 100000" in too_big.text
@@ -221,10 +221,12 @@ def test_inline_problems_are_bounded_parsed_once_per_request_and_not_kept(parses
     assert accepted.status_code == 200, accepted.text
     assert [v["status"] for v in accepted.json()["verdicts"]] == ["passed"] * 8
     assert all(answer.status_code == 200 for answer in six)
-    # Each module parsed once per request, however many samples: the one of 51 asserts in two
-    # requests. No tree outlives its request (64 were kept: 141 MB each for 864 kB modules).
+    # Each module parsed once per request, however many samples (the one of 51 asserts, in two
+    # requests, once more unless the first one's problem was still alive). No tree outlives its
+    # request: 64 were kept, 141 MB each for 864 kB modules.
     modules = [check_problem("p", n, padding)["test"] for n, padding in ((51, 0), (50, 20_000))]
-    assert [sum(source == module for source, _ in parses) for module in modules] == [2, 1]
+    counts = [sum(source == module for source, _ in parses) for module in modules]
+    assert counts in ([1, 1], [2, 1]), counts
     gc.collect()
     assert [source for source, tree in parses if tree() is not None] == []
 
