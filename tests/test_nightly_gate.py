@@ -13,7 +13,7 @@ from codepost.pipeline.checkpoints.registry import Entry
 from codepost.pipeline.nightly import Decision, GateConfig, NightlyConfig, NightRecord, decide
 from codepost.pipeline.nightly.gate import StaleEvaluation, check_evaluation, compare
 from codepost.pipeline.nightly.history import PLOT_FILE, write_history
-from codepost.pipeline.nightly.retention import prunable
+from codepost.pipeline.nightly.retention import prunable, stage_record
 from codepost.pipeline.nightly.series import run_night
 from codepost.pipeline.post_train import PostTrainConfig
 from codepost.pipeline.reporting.report import load_evaluation
@@ -118,6 +118,18 @@ def test_the_gate_reads_only_evaluations_of_its_checkpoint_on_the_problems_read(
         f"n1/sft/other; its problems_fingerprint is {'a' * 16}, the night read {'b' * 16}; the "
         f"gate does not decide on it (delete {folder} and {folder}.json to evaluate again)"
     )
+
+
+def test_a_checkpoints_stage_record_is_beside_the_stage_folder_that_holds_it(tmp_path):
+    night = tmp_path / "n1"
+    sft, rl = night / "sft" / "abc", night / "rl" / "def" / "checkpoints" / "iteration-0002"
+    for folder in (sft, rl, night / "dpo" / "ghi"):
+        folder.mkdir(parents=True)
+    for record in (night / "sft" / "abc.json", night / "rl" / "def.json"):
+        record.write_text("{}")
+    assert stage_record(sft, night) == night / "sft" / "abc.json"
+    assert stage_record(rl, night) == night / "rl" / "def.json"
+    assert stage_record(night / "dpo" / "ghi", night) is None
 
 
 def _entry(folder: str, *tags: str) -> Entry:

@@ -1,9 +1,10 @@
 """The series across nights, on nights without a model (tests/nightly_helpers.py): a promotion
 survives a stop between the gate and the tag, a champion gone or corrupt stops the next night,
-and the gate refuses evaluations of other data."""
+retention leaves every night askable again, and the gate refuses evaluations of other data."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from codepost.pipeline.nightly import (
     run_night,
     series,
 )
-from codepost.pipeline.nightly.records import NIGHT_RECORD
+from codepost.pipeline.nightly.records import NIGHT_RECORD, read_history
 
 
 class Stopped(BaseException):
@@ -168,6 +169,31 @@ def test_a_champion_gone_or_corrupt_stops_the_next_night(tmp_path, damage, probl
     with pytest.raises(ChampionUnusable, match=f"{tags}: champion -> 'n1/sft/.*': {problem}"):
         run_night(config, "n2", fake_execute)
     assert not (config.series_dir / "n2").exists()
+
+
+def test_retention_leaves_a_failed_night_askable_and_keeps_the_newest_nights(tmp_path, monkeypatch):
+    """keep_nights=1: night 2 failed at the gate, its checkpoint went when night 3 ran; asked
+    again, it trains again (no "does not match its record"), keeps its place in the series'
+    order, and retention then deletes its new checkpoint, not night 3's."""
+    seconds = itertools.count()  # a clock a second apart at each call, on any machine
+    monkeypatch.setattr(series, "now", lambda: f"2026-01-01T00:00:{next(seconds):02d}+00:00")
+    config = fake_series(tmp_path, keep_nights=1)
+    run_night(config, "n1", fake_execute)
+    with monkeypatch.context() as gate:
+        gate.setattr(series, "compare", _gate_crashes)
+        with pytest.raises(NightFailed, match="the gate crashed"):
+            run_night(config, "n2", fake_execute)
+    failed = _checkpoint(config, "n2")
+    started = _record(config, "n2").started_at
+    run_night(config, "n3", fake_execute)
+    assert not failed.exists() and not failed.with_name(f"{failed.name}.json").exists()
+    newest = _checkpoint(config, "n3")
+
+    again = run_night(config, "n2", fake_execute)
+    assert again.decision is not None and again.decision.failed is None
+    assert again.started_at == started == "2026-01-01T00:00:01+00:00"
+    assert [r.night for r in read_history(config.series_dir)] == ["n1", "n2", "n3"]
+    assert newest.is_dir() and not list((config.series_dir / "n2" / "sft").glob("*/manifest.json"))
 
 
 def test_a_night_asked_again_after_its_benchmark_changed_does_not_gate_on_stale_evaluations(

@@ -58,7 +58,10 @@ class NightRecord(BaseModel):
 
     series: str
     night: str
-    started_at: str = Field(default_factory=now)
+    started_at: str = Field(
+        default_factory=now,
+        description="when the night first started; a rerun keeps it (the series' order)",
+    )
     started_from: str = Field(description="the champion the night trained from")
     data: list[ProblemsRead] = Field(default_factory=list)
     decision: Decision | None = None
@@ -72,6 +75,6 @@ class NightRecord(BaseModel):
 
 
 def read_history(series_dir: Path) -> list[NightRecord]:
-    """Every night of the series that has a record, in the order they started."""
+    """Every night of the series that has a record, in the order they first started."""
     records = [NightRecord.read(path) for path in Path(series_dir).glob(f"*/{NIGHT_RECORD}")]
     return sorted(records, key=lambda record: (record.started_at, record.night))

@@ -1,5 +1,8 @@
 """Retention: a series keeps its champion, every tagged checkpoint and the checkpoints of its
-last N nights; the rest go through the registry (:func:`..checkpoints.registry.delete`)."""
+last N nights (in the order they first started, which a rerun does not change); the rest go
+through the registry (:func:`..checkpoints.registry.delete`), each with the record of the stage
+that made it, so a night asked again makes it again instead of refusing a record whose output
+is gone."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..checkpoints.registry import Entry, delete, list_checkpoints
+from .records import NightRecord
 
 
 def prunable(entries: Sequence[Entry], nights: Sequence[str], keep_nights: int) -> list[Entry]:
@@ -19,9 +23,27 @@ def prunable(entries: Sequence[Entry], nights: Sequence[str], keep_nights: int) 
     return [entry for entry in entries if Path(entry.folder).parts[0] in old and not entry.tags]
 
 
-def prune_nights(series_dir: Path, nights: Sequence[str], keep_nights: int) -> list[Entry]:
-    """Delete :func:`prunable`'s checkpoints of the series in ``series_dir``; returns them."""
+def stage_record(checkpoint: Path, night_dir: Path) -> Path | None:
+    """The record of the stage that made ``checkpoint``: ``<folder>.json`` beside the stage's
+    folder, which is the checkpoint or holds it (RL's iterations); None when there is none."""
+    parts = checkpoint.relative_to(night_dir).parts
+    for depth in range(len(parts), 0, -1):  # the checkpoint, then the folders holding it
+        folder = night_dir.joinpath(*parts[:depth])
+        record = folder.with_name(f"{folder.name}.json")
+        if record.is_file():
+            return record
+    return None
+
+
+def prune_nights(series_dir: Path, history: Sequence[NightRecord], keep_nights: int) -> list[Entry]:
+    """Delete :func:`prunable`'s checkpoints of the series in ``series_dir`` (``history``
+    oldest first), each after the record of the stage that made it; returns them. A night
+    still promoting keeps its checkpoint: it is the next champion."""
+    nights = [r.night for r in history if not (r.decision and r.decision.promoting)]
     doomed = prunable(list_checkpoints(series_dir), nights, keep_nights)
     for entry in doomed:
+        record = stage_record(entry.path, Path(series_dir) / Path(entry.folder).parts[0])
+        if record is not None:  # first: a crash in between leaves a stage to make again
+            record.unlink()
         delete(entry.path)
     return doomed

@@ -38,7 +38,7 @@ from ..settings import Settings
 from ..tracking import RunTracking
 from .gate import Comparison, GateConfig, check_evaluation, compare, decide, same_checkpoint
 from .history import write_history
-from .records import NIGHT_RECORD, Decision, NightRecord, ProblemsRead, read_history
+from .records import NIGHT_RECORD, Decision, NightRecord, ProblemsRead, now, read_history
 from .retention import prune_nights
 
 log = logging.getLogger("codepost.nightly")
@@ -169,7 +169,10 @@ def run_night(
                     raise NightFailed(settled)
                 return settled
         start = champion(series_dir) or config.run.model.name_or_path
-        record = NightRecord(series=config.series, night=night, started_from=start)
+        first_start = previous.started_at if previous is not None else now()
+        record = NightRecord(
+            series=config.series, night=night, started_at=first_start, started_from=start
+        )
         log.info("night %s of %s from %s", night, config.series, start)
         decided: list[Decision] = []
 
@@ -356,6 +359,6 @@ def _after_the_night(config: NightlyConfig) -> None:
     """The series' report, then retention: the checkpoints of nights past the last N go."""
     history = read_history(config.series_dir)
     write_history(config.series_dir, history)
-    pruned = prune_nights(config.series_dir, [r.night for r in history], config.keep_nights)
+    pruned = prune_nights(config.series_dir, history, config.keep_nights)
     for entry in pruned:
         log.info("retention: deleted %s (%s)", entry.folder, entry.name)
