@@ -302,6 +302,24 @@ def test_packed_tests_are_refused_as_they_inflate_past_the_bound():
     assert accepted.json()["verdicts"][0]["pass_fraction"] == 1.0
 
 
+def test_json_text_nested_past_the_parser_is_a_422_naming_its_field():
+    deep = "[" * 100_000
+    apps, lcb, fine = requests(
+        ServerConfig(),
+        None,
+        verify({"task_id": "p", "question": "q", "input_output": deep}),
+        verify({**lcb_record([]), "task_id": "lcb", "public_test_cases": deep}),
+        verify(
+            {"task_id": "p", "question": "q", "input_output": '{"inputs": ["1"], "outputs": ["1"]}'}
+        ),
+    )
+    assert (
+        apps.status_code == 422 and "field 'input_output': not valid JSON" in apps.text
+    )  # was a 500
+    assert lcb.status_code == 422 and "field 'public_test_cases': not valid JSON" in lcb.text
+    assert fine.status_code == 200, fine.text
+
+
 def test_samples_nested_too_deep_are_refused_before_any_job_runs():
     executor = InProcessExecutor()
     deep = "[" * 900 + "]" * 900

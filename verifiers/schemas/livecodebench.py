@@ -52,6 +52,8 @@ def private_tests(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError:
         pass
+    except RecursionError as exc:
+        raise ProblemFormatError(f"field 'private_test_cases': not valid JSON: {exc}") from None
     inflater = zlib.decompressobj()
     try:
         data = inflater.decompress(base64.b64decode(text.encode(), validate=True), limit)
@@ -100,7 +102,7 @@ def _call_case(test: Mapping[str, Any]) -> tuple[list[Any], Any]:
     try:
         arguments = [json.loads(line) for line in str(test["input"]).split("\n")]
         return arguments, json.loads(test["output"])
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise ProblemFormatError(
             f"a functional test is not JSON, one value a line: {exc}"
         ) from None

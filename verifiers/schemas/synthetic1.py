@@ -59,7 +59,7 @@ def _value(value: Any) -> Any:
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # text, or nested past the parser
             return value
     return value
 
