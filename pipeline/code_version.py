@@ -7,8 +7,16 @@ run), not from what this process happens to have imported: editing a loss in
 ``pipeline/rl/algorithms.py`` changes the key of the ``rl`` stage, and editing the ``sft``
 stage's module does not. The whole package's source would be simpler, but then any edit
 anywhere (a command's help text, the sandbox server) would recompute every stage of every run.
-A module loaded by name at run time (``importlib``) is not followed: the stage registry loads
-every stage module that way, and one stage's code is no part of another's key.
+
+A plug-in package, whose modules are loaded by name at run time rather than imported (test
+forms, record schemas, trackers), says so in its ``__init__.py`` with :data:`MARKER`
+(``__modules_loaded_by_name__ = True``): a stage that reaches the package runs any of them, so
+all of them, and what they import, are part of its code. A user's new plug-in package needs
+only that line. The stage registry (``pipeline/stages``) loads every stage module by name too,
+but is deliberately not marked: one stage's code is no part of another's key, and a stage that
+runs another's code imports it (``rl`` imports ``rollouts``), which is followed. The sandbox
+runner (``sandbox/runner``) runs inside the image: a stage that runs programs keys the runner's
+source version with the image's id (``SandboxSettings.content_digests``).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from pathlib import Path
 
 PACKAGE = "codepost"
 ROOT = Path(__file__).resolve().parents[1]  # the package's folder: codepost/pipeline/..
+MARKER = "__modules_loaded_by_name__"
 
 
 def code_files(source: Path) -> dict[str, str]:
@@ -33,7 +42,10 @@ def code_files(source: Path) -> dict[str, str]:
         if path in found:
             continue
         found[path] = None
-        pending += _imports(path, *_stat(path))
+        imports, plug_ins = _read(path, *_stat(path))
+        pending += imports
+        if plug_ins:  # listed now, not with the cached read: a new plug-in module counts
+            pending += _modules_of(path.parent)
     return {_relative(path): _sha256(path, *_stat(path)) for path in sorted(found)}
 
 
@@ -55,11 +67,25 @@ def _sha256(path: Path, mtime_ns: int, size: int) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _imports(path: Path, mtime_ns: int, size: int) -> list[Path]:
-    """The package's files that ``path`` imports (with the packages they are in)."""
+def _read(path: Path, mtime_ns: int, size: int) -> tuple[list[Path], bool]:
+    """The package's files that ``path`` imports (with the packages they are in), and whether
+    it is the ``__init__.py`` of a plug-in package (:data:`MARKER` set at its top level)."""
+    tree = ast.parse(path.read_bytes())
+    plug_ins = path.name == "__init__.py" and any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(target, ast.Name) and target.id == MARKER for target in node.targets)
+        and isinstance(node.value, ast.Constant)
+        and node.value.value is True
+        for node in tree.body
+    )
+    return _imports(path, tree), plug_ins
+
+
+def _imports(path: Path, tree: ast.Module) -> list[Path]:
+    """The package's files that ``path`` (parsed: ``tree``) imports, with their packages."""
     module = _module_name(path)
     files: list[Path] = []
-    for node in ast.walk(ast.parse(path.read_bytes())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -75,6 +101,16 @@ def _imports(path: Path, mtime_ns: int, size: int) -> list[Path]:
             if file is not None:
                 files += [file, *_packages_of(file)]
     return files
+
+
+def _modules_of(folder: Path) -> list[Path]:
+    """The modules of the package in ``folder`` as ``pkgutil.iter_modules`` lists them: its
+    ``.py`` files and its sub-packages' ``__init__.py``."""
+    modules = [path for path in folder.glob("*.py") if path.name != "__init__.py"]
+    modules += [
+        path / "__init__.py" for path in folder.iterdir() if (path / "__init__.py").is_file()
+    ]
+    return sorted(modules)
 
 
 def _module_name(path: Path) -> str | None:

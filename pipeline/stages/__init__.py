@@ -7,6 +7,8 @@ import pkgutil
 
 from .registry import STAGES, Artifacts, Stage, get_stage, run_stage
 
+# Loaded by name, but not marked ``__modules_loaded_by_name__`` as plug-in packages are: one
+# stage's code is no part of another's resume key (a stage that runs another's imports it).
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 

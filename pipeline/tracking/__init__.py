@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 ENV = "CODEPOST_TRACKING"  # {tracker: what its stage runs attach to}, JSON
 STAGE_ENV = "CODEPOST_TRACKING_STAGE"  # the stage running (its folder in the run)
 
+# Every tracker here is loaded by name: a stage that reports runs any of them, so its resume key
+# holds them all (code_version).
+__modules_loaded_by_name__ = True
 for _module in pkgutil.iter_modules(__path__):
     if _module.name != "base":
         importlib.import_module(f"{__name__}.{_module.name}")

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from ...sandbox import ExecutionResult, Job, Limits
     from ..problems import Problem
 
+# Loaded by name (the registry imports every module here on the first look-up): a stage that
+# judges programs runs them all, so its resume key holds them all (pipeline/code_version.py).
+__modules_loaded_by_name__ = True
 
 Tests = TypeVar("Tests", bound="FormTests")
 Derived = TypeVar("Derived")
