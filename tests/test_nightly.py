@@ -1,25 +1,38 @@
-"""A real series of nights on a tiny model (SFT and evaluations on the hf engine, scoring in
-the Docker sandbox): night 1 learns six problems it could not solve and is promoted (6 gained,
-0 lost: exact McNemar p = 0.03125); night 2 trains from that champion, gains nothing and keeps
-it; night 3's checkpoint is corrupted after it is published and is not promoted; night 4 fails
-(its problems are gone) and keeps the champion. The flow around a night: tests/test_flows.py."""
+"""A real series of nights on tiny models (evaluations on the hf engine, scoring in the Docker
+sandbox): night 1 gains the six problems its start cannot solve and is promoted (6 gained, 0
+lost: exact McNemar p = 0.03125); night 2 trains from that champion for real, gains nothing and
+keeps it; night 3's checkpoint is corrupted after it is published and is not promoted; night 4
+fails (its problems are gone) and keeps the champion.
+
+Night 1's training is the one thing not real: its SFT publishes a model built to answer
+(``next_token_lm``), the same on any CPU, where a random tiny model fine-tuned for a fixed
+number of steps learned the six answers on one CPU and not on another. That SFT learns is
+tests/test_sft.py's. The flow around a night: tests/test_flows.py; the series' own logic on
+nights without a model: tests/test_nightly_series.py."""
 
 from __future__ import annotations
 
 import json
+import string
 from pathlib import Path
 
 import pytest
+from nightly_helpers import PROBLEMS, write_problems
 from safetensors.torch import load_file, save_file
-from stage_helpers import save_tiny_model
+from tiny_models import char_tokenizer, next_token_lm
+from transformers import AutoTokenizer
 
+from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish_model
 from codepost.pipeline.checkpoints.registry import resolve
+from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.launch import execute_launched
+from codepost.pipeline.model_config import ModelConfig
 from codepost.pipeline.nightly import NightFailed, NightlyConfig, run_night
 from codepost.pipeline.nightly.history import PLOT_FILE, REPORT_FILE
 from codepost.pipeline.post_train import PostTrainConfig
 from codepost.pipeline.stages.evaluation import EvalConfig
+from codepost.pipeline.stages.registry import Artifacts
 from codepost.pipeline.stages.scoring import ScoreConfig
 from codepost.pipeline.stages.sft import SFTStageConfig
 from codepost.pipeline.training import TrainingSettings
@@ -27,36 +40,26 @@ from codepost.pipeline.training import TrainingSettings
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 HF = EngineConfig(backend="hf")
-PROBLEMS = 6
+ANSWERS = {" ": "1"}  # after "    return ": 1, then EOS
 
 
-def _problems(folder: Path) -> Path:
-    """Six HumanEval-style problems with one short answer: a tiny model learns it in a few
-    dozen steps, and a random one never writes it."""
-    path = folder / "ones.jsonl"
-    rows = [
-        {
-            "task_id": f"ones/{i}",
-            "prompt": f"def one_{i}():\n",
-            "canonical_solution": "    return 1\n",
-            "test": "def check(candidate):\n    assert candidate() == 1\n",
-            "entry_point": f"one_{i}",
-        }
-        for i in range(PROBLEMS)
-    ]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
+def _silent_model(folder: Path) -> ModelConfig:
+    """Night 1's start: a model that ends every answer at once (``return`` alone: None)."""
+    tokenizer = char_tokenizer(string.printable)
+    next_token_lm(tokenizer, {}).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return ModelConfig(name_or_path=str(folder))
 
 
-def _series(tmp_path: Path, problems: Path, steps: int, learning_rate: float) -> NightlyConfig:
-    from codepost.pipeline.data.problem_sets import ProblemSet
-
+def _series(tmp_path: Path, problems: Path) -> NightlyConfig:
+    """Each night trains a step at a tiny rate: it moves no answer of a model built to
+    answer, and so gains nothing on it."""
     ones = ProblemSet(source=str(problems), split="all")
     sft = SFTStageConfig(
         problems=ones,
         prompt_style="continuation",
         training=TrainingSettings(
-            max_steps=steps, learning_rate=learning_rate, per_device_train_batch_size=PROBLEMS
+            max_steps=1, learning_rate=1e-6, per_device_train_batch_size=PROBLEMS
         ),
     )
     evaluation = EvalConfig(
@@ -67,11 +70,22 @@ def _series(tmp_path: Path, problems: Path, steps: int, learning_rate: float) ->
         scoring=ScoreConfig(workers=2),
     )
     run = PostTrainConfig(
-        model=save_tiny_model(tmp_path / "tiny"),
+        model=_silent_model(tmp_path / "silent"),
         stages=[{"stage": "sft", "config": sft}],
         evaluations={"ones": evaluation},
     )
     return NightlyConfig(root=str(tmp_path / "series"), series="ones", run=run, keep_nights=1)
+
+
+def _answering(stage, config, inputs, out_dir, label, launch=None):
+    """The run's executor, but its SFT publishes a model built to answer the problems, as
+    the stage publishes what it trained."""
+    if stage.name != "sft":
+        return execute_launched(stage, config, inputs, out_dir, label, launch)
+    tokenizer = AutoTokenizer.from_pretrained(inputs.checkpoint)
+    manifest = CheckpointManifest(stage="sft", version="answers", parent=inputs.checkpoint)
+    publish_model(out_dir, next_token_lm(tokenizer, ANSWERS), tokenizer, manifest)
+    return Artifacts(checkpoint=str(out_dir))
 
 
 def _corrupting(stage, config, inputs, out_dir, label, launch=None):
@@ -85,31 +99,30 @@ def _corrupting(stage, config, inputs, out_dir, label, launch=None):
 
 
 def test_a_series_promotes_a_significant_gain_only(tmp_path):
-    problems = _problems(tmp_path)
-    learn = _series(tmp_path, problems, steps=40, learning_rate=2e-2)
-    series_dir = learn.series_dir
+    problems = write_problems(tmp_path / "ones.jsonl")
+    series = _series(tmp_path, problems)
+    series_dir = series.series_dir
 
-    first = run_night(learn, "n1").decision
+    first = run_night(series, "n1", _answering).decision
     assert first is not None and first.promoted, first
     assert first.gate is not None
     assert (first.gate.gained, first.gate.lost, first.gate.p_value) == (PROBLEMS, 0, 0.03125)
     champion = resolve(series_dir, "champion")
     assert champion.folder.startswith("n1/sft/") and first.champion == str(champion.path)
     record = json.loads((series_dir / "n1" / "night.json").read_text())
-    assert record["started_from"] == learn.run.model.name_or_path
+    assert record["started_from"] == series.run.model.name_or_path
     assert {d["count"] for d in record["data"]} == {PROBLEMS}  # what it read, with its hash
 
-    # Later nights barely train: a step at a tiny rate from the champion.
-    settle = _series(tmp_path, problems, steps=1, learning_rate=1e-6)
-    second = run_night(settle, "n2")
+    second = run_night(series, "n2")
     assert second.started_from == str(champion.path)
     assert second.decision is not None and not second.decision.promoted
     assert second.decision.reason.startswith("no significant gain at alpha=0.05")
     gate = second.decision.gate
     assert gate is not None and (gate.gained, gate.lost, gate.p_value) == (0, 0, 1.0)
+    assert (gate.champion, gate.night) == (1.0, 1.0)
     (night_2_checkpoint,) = (series_dir / "n2" / "sft").glob("*/manifest.json")
 
-    third = run_night(settle, "n3", _corrupting).decision
+    third = run_night(series, "n3", _corrupting).decision
     assert third is not None and not third.promoted
     assert third.reason == (
         "its checkpoint does not verify: model.safetensors: sha256 differs from the manifest"
@@ -120,7 +133,7 @@ def test_a_series_promotes_a_significant_gain_only(tmp_path):
 
     problems.unlink()  # night 4 cannot read its problems: it fails and changes nothing
     with pytest.raises(NightFailed, match="the night failed: FileNotFoundError"):
-        run_night(settle, "n4")
+        run_night(series, "n4")
     assert resolve(series_dir, "champion").folder == champion.folder
 
     report = (series_dir / REPORT_FILE).read_text()

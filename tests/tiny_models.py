@@ -62,3 +62,31 @@ def tiny_causal_lm(
     model.generation_config.pad_token_id = pad_token_id
     model.generation_config.eos_token_id = eos_token_id
     return model
+
+
+def next_token_lm(
+    tokenizer: PreTrainedTokenizerFast, rules: dict[str, str], *, margin: float = 4.0
+) -> LlamaForCausalLM:
+    """A tiny Llama built to write known text: after each character of ``rules`` its greedy
+    next token is the one mapped (``EOS_TOKEN`` ends), after any other character EOS. Every
+    layer adds nothing to the residual (its output projections are zero), so the last token
+    alone decides, by a logit gap of ``margin * sqrt(hidden_size)`` (32 by default): the same
+    answer on any CPU and floating-point path, and a few small training steps keep it."""
+    ids = tokenizer.convert_tokens_to_ids
+    model = tiny_causal_lm(len(tokenizer), eos_token_id=ids(EOS_TOKEN))
+    if len(rules) >= model.config.hidden_size:  # a slot each, and slot 0 for the others
+        raise ValueError(f"{len(rules)} rules: at most {model.config.hidden_size - 1}")
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        embedding, head = model.model.embed_tokens.weight, model.lm_head.weight
+        embedding.zero_()
+        embedding[:, 0] = 1.0  # slot 0: any character without a rule
+        head.zero_()
+        head[ids(EOS_TOKEN), 0] = margin
+        for slot, (char, following) in enumerate(rules.items(), 1):
+            embedding[ids(char)] = 0.0
+            embedding[ids(char), slot] = 1.0
+            head[ids(following), slot] = margin
+    return model
