@@ -113,7 +113,7 @@ def json_field(record: Mapping[str, Any], key: str) -> Any:
         return value
     try:
         return json.loads(value)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:  # nested past the parser's stack
         raise ProblemFormatError(f"field {key!r}: not valid JSON: {exc}") from None
 
 
