@@ -531,12 +531,6 @@ def test_verify_with_no_server_there_exits_3(tmp_path, capsys):
         ),
         (
             "/verify",
-            b'{"samples": [{"task_id": "x", "completion": ""}], "compile_timeout": 61}',
-            422,
-            "compile_timeout 61.0 is over the server's maximum 60",
-        ),
-        (
-            "/verify",
             b'{"samples": [{"task_id": "HumanEval/0", "completion": ""}], "language": "cpp"}',
             422,
             "has check tests, which run python programs, not cpp",

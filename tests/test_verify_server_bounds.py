@@ -320,6 +320,22 @@ def test_json_text_nested_past_the_parser_is_a_422_naming_its_field():
     assert fine.status_code == 200, fine.text
 
 
+def test_compile_timeout_is_held_to_the_servers_maximum_on_both_endpoints():
+    executor = InProcessExecutor()
+    config = ServerConfig(max_timeout_s=20)
+    sample = {"task_id": "HumanEval/0", "completion": HUMANEVAL_0["canonical_solution"]}
+    answers = requests(
+        config,
+        executor,
+        ("POST", "/run_code", {"json": {"code": "1", "language": "python", "compile_timeout": 90}}),
+        ("POST", "/verify", {"json": {"samples": [sample], "compile_timeout": 90}}),
+        ("POST", "/run_code", {"json": {"code": "1", "language": "python", "compile_timeout": 5}}),
+        ("POST", "/verify", {"json": {"samples": [sample], "compile_timeout": 5}}),
+    )
+    assert [answer.status_code for answer in answers] == [200] * 4, [a.text for a in answers]
+    assert [job.limits.compile_time_s for job in executor.jobs] == [20, 20, 5, 5]
+
+
 def test_samples_nested_too_deep_are_refused_before_any_job_runs():
     executor = InProcessExecutor()
     deep = "[" * 900 + "]" * 900

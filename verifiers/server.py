@@ -258,7 +258,8 @@ class RunCodeRequest(BaseModel):
 
     code: str
     language: str
-    # The compile's own wall-clock limit (C++); Python compiles as it starts, in run_timeout.
+    # The compile's own wall-clock limit (C++; Python compiles as it starts, in run_timeout),
+    # held to max_timeout_s on both endpoints: verl sends its one time-out as both limits.
     compile_timeout: float = Field(10, gt=0)
     run_timeout: float = Field(10, gt=0)
     memory_limit_MB: int = -1  # -1: the server's maximum
@@ -391,7 +392,10 @@ class VerifyRequest(BaseModel):
     completion_style: CompletionStyle = "auto"
     timeout: float = Field(Limits.wall_time_s, gt=0)
     compile_timeout: float = Field(
-        Limits.compile_time_s, gt=0, description="a compiled language's compile (C++), per job"
+        Limits.compile_time_s,
+        gt=0,
+        description="a compiled language's compile (C++), per job; held to max_timeout_s, as "
+        "/run_code's is",
     )
     memory_mb: int = Field(Limits.memory_mb, gt=0)
     exclude_sandbox_errors: bool = False
@@ -538,7 +542,6 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
     async def verify(request: VerifyRequest) -> JSONAnswer:
         for name, value, cap in (
             ("timeout", request.timeout, config.max_timeout_s),
-            ("compile_timeout", request.compile_timeout, config.max_timeout_s),
             ("memory_mb", request.memory_mb, config.max_memory_mb),
         ):
             if value > cap:
@@ -551,7 +554,7 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
                 cpu_time_s=request.timeout,
                 memory_mb=request.memory_mb,
                 job_time_s=config.max_job_s,
-                compile_time_s=request.compile_timeout,
+                compile_time_s=min(request.compile_timeout, config.max_timeout_s),
             ),
             reward_config=RewardConfig(
                 sandbox_errors="exclude" if request.exclude_sandbox_errors else "fail"
