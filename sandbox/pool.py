@@ -110,7 +110,14 @@ def _connect(host: str | None) -> docker.DockerClient:
             f"cannot reach the Docker engine at {where}: {exc}. Is dockerd running? "
             "(scripts/setup.sh installs and starts it)"
         ) from exc
+    client.codepost_address = where  # type: ignore[attr-defined]
     return client
+
+
+def engine_address(client: docker.DockerClient) -> str:
+    """The engine's address as it was given (a Unix socket's client calls every one of them
+    ``http+docker://localhost``)."""
+    return getattr(client, "codepost_address", client.api.base_url)
 
 
 def connect_hosts(config: PoolConfig) -> list[docker.DockerClient]:
@@ -123,7 +130,7 @@ def connect_hosts(config: PoolConfig) -> list[docker.DockerClient]:
         except docker.errors.ImageNotFound as exc:
             raise SandboxUnavailable(
                 f"the sandbox image {config.image!r} is not on the Docker host "
-                f"{client.api.base_url}: build it with scripts/setup.sh"
+                f"{engine_address(client)}: build it with scripts/setup.sh"
             ) from exc
     return clients
 
@@ -209,7 +216,7 @@ class _Container:
             ) from exc
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise SandboxUnavailable(
-                f"cannot start a sandbox container on {client.api.base_url}: {exc}"
+                f"cannot start a sandbox container on {engine_address(client)}: {exc}"
             ) from exc
         self.payload = bytearray()  # the stream's bytes not yet parsed into frames
         self.next_id = 0
@@ -337,6 +344,9 @@ class _Container:
 
 
 _STOP = object()
+# A job that broke this many containers in a row, every one after the first started for it,
+# broke them itself.
+REPEATED_FAULTS = 2
 
 
 class SandboxPool:
@@ -486,7 +496,7 @@ class SandboxPool:
     ) -> tuple[ExecutionResult, _Container | None]:
         payload = _job_payload(job, self.config)
         deadline = _host_deadline(payload, self.config.grace_s)
-        error, attempt = "no attempt made", 0
+        error, attempt, faults = "no attempt made", 0, 0
         for attempt in range(1, self.config.max_attempts + 1):
             if self._aborted:
                 error = "the pool was closed"
@@ -504,11 +514,13 @@ class SandboxPool:
             except _TooLarge as exc:  # at once: retrying cannot help
                 return ExecutionResult(ExecStatus.SANDBOX_ERROR, error=str(exc)), container
             except _ContainerFault as exc:
-                error = str(exc)
+                error, faults = str(exc), faults + 1
                 if not self._aborted:
                     log.warning("sandbox container failed (attempt %d): %s", attempt, exc)
                 self._discard(container)
                 container = None
+                if faults == REPEATED_FAULTS and not self._aborted:
+                    return _broke_its_containers(faults, error), container
                 continue
             if reply.get("leftover_processes"):
                 log.warning(
@@ -521,6 +533,18 @@ class SandboxPool:
         return ExecutionResult(
             status=ExecStatus.SANDBOX_ERROR, error=error, attempts=attempt
         ), container
+
+
+def _broke_its_containers(faults: int, error: str) -> ExecutionResult:
+    """The verdict of a job that broke a container started for it after breaking another: the
+    program's doing, not the infrastructure's, so never a ``sandbox_error`` (which a training
+    run leaves out of its rewards)."""
+    return ExecutionResult(
+        status=ExecStatus.RUNTIME_ERROR,
+        error=f"the program broke {faults} sandbox containers, the last one started for it: "
+        f"{error}",
+        attempts=faults,
+    )
 
 
 def run_in_fresh_container(job: Job, config: PoolConfig | None = None) -> ExecutionResult:

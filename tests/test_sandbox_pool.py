@@ -332,6 +332,30 @@ def test_a_dead_container_is_replaced_and_the_job_retried():
     assert passed(result) == [True]
 
 
+def test_a_job_that_breaks_a_container_started_for_it_is_the_programs_failure(monkeypatch):
+    """The first break may be the infrastructure's, and the job is retried in a new container;
+    a second one is the program's doing: a runtime_error, never a sandbox_error (which a
+    training run leaves out of its rewards)."""
+    with SandboxPool(PoolConfig(size=1, max_attempts=3)) as pool:
+        started = []
+        real_init, real_request = pool_module._Container.__init__, pool_module._Container.request
+
+        def counted_init(self, *args, **kwargs):
+            real_init(self, *args, **kwargs)
+            started.append(self)
+
+        def breaks_on_run(self, message, *args, **kwargs):
+            if message["op"] == "run":
+                raise pool_module._ContainerFault("the stream closed mid-job")
+            return real_request(self, message, *args, **kwargs)
+
+        monkeypatch.setattr(pool_module._Container, "__init__", counted_init)
+        monkeypatch.setattr(pool_module._Container, "request", breaks_on_run)
+        result = pool.run(call_job("def f():\n    return 1\n", "assert f() == 1"))
+    assert result.status is ExecStatus.RUNTIME_ERROR and result.attempts == 2, result
+    assert "broke 2 sandbox containers" in result.error and len(started) == 1
+
+
 def test_dead_engine_and_missing_image_are_named():
     with pytest.raises(SandboxUnavailable, match=r"nonexistent\.sock"):
         SandboxPool(PoolConfig(docker_hosts=("unix:///nonexistent.sock",))).start()

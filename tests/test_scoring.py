@@ -4,14 +4,22 @@ then counted and scored as the reward config says."""
 from __future__ import annotations
 
 import math
+import threading
 from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 from fake_executors import InProcessExecutor
 
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
 from codepost.pipeline.data.prompts import reference_answer
-from codepost.pipeline.stages.scoring import ScoreConfig, run_score, score_rollouts, summarize
+from codepost.pipeline.stages.scoring import (
+    SandboxFailing,
+    ScoreConfig,
+    run_score,
+    score_rollouts,
+    summarize,
+)
 from codepost.sandbox import ExecStatus, ExecutionResult, Job
 from codepost.verifiers import RewardConfig
 
@@ -71,7 +79,9 @@ def test_a_sandbox_error_is_retried_before_it_counts():
     ("mode", "reward", "excluded"), [("fail", 0.0, False), ("exclude", None, True)]
 )
 def test_a_persistent_sandbox_error_is_counted_and_scored_as_configured(mode, reward, excluded):
-    config = ScoreConfig(sandbox_retries=2, reward=RewardConfig(sandbox_errors=mode))
+    config = ScoreConfig(
+        sandbox_retries=2, reward=RewardConfig(sandbox_errors=mode), max_sandbox_error_share=1.0
+    )
     executor = FlakyExecutor(failures=100)
     (row,) = score_rollouts(
         rows_for([reference("HumanEval/0")]), PROBLEMS, config, executor=executor
@@ -80,7 +90,59 @@ def test_a_persistent_sandbox_error_is_counted_and_scored_as_configured(mode, re
     assert row["excluded"] is excluded
     assert math.isnan(row["reward"]) if reward is None else row["reward"] == reward
     summary = summarize([row])
-    assert summary["data/sandbox_errors"] == 1 and summary["reward/pass_rate"] == 0.0
+    assert summary["data/sandbox_errors"] == 1
+    pass_rate = summary["reward/pass_rate"]  # over the rows kept: none, when it is left out
+    assert math.isnan(pass_rate) if excluded else pass_rate == 0.0
+
+
+def test_sandbox_errors_are_left_out_of_the_rewards_by_default():
+    assert RewardConfig().sandbox_errors == "exclude"
+
+
+def test_a_batch_with_more_sandbox_errors_than_its_bound_stops():
+    rows = rows_for([reference("HumanEval/0"), reference("HumanEval/1")] * 10)
+    executor = FlakyExecutor(failures=1000)
+    with pytest.raises(SandboxFailing, match=r"20 of 20 samples .* sandbox errors after 1 ret"):
+        score_rollouts(rows, PROBLEMS, ScoreConfig(sandbox_retries=1), executor=executor)
+    config = ScoreConfig(sandbox_retries=0, max_sandbox_error_share=0.05)
+    scored = score_rollouts(rows, PROBLEMS, config, executor=FlakyExecutor(failures=1))
+    assert [row["excluded"] for row in scored] == [True] + [False] * 19  # 1 of 20: within it
+
+
+@pytest.mark.docker
+def test_an_engine_stopped_mid_batch_scores_no_sample_as_a_failure():
+    """Stopped as a service manager stops it (SIGTERM; it kills its containers 15 s later):
+    its containers die with it and none can start again, so the batch stops, naming the
+    engine, and no verdict of the infrastructure's reaches a reward. The batch takes 24 s."""
+    import os
+    import signal
+    import time
+
+    from docker_engines import second_docker_engine
+
+    from codepost.pipeline.stages.scoring import SandboxSettings, close_pools
+    from codepost.sandbox import SandboxUnavailable
+
+    problem = PROBLEMS["HumanEval/0"]
+    code = f"import time\ntime.sleep(3)\n{problem.prompt}{problem.canonical_solution}"
+    slow = ("HumanEval/0", f"```python\n{code}```", "chat")
+    with second_docker_engine() as engine:
+        sandbox = SandboxSettings(docker_hosts=[engine], container_memory_mb=1152)
+        config = ScoreConfig(workers=2, timeout_s=10.0, sandbox=sandbox)
+        dockerd = int((Path(engine.removeprefix("unix://")).parent / "docker.pid").read_text())
+        stop = threading.Timer(3.0, os.kill, (dockerd, signal.SIGTERM))
+        stop.start()
+        started = time.monotonic()
+        try:
+            with pytest.raises((SandboxUnavailable, SandboxFailing)) as stopped:
+                score_rollouts(rows_for([slow] * 16), PROBLEMS, config)
+        finally:
+            stop.cancel()
+            close_pools()
+    assert engine.removeprefix("unix://") in str(stopped.value) or "sandbox is failing" in str(
+        stopped.value
+    ), stopped.value
+    assert time.monotonic() - started < 120
 
 
 @pytest.mark.docker

@@ -5,10 +5,11 @@ the completion, registered once in :data:`REWARD_TERMS` with the least it gives:
 syntax in {0, 1}, the length and forbidden-code penalties in [-1, 0]. ``RewardConfig.weights``
 maps term names to weights; the verdict keeps the test term and the weighted terms, unweighted
 (a term with weight 0 is not computed: two of them parse the whole program). A new term is one
-registered function (:func:`reward_term`) and a weight in the config. A ``sandbox_error`` gets
-the test reward of a failure by default, so no program gains by turning its failure into one;
-with ``sandbox_errors="exclude"`` its test reward is ``None`` instead ("no reward" to TRL), and
-the callers count what they excluded.
+registered function (:func:`reward_term`) and a weight in the config. A ``sandbox_error`` is the
+infrastructure's failure, never the program's (a program that breaks its containers gets a
+``runtime_error``; one whose replies are slow to decide, a ``timeout``): by default its test
+reward is ``None`` ("no reward" to TRL) and the callers count what they left out, so an engine
+that dies mid-batch trains nothing as a failure; ``sandbox_errors="fail"`` scores it 0.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class RewardConfig(BaseModel):
         "forbidden, or any registered term; a term left out weighs 0 and is not computed",
     )
     test_reward: Literal["binary", "pass_fraction"] = "binary"
-    sandbox_errors: Literal["fail", "exclude"] = "fail"  # a sandbox error's test reward: 0 or None
+    sandbox_errors: Literal["exclude", "fail"] = "exclude"  # a sandbox error's test reward
     require_think: bool = False  # the format reward also asks for a closed <think> block
     length_unit: Literal["chars", "tokens"] = "chars"  # tokens: samples carry completion_ids
     length_budget: int = Field(default=4096, gt=0)  # no penalty up to here

@@ -2,11 +2,12 @@
 sandbox, all in flight at once.
 
 Rewards (test + format + rule components, each kept as a ``reward_<name>`` column) come from
-the verifier. A ``sandbox_error`` is retried first: it is usually infrastructure. One that
-persists is counted and named in the metrics, and then scored as the verifier's
-``RewardConfig.sandbox_errors`` says: as a failure by default (so no program gains by turning
-its failure into one), or ``"exclude"``: marked ``excluded`` (reward NaN) and left out of the
-update.
+the verifier. A ``sandbox_error`` is the infrastructure's failure (a program that breaks its
+containers gets its own verdict): it is retried first, and one that persists is counted and
+named in the metrics and scored as the verifier's ``RewardConfig.sandbox_errors`` says: by
+default marked ``excluded`` (reward NaN) and left out of its group and the update, so that an
+engine that fails mid-batch trains nothing as a failure; ``"fail"`` scores it 0. A batch with
+more of them than ``max_sandbox_error_share`` stops the run: the sandbox is failing.
 """
 
 from __future__ import annotations
@@ -78,6 +79,13 @@ class ScoreConfig(Settings):
     )
     memory_mb: int = Field(512, ge=64, le=16384, description="address space per program")
     sandbox_retries: int = Field(2, ge=0, le=10, description="re-runs of a sandbox_error")
+    max_sandbox_error_share: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="a batch whose share of samples still sandbox_error after the retries is "
+        "above this stops with an error: the sandbox is failing, not the programs",
+    )
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
 
     @model_validator(mode="after")
@@ -131,6 +139,10 @@ def close_pools() -> None:
         _POOLS.clear()
     for pool in pools:
         pool.close()
+
+
+class SandboxFailing(RuntimeError):
+    """Too many of a batch's samples ended in sandbox errors to train or report on it."""
 
 
 def _scores(verdict: Verdict) -> dict[str, Any]:
@@ -191,20 +203,29 @@ def score_rollouts(
             pending = retry
             if not pending:
                 break
-    return [row for row in scored if row is not None]
+    done = [row for row in scored if row is not None]
+    errors = sum(row["status"] == VerdictStatus.SANDBOX_ERROR.value for row in done)
+    if errors > config.max_sandbox_error_share * len(done):
+        raise SandboxFailing(
+            f"{description}: {errors} of {len(done)} samples still ended in sandbox errors after "
+            f"{config.sandbox_retries} retries, over max_sandbox_error_share "
+            f"{config.max_sandbox_error_share}: the sandbox is failing (is the Docker engine "
+            f"up? the log names each error); this batch is not kept"
+        )
+    return done
 
 
 def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Reward mean, pass rate, components and status counts of scored rows (the ``data/`` and
-    ``reward/`` metrics). Sandbox errors are counted and named, and fail in the pass rate;
-    reward means are over the rows kept."""
+    ``reward/`` metrics). Sandbox errors are counted and named; the means are over the rows
+    kept (an excluded sandbox error is no failure of the program's)."""
     kept = [row for row in rows if not row["excluded"]]
     statuses = Counter(row["status"] for row in rows)
     summary: dict[str, float] = {
         Data.SAMPLES: float(len(rows)),
         Data.SANDBOX_ERRORS: float(statuses.get(VerdictStatus.SANDBOX_ERROR.value, 0)),
         Reward.MEAN: _mean([row["reward"] for row in kept]),
-        Reward.PASS_RATE: _mean([float(row["passed"]) for row in rows]),
+        Reward.PASS_RATE: _mean([float(row["passed"]) for row in kept]),
     }
     components = {key for row in kept for key in row if key.startswith(REWARD_COMPONENT_PREFIX)}
     for column in sorted(components):
