@@ -3,6 +3,10 @@
 The loop is the production one in miniature: sample G completions per prompt -> rollout rows
 (as a ``datasets.Dataset``) -> reward from the sandboxed verifier -> update. Only the
 ``code_reward_fn`` fixture knows how completions are scored.
+
+Training runs until the reward has risen by ``MIN_GAIN``, checked every ``CHECK_EVERY`` steps,
+for ``MAX_STEPS`` at most: another CPU's floating-point path draws other samples, and may take
+more steps to get there; the criterion stays the same.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ ALPHABET = "def():\n rtun0123456789+"
 PROMPTS_PER_STEP = 4
 GROUP_SIZE = 8
 MAX_NEW_TOKENS = 3
-STEPS = 100
+CHECK_EVERY = 25
+MAX_STEPS = 300  # the bound; each algorithm got there in 25 to 50 steps on the 2-core test machine
 EVAL_SAMPLES = 256
 MIN_GAIN = 0.4
 
@@ -110,6 +115,17 @@ def mean_reward(updater, tokenizer, reward_fn) -> float:
     return sum(rewards) / len(rewards)
 
 
+def train(updater, tokenizer, reward_fn, steps: range) -> None:
+    for step in steps:
+        rows = sample_rows(
+            updater, tokenizer, [PROMPT] * PROMPTS_PER_STEP, num_generations=GROUP_SIZE, step=step
+        )
+        rewards = reward_fn([r["prompt"] for r in rows], [r["completion"] for r in rows])
+        for row, reward in zip(rows, rewards, strict=True):
+            row["reward"] = reward
+        updater.update(collate_rollouts(Dataset.from_list(rows)))
+
+
 @pytest.mark.slow
 @pytest.mark.docker
 @pytest.mark.parametrize("name", CONFIGS)
@@ -125,16 +141,12 @@ def test_update_raises_the_verifier_reward(name, code_reward_fn, one_thread):
         critic=ValueModel.from_policy(policy) if config.needs_critic else None,
     )
 
-    before = mean_reward(updater, tokenizer, code_reward_fn)
-    for step in range(STEPS):
-        rows = sample_rows(
-            updater, tokenizer, [PROMPT] * PROMPTS_PER_STEP, num_generations=GROUP_SIZE, step=step
-        )
-        rewards = code_reward_fn([r["prompt"] for r in rows], [r["completion"] for r in rows])
-        for row, reward in zip(rows, rewards, strict=True):
-            row["reward"] = reward
-        updater.update(collate_rollouts(Dataset.from_list(rows)))
-    after = mean_reward(updater, tokenizer, code_reward_fn)
+    before = after = mean_reward(updater, tokenizer, code_reward_fn)
+    steps = 0
+    while after - before < MIN_GAIN and steps < MAX_STEPS:
+        train(updater, tokenizer, code_reward_fn, range(steps, steps + CHECK_EVERY))
+        steps += CHECK_EVERY
+        after = mean_reward(updater, tokenizer, code_reward_fn)
 
-    print(f"\n[{name}] mean verifier reward before={before:.3f} after={after:.3f} ({STEPS} steps)")
-    assert after - before >= MIN_GAIN
+    print(f"\n[{name}] mean verifier reward before={before:.3f} after={after:.3f} ({steps} steps)")
+    assert after - before >= MIN_GAIN, f"+{after - before:.3f} in {steps} steps"
