@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -205,7 +207,19 @@ def test_unbalanced_quotes_end_the_block_at_the_first_fence_after_all():
     ids=["long-fence", "long-spaces", "quotes", "backslashes", "fences-in-a-string"],
 )
 def test_extraction_is_linear_on_hostile_text(text):
-    started = time.perf_counter()
-    extract_code(text, "f")
-    find_code_blocks(text)
-    assert time.perf_counter() - started < 1.0
+    """Timed against one pass of the regex engine over the same text on the same machine (a
+    match a character), so the bound holds whatever the machine's speed: 2 to 6 passes here,
+    where the old fence pattern took thousands (30 s at 100 kB)."""
+    one_pass = _fastest_seconds(lambda: re.findall(r"[\s\S]", text))
+    extraction = _fastest_seconds(lambda: (extract_code(text, "f"), find_code_blocks(text)))
+    assert extraction < 100 * one_pass, (extraction, one_pass)
+
+
+def _fastest_seconds(work: Callable[[], object]) -> float:
+    """The fastest of three runs: a busy machine slows some of them, rarely all."""
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return min(times)
