@@ -35,18 +35,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
-import torch
-from accelerate import Accelerator, PartialState
-from accelerate.utils import parse_flag_from_env
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .inference.engines import close_samplers
 from .output_lines import OutputLines
 from .resources import close_all
 from .stages import Artifacts, Stage, get_stage, run_stage
+
+if TYPE_CHECKING:  # loaded by a launch, not by the run's config (LaunchConfig)
+    from accelerate import Accelerator, PartialState
 
 log = logging.getLogger("codepost.launch")
 # accelerate's sharded setups (its launcher sets ACCELERATE_USE_<name>) that the stages are not
@@ -148,6 +148,8 @@ def launch_stage(
     caller's ``run_stage`` keeps it), the ranks' output passed to ``forward`` line by line; the
     outputs the main process printed. A failed rank raises :class:`LaunchFailed`; interrupted
     (cancelled, timed out), the ranks are killed before it re-raises."""
+    import torch
+
     # The ranks load their own model: what this process holds on the accelerator would be
     # memory they lack.
     close_samplers()
@@ -271,6 +273,9 @@ def execute_launched(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
+
     parser = argparse.ArgumentParser(
         prog="python -m codepost.pipeline.launch", description=__doc__.split("\n")[0]
     )

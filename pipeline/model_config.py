@@ -18,22 +18,16 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
-from safetensors import SafetensorError
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-)
 
 from .atomic import staged
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch, transformers and peft load where a model does (a command's flags
+    # and config are read without them)
+    import torch
     from peft import LoraConfig
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 EMBEDDED_PREFIX = "embedded:"
 # name -> (package that ships it, GGUF file in that package)
@@ -66,6 +60,8 @@ class ModelConfig(BaseModel):
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        import torch
+
         return getattr(torch, self.dtype)
 
     def peft_config(self) -> LoraConfig | None:
@@ -146,6 +142,9 @@ def embedded_model_dir(name: str) -> Path:
 
 def _convert_gguf(gguf: Path, target: Path) -> None:
     """GGUF (dequantised to float32) -> a safetensors model folder, published atomically."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
     Console(stderr=True).print(
         f"[bold]codepost[/bold]: converting {gguf.name} to safetensors in {target} (once)"
     )
@@ -169,6 +168,8 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 
 def load_tokenizer(config: ModelConfig) -> PreTrainedTokenizerBase:
     """The model's tokenizer, left-padding (prompts are left-padded everywhere here)."""
+    from transformers import AutoTokenizer
+
     source = config.resolve()
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
@@ -182,6 +183,9 @@ def load_tokenizer(config: ModelConfig) -> PreTrainedTokenizerBase:
 
 def load_causal_lm(config: ModelConfig) -> PreTrainedModel:
     """The causal LM in ``config.dtype`` (LoRA, if any, is added by the trainer that uses it)."""
+    from safetensors import SafetensorError
+    from transformers import AutoModelForCausalLM
+
     source = config.resolve()
     try:
         return AutoModelForCausalLM.from_pretrained(

@@ -38,9 +38,9 @@ from .launch import LaunchConfig, LaunchingExecutor, execute_launched
 from .model_config import ModelConfig
 from .progress import RunSteps
 from .reporting.report import stage_rows, write_report
-from .rl.policy_update import UpdateConfig
+from .rl.update_config import UpdateConfig
 from .run_lock import run_folder_lock
-from .settings import Settings
+from .settings import Seed, Settings
 from .stages import STAGES, Artifacts, Stage, get_stage, run_stage
 from .stages.dpo import DPOStageConfig
 from .stages.evaluation import EvalConfig
@@ -93,7 +93,7 @@ class PostTrainConfig(Settings):
 
     run_dir: str = Field("runs/post-train", description="where every artifact of the run goes")
     model: ModelConfig = Field(default_factory=ModelConfig, description="the base model")
-    seed: int = Field(0, description="the run seed: every stage's seed is derived from it")
+    seed: Seed = Field(0, description="the run seed: every stage's seed is derived from it")
     stages: list[StageEntry] = Field(
         default_factory=lambda: ["sft", "rl", "rollouts", "pairs", "dpo"],
         validate_default=True,

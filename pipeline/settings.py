@@ -32,12 +32,15 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
 M = TypeVar("M", bound=BaseModel)
 Flag = tuple[list[str], str | None]  # the path's segments as typed, the value (None: none)
 _TRUTH = {"true", "false", "yes", "no", "on", "off", "1", "0"}
+# A seed every library takes: numpy's and torch's stop at 2**32 - 1 (past it ``set_seed`` fails
+# inside a stage, after the work before it).
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
 class SettingsError(ValueError):

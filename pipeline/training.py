@@ -7,13 +7,10 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from accelerate.utils import parse_flag_from_env
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
-from transformers import Trainer, TrainerCallback
 
 from . import tracking
 from .checkpoints.manifest import (
@@ -23,8 +20,10 @@ from .checkpoints.manifest import (
     read_manifest,
 )
 from .model_config import ModelConfig
-from .progress import Task
-from .sharding import LORA_REFUSED, make_accelerator
+from .settings import Seed
+
+if TYPE_CHECKING:  # the trainers' libraries load with a trainer, not with TrainingSettings
+    from transformers import Trainer
 
 # Under `accelerate launch` every rank runs the stage: only the first (RANK 0) prints, so each
 # line is in the log once.
@@ -44,7 +43,7 @@ class TrainingSettings(BaseModel):
     max_length: int = Field(512, ge=16, description="tokens per sequence (prompt + completion)")
     warmup_steps: int = Field(0, ge=0)
     logging_steps: int = Field(5, ge=1)
-    seed: int = 0
+    seed: Seed = 0
 
 
 def trainer_arguments(
@@ -52,7 +51,9 @@ def trainer_arguments(
 ) -> dict[str, Any]:
     """Keyword arguments for ``SFTConfig`` / ``DPOConfig``: our settings plus what this project
     needs everywhere (no mixed precision, no intermediate saves, the run's ``report_to``, steps
-    shown by :class:`StepProgress` instead of tqdm)."""
+    shown by :class:`~.trainer_progress.StepProgress` instead of tqdm)."""
+    import torch
+
     return {
         **settings.model_dump(),
         "output_dir": str(output_dir),
@@ -67,29 +68,13 @@ def trainer_arguments(
     }
 
 
-class StepProgress(TrainerCallback):
-    """A trainer's optimizer steps as a progress task (``sft: training steps``)."""
-
-    def __init__(self, description: str) -> None:
-        self.description = description
-        self.task: Task | None = None
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.task = Task(self.description, state.max_steps, state.global_step)
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.task is not None:
-            self.task.update(state.global_step)
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.task is not None:
-            self.task.end()
-            self.task = None
-
-
 def _sharding_arguments(model: ModelConfig) -> dict[str, Any]:
     """Under a launch that asks for FSDP: accelerate's state set up for it now (on a CPU too,
     where accelerate alone would run DDP), and the trainer told to use that state."""
+    from accelerate.utils import parse_flag_from_env
+
+    from .sharding import LORA_REFUSED, make_accelerator
+
     if not parse_flag_from_env("ACCELERATE_USE_FSDP"):
         return {}
     if model.lora_r:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from ...verifiers import Problem, load_problems
 from ...verifiers.problems import HUMANEVAL, cap_tests, check_source, packaged_path, posed_in
 from ..config_walk import settings_of
-from ..settings import Settings
+from ..settings import Seed, Settings
 
 Split = Literal["train", "validation", "test", "prompt", "all"]
 MBPP_SPLITS: dict[str, range] = {
@@ -46,7 +46,7 @@ class ProblemSet(Settings):
         "and the limit); [] = all",
     )
     limit: int | None = Field(None, ge=1, description="keep the first N (after shuffling)")
-    shuffle_seed: int | None = Field(
+    shuffle_seed: Seed | None = Field(
         None, description="shuffle before the limit; None = keep order"
     )
     more_sources: list[str] = Field(

@@ -22,19 +22,19 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import psutil
-import torch
 from pydantic import BaseModel, ConfigDict, Field
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file
 
 from ..data.prompts import Prompt
 from ..data.rows import Completion, rollout_rows
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer, safetensors_only
 from ..progress import tqdm_class
-from .generate import HF_GENERATE_SAMPLER, generate_rollouts
+from ..settings import Seed
+
+if TYPE_CHECKING:  # torch loads with a sampler: the configs here are read without it
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class SamplingConfig(BaseModel):
         description="stop strings, kept in the completion (EOS always stops; chat prompts also "
         "stop at the closing fence of their answer's code block)",
     )
-    seed: int = 0
+    seed: Seed = 0
 
 
 class EngineConfig(BaseModel):
@@ -98,7 +98,7 @@ class EngineConfig(BaseModel):
     probe_tolerance: float = Field(
         2e-3, gt=0, description="refresh check: max mean |logprob diff| engine vs trainer"
     )
-    seed: int = 0
+    seed: Seed = 0
     server_url: str | None = Field(
         None,
         description="sample on a running `codepost sample-server` (its own engine and "
@@ -143,13 +143,15 @@ def probe_ids(vocab_size: int) -> list[int]:
     return [(17 + i * step) % vocab_size for i in range(PROBE_LENGTH)]
 
 
-@torch.no_grad()
 def trainer_probe_logprobs(model: torch.nn.Module, vocab_size: int) -> list[float]:
     """The trainer's float32 logprobs of each probe token after the first."""
+    import torch
+
     ids = torch.tensor([probe_ids(vocab_size)], device=next(model.parameters()).device)
     was_training = model.training
     model.eval()
-    logits = model(input_ids=ids, use_cache=False).logits.float()
+    with torch.no_grad():
+        logits = model(input_ids=ids, use_cache=False).logits.float()
     model.train(was_training)
     logprobs = logits[0, :-1].log_softmax(-1).gather(-1, ids[0, 1:, None]).squeeze(-1)
     return logprobs.tolist()
@@ -169,14 +171,14 @@ def check_probe(engine: list[float], trainer: list[float], tolerance: float) -> 
     return diff
 
 
-# safetensors' names of the floating-point dtypes (the others: integers and bool)
+# safetensors' names of the floating-point dtypes (the others: integers and bool) -> torch's
 FLOAT_DTYPES = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
 }
 
 
@@ -184,6 +186,8 @@ def checkpoint_tensors(folder: str | Path) -> dict[str, tuple[tuple[int, ...], s
     """Name, shape and dtype of every tensor in a folder's safetensors files, read from the
     files' headers: a refresh checks a checkpoint against the served model before it loads
     anything."""
+    from safetensors import SafetensorError, safe_open
+
     tensors: dict[str, tuple[tuple[int, ...], str]] = {}
     for file in sorted(Path(folder).glob("*.safetensors")):
         if not file.is_file():  # a FIFO would block the reader, a device never end
@@ -226,11 +230,12 @@ def check_weights_fit(
             f"{len(missing)}/{len(unexpected)}/{len(reshaped)}/{len(retyped)} in all): "
             "nothing was loaded"
         )
+    served_names = {name: str(served[name][1]).removeprefix("torch.") for name in common}
     cast = sorted(
         {
-            f"{found[name][1]} -> {str(served[name][1]).removeprefix('torch.')}"
+            f"{found[name][1]} -> {served_names[name]}"
             for name in common
-            if FLOAT_DTYPES.get(found[name][1], served[name][1]) != served[name][1]
+            if FLOAT_DTYPES.get(found[name][1], served_names[name]) != served_names[name]
         }
     )
     return f"{checkpoint}: cast on load, {', '.join(cast)}" if cast else None
@@ -315,6 +320,7 @@ class VLLMSampler:
 
     def __init__(self, checkpoint: str, model: ModelConfig, engine: EngineConfig) -> None:
         # vLLM loads only for its own backend: seconds of start-up, and absent on some machines
+        import torch
         import vllm
         from vllm.platforms import current_platform
 
@@ -464,9 +470,10 @@ class VLLMSampler:
 class HFSampler:
     """The transformers ``generate`` backend: the same rows, for machines without vLLM."""
 
-    name = HF_GENERATE_SAMPLER
-
     def __init__(self, checkpoint: str, model: ModelConfig, engine: EngineConfig) -> None:
+        from .generate import HF_GENERATE_SAMPLER
+
+        self.name = HF_GENERATE_SAMPLER
         self.model_config = model.model_copy(update={"name_or_path": checkpoint})
         self.model = load_causal_lm(self.model_config)
         self.tokenizer = load_tokenizer(self.model_config)
@@ -476,6 +483,8 @@ class HFSampler:
     def sample(
         self, prompts: Sequence[Prompt], config: SamplingConfig, *, policy_version: int = 0
     ) -> list[dict[str, Any]]:
+        from .generate import generate_rollouts
+
         # Each generate call holds a KV cache for all of its sequences: bound them.
         per_call = max(1, self.engine_config.hf_max_sequences // config.num_generations)
         return [
@@ -501,6 +510,8 @@ class HFSampler:
         return trainer_probe_logprobs(self.model, self.model.config.vocab_size)
 
     def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float:
+        from safetensors.torch import load_file
+
         served = {name: (tuple(t.shape), t.dtype) for name, t in self.model.state_dict().items()}
         cast = check_weights_fit(checkpoint, checkpoint_tensors(checkpoint), served)
         if cast is not None:

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
-from scipy.stats import binomtest
 
 from ...verifiers import estimate_pass_at_k
 
@@ -28,6 +27,8 @@ Interval = tuple[float, float]
 def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> Interval:
     """The Wilson score interval of ``successes`` out of ``n`` (well behaved at 0 and n, where
     the normal approximation collapses to a point)."""
+    from scipy.stats import binomtest  # a second of start-up: loaded when used
+
     if not 0 <= successes <= n or n == 0:
         raise ValueError(f"need 0 <= successes <= n and n > 0, got {successes} of {n}")
     ci = binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
@@ -84,6 +85,8 @@ class SampledComparison(BaseModel):
 def compare_greedy(before: Mapping[str, bool], after: Mapping[str, bool]) -> GreedyComparison:
     """Exact McNemar test: under no difference, a discordant problem is as likely to be gained
     as lost, so ``gained`` ~ Binomial(gained + lost, 1/2)."""
+    from scipy.stats import binomtest
+
     tasks = _same_problems(before, after)
     gained = sum(after[t] and not before[t] for t in tasks)
     lost = sum(before[t] and not after[t] for t in tasks)

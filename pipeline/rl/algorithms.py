@@ -16,13 +16,18 @@ there. :data:`ALGORITHMS` holds the named recipes users know (``grpo``, ``dr_grp
 ``rloo``, ``reinforce++``, ``ppo``): an estimator and a loss with their hyperparameters, and the
 update settings their papers use. Adding an algorithm is a registration here; the trainer asks
 the registries, never an algorithm's name.
+
+torch loads in the functions that compute, not with the module: a run's config (the
+hyperparameter models and the registries) is read, and its flags refused, without it.
 """
 
+from __future__ import annotations
+
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar
 
-import torch
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -33,7 +38,9 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
-from torch import Tensor
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 T = TypeVar("T")
 
@@ -63,6 +70,8 @@ def _check_2d(name: str, t: Tensor) -> None:
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     """Sum of ``x * mask``; masked positions contribute 0 even when they hold inf or NaN."""
+    import torch
+
     weighted = torch.where(mask != 0, x * mask, torch.zeros((), dtype=x.dtype, device=x.device))
     return weighted.sum() if dim is None else weighted.sum(dim)
 
@@ -90,6 +99,8 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
 
     With ``shift_mean=False`` only the scale changes (the mean is kept), as in TRL.
     """
+    import torch
+
     mean, var = masked_mean(x, mask), masked_var(x, mask)
     whitened = (x - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
@@ -103,6 +114,8 @@ def response_mask_from_lengths(lengths: Tensor, max_len: int) -> Tensor:
     Built from lengths because pad ids are unreliable: many tokenizers pad with the EOS id, so
     a mask from ``ids != pad_id`` drops the real EOS token the model must learn to emit.
     """
+    import torch
+
     if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
         raise ValueError(
             f"lengths must be a 1-D integer tensor, got {lengths.dtype} {tuple(lengths.shape)}"
@@ -115,6 +128,8 @@ def response_mask_from_lengths(lengths: Tensor, max_len: int) -> Tensor:
 
 def outcome_to_token_rewards(scores: Tensor, response_mask: Tensor) -> Tensor:
     """Put each sequence's scalar score on its last valid token (0 everywhere else)."""
+    import torch
+
     _check_2d("response_mask", response_mask)
     if scores.shape != response_mask.shape[:1]:
         raise ValueError(
@@ -135,6 +150,8 @@ def discounted_returns(token_rewards: Tensor, response_mask: Tensor, gamma: floa
     Masked positions inside a sequence (e.g. tool output) are skipped: they neither add reward
     nor discount.
     """
+    import torch
+
     _check_2d("token_rewards", token_rewards)
     _check_same_shape(token_rewards=token_rewards, response_mask=response_mask)
     valid = response_mask != 0
@@ -210,7 +227,7 @@ class _RegistryChoice:
     config is validated (so an entry registered after the config class still validates); the
     JSON schema (the Prefect form) offers every entry registered by then."""
 
-    registry: "Registry[Any]"
+    registry: Registry[Any]
 
     def validate(self, value: Any) -> Any:
         if isinstance(value, Hyperparameters):
@@ -236,7 +253,7 @@ class _RegistryChoice:
         return {"oneOf": [handler(m) for m in members], "discriminator": {"propertyName": "name"}}
 
 
-def registered_params(registry: "Registry[Any]") -> Any:
+def registered_params(registry: Registry[Any]) -> Any:
     """The type of a config field holding the hyperparameters of one entry of ``registry``,
     e.g. ``{name: gae, lam: 0.95}``."""
     choice = _RegistryChoice(registry)
@@ -303,12 +320,20 @@ def register_advantage(
     params: type[Hyperparameters], *, needs_critic: bool = False, min_group_size: int = 1
 ) -> Callable[[AdvantageFn], AdvantageFn]:
     """Decorator adding an estimator, with the model of its hyperparameters, under the name
-    that model carries."""
+    that model carries. It computes without autograd: advantages and returns are targets,
+    never differentiated (the critic learns from its own value loss)."""
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
-        entry = AdvantageEstimator(params, fn, needs_critic, min_group_size)
+        @functools.wraps(fn)
+        def without_grad(inputs: AdvantageInputs, params: Any) -> tuple[Tensor, Tensor]:
+            import torch
+
+            with torch.no_grad():
+                return fn(inputs, params)
+
+        entry = AdvantageEstimator(params, without_grad, needs_critic, min_group_size)
         ADVANTAGE_ESTIMATORS.add(_registered_name(params), entry)
-        return fn
+        return without_grad
 
     return decorator
 
@@ -325,6 +350,8 @@ def _group_stats(
     scores: Tensor, group_ids: Tensor | None, estimator: str
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Per row: its group's mean, population variance and size."""
+    import torch
+
     if group_ids is None:
         raise ValueError(f"advantage estimator {estimator!r} needs group_ids")
     if group_ids.shape != scores.shape or group_ids.is_floating_point():
@@ -347,7 +374,6 @@ class GRPOParams(Hyperparameters):
 
 
 @register_advantage(GRPOParams)
-@torch.no_grad()
 def grpo_advantages(inputs: AdvantageInputs, params: GRPOParams) -> tuple[Tensor, Tensor]:
     """GRPO: z-score of each sequence score within its prompt group, on every valid token.
 
@@ -377,7 +403,6 @@ class RLOOParams(Hyperparameters):
 
 
 @register_advantage(RLOOParams, min_group_size=2)
-@torch.no_grad()
 def rloo_advantages(inputs: AdvantageInputs, params: RLOOParams) -> tuple[Tensor, Tensor]:
     """RLOO: score minus the mean score of the other samples of the same prompt.
 
@@ -400,7 +425,6 @@ class ReinforcePPParams(Hyperparameters):
 
 
 @register_advantage(ReinforcePPParams)
-@torch.no_grad()
 def reinforce_pp_advantages(
     inputs: AdvantageInputs, params: ReinforcePPParams
 ) -> tuple[Tensor, Tensor]:
@@ -418,7 +442,6 @@ class ReinforcePPBaselineParams(Hyperparameters):
 
 
 @register_advantage(ReinforcePPBaselineParams)
-@torch.no_grad()
 def reinforce_pp_baseline_advantages(
     inputs: AdvantageInputs, params: ReinforcePPBaselineParams
 ) -> tuple[Tensor, Tensor]:
@@ -441,7 +464,6 @@ class GAEParams(Hyperparameters):
 
 
 @register_advantage(GAEParams, needs_critic=True)
-@torch.no_grad()
 def gae_advantages(inputs: AdvantageInputs, params: GAEParams) -> tuple[Tensor, Tensor]:
     """Generalised Advantage Estimation: ``A_t = sum_l (gamma*lam)^l delta_{t+l}``.
 
@@ -449,6 +471,8 @@ def gae_advantages(inputs: AdvantageInputs, params: GAEParams) -> tuple[Tensor, 
     Returns are ``A + V`` (the critic's target), taken before any whitening. Masked positions
     inside a sequence are skipped, like in :func:`discounted_returns`.
     """
+    import torch
+
     token_rewards, response_mask, values = inputs.token_rewards, inputs.response_mask, inputs.values
     if values is None:
         raise ValueError("advantage estimator 'gae' needs values from a critic")
@@ -485,6 +509,8 @@ def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str) -> Tensor
     k3 = r - 1 - log r with r = ref/pi: unbiased and >= 0. Subtract ``coef * kl`` from the
     token rewards (PPO style) or aggregate it into the loss (GRPO style).
     """
+    import torch
+
     _check_same_shape(logprobs=logprobs, ref_logprobs=ref_logprobs)
     log_ratio = logprobs - ref_logprobs
     if estimator == "k1":
@@ -595,6 +621,8 @@ def truncated_is_weights(
     cap bounds the variance (TRL's ``vllm_importance_sampling_correction``, verl's
     ``rollout_correction``). Positions without a sampling logprob (NaN) weigh 1.
     """
+    import torch
+
     _check_same_shape(old_logprobs=old_logprobs, sampling_logprobs=sampling_logprobs, mask=mask)
     valid = (mask != 0) & ~torch.isnan(sampling_logprobs)
     log_ratio = torch.where(valid, old_logprobs - sampling_logprobs, 0.0)
@@ -719,6 +747,8 @@ def _clipped_surrogate(
     log_ratio: Tensor, inputs: LossInputs, params: ClipParams
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The clipped surrogate for a given log-ratio; the losses differ only in the ratio."""
+    import torch
+
     advantages, mask = inputs.advantages, inputs.response_mask
     clip_low, clip_high = params.clip_low, params.clip_high
     ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
@@ -804,6 +834,8 @@ def value_loss(
     cannot drag the critic far; ``None`` disables clipping. ``vf_clipfrac`` is the fraction of
     tokens where the clipped error was the larger one.
     """
+    import torch
+
     _check_2d("values", values)
     _check_same_shape(
         values=values, old_values=old_values, returns=returns, response_mask=response_mask
@@ -829,6 +861,8 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
 
     Stable for ``-inf`` logits (masked vocabulary): those terms count as 0, with finite grads.
     """
+    import torch
+
     logp = torch.log_softmax(logits, dim=-1)
     p = logp.exp()
     finite_logp = torch.where(p > 0, logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
@@ -854,6 +888,8 @@ def informative_groups(scores: Tensor, group_ids: Tensor) -> Tensor:
 
     Such groups have zero advantage under any group baseline, so they only dilute the loss.
     """
+    import torch
+
     if scores.dim() != 1 or group_ids.shape != scores.shape or group_ids.is_floating_point():
         raise ValueError(
             "need 1-D scores and integer group_ids of the same shape, got "

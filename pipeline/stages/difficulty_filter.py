@@ -42,7 +42,7 @@ from ..data.rows import TO_COUNT, read_rows
 from ..inference.sampling import EngineConfig, SamplingConfig, check_room
 from ..model_config import ModelConfig
 from ..reporting.evaluations import problem_counts
-from ..settings import Settings
+from ..settings import Seed, Settings
 from ..training import already_published, stage_version
 from .registry import HELD_OUT_FILE, PROBLEMS_FILE, Artifacts, Stage, register, with_weights
 from .rollouts import SampleStageConfig, run_sample
@@ -82,7 +82,7 @@ class DifficultyFilterConfig(Settings):
         description="share of the kept problems set aside (seeded, stratified by pass rate) in "
         "held_out.jsonl; the stages after the filter train on the rest",
     )
-    seed: int = Field(0, description="of the held-out split")
+    seed: Seed = Field(0, description="of the held-out split")
 
     @model_validator(mode="after")
     def _a_range(self) -> DifficultyFilterConfig:

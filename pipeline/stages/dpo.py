@@ -13,17 +13,14 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from datasets import Dataset, DatasetDict, load_from_disk
 from pydantic import BaseModel, ConfigDict, Field
-from trl import DPOConfig, DPOTrainer
 
 from ..checkpoints.manifest import read_manifest
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
 from ..settings import Settings
 from ..training import (
-    StepProgress,
     TrainingSettings,
     already_published,
     console,
@@ -33,6 +30,10 @@ from ..training import (
     trainer_arguments,
 )
 from .registry import Artifacts, Stage, register, with_weights
+
+if TYPE_CHECKING:  # datasets and TRL load when the stage runs, not with its config
+    from datasets import Dataset, DatasetDict
+    from trl import DPOTrainer
 
 EVAL_METRICS = (
     "loss",
@@ -70,6 +71,8 @@ class DPOResult(BaseModel):
 
 def load_pairs(pairs: Path) -> DatasetDict:
     """Published pairs (train / test), checked to be pairs."""
+    from datasets import DatasetDict, load_from_disk
+
     read_manifest(pairs)  # raises when it is not a published artifact
     dataset = load_from_disk(str(pairs))
     if not isinstance(dataset, DatasetDict) or "train" not in dataset:
@@ -92,6 +95,10 @@ def dpo_trainer(
     That first score is the trainer's ``eval_on_start``, not an ``evaluate()`` call before
     ``train()``: such a call prepares the model for evaluation, and accelerate then takes it as
     prepared and never wraps it in DDP, so each rank would train alone on its shard."""
+    from trl import DPOConfig, DPOTrainer
+
+    from ..trainer_progress import StepProgress
+
     args = DPOConfig(
         **trainer_arguments(config.training, config.model, output_dir),
         loss_type=[config.loss_type],

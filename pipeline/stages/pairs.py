@@ -26,28 +26,27 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Literal
 
-from datasets import Dataset, DatasetDict, Features, Value
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...verifiers import extract_code
 from ..checkpoints.manifest import publish, read_manifest, sha256_file
 from ..data.rows import TO_PAIR, read_rows
+from ..settings import Seed
 from ..training import already_published, console, stage_manifest
 from .registry import Artifacts, Stage, register
 
 Strategy = Literal["best_vs_worst", "shortest_passing", "all_pairs"]
-PAIR_FEATURES = Features(
-    {
-        "prompt_id": Value("string"),
-        "prompt": Value("string"),
-        "chosen": Value("string"),
-        "rejected": Value("string"),
-        "strategy": Value("string"),
-        "chosen_reward": Value("float64"),
-        "rejected_reward": Value("float64"),
-        "rejected_status": Value("string"),
-    }
-)
+# column -> its ``datasets`` dtype
+PAIR_COLUMNS = {
+    "prompt_id": "string",
+    "prompt": "string",
+    "chosen": "string",
+    "rejected": "string",
+    "strategy": "string",
+    "chosen_reward": "float64",
+    "rejected_reward": "float64",
+    "rejected_status": "string",
+}
 
 
 class PairMiningConfig(BaseModel):
@@ -73,7 +72,7 @@ class PairMiningConfig(BaseModel):
         "pairs, DPO's own model then being their reference; off: such rollouts are refused, "
         "as DPO's reference should be the policy that sampled the pairs",
     )
-    seed: int = 0
+    seed: Seed = 0
 
 
 class MinedPairs(BaseModel):
@@ -214,6 +213,8 @@ def sampled_by(
 def run_pair_mining(config: PairMiningConfig, rollouts: Path, out_dir: Path) -> MinedPairs:
     """Mine, split by prompt and publish the pairs of ``rollouts`` in ``out_dir``; with no pair
     at all, publish nothing and say why."""
+    from datasets import Dataset, DatasetDict, Features, Value
+
     out_dir = Path(out_dir)
     if already_published(out_dir, "pairs", config):
         counts = read_manifest(out_dir).metrics
@@ -237,11 +238,12 @@ def run_pair_mining(config: PairMiningConfig, rollouts: Path, out_dir: Path) -> 
     random.Random(config.seed).shuffle(prompt_ids)
     held_out = min(round(len(prompt_ids) * config.held_out_fraction), len(prompt_ids) - 1)
     splits = {"test": prompt_ids[:held_out], "train": prompt_ids[held_out:]}
+    features = Features({name: Value(dtype) for name, dtype in PAIR_COLUMNS.items()})
     dataset = DatasetDict(
         {
             name: Dataset.from_list(
                 [pair for prompt_id in ids for pair in pairs_by_prompt[prompt_id]],
-                features=PAIR_FEATURES,
+                features=features,
             )
             for name, ids in splits.items()
             if ids  # datasets cannot reload an empty split

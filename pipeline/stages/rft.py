@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from datasets import Dataset
 from pydantic import Field
 
 from .. import atomic
@@ -33,6 +32,7 @@ from ..checkpoints.manifest import read_manifest
 from ..data.rows import read_rows
 from ..inference.sampling import SamplingConfig
 from ..model_config import load_tokenizer
+from ..settings import Seed
 from ..training import (
     TrainingSettings,
     already_published,
@@ -71,7 +71,7 @@ class RFTConfig(RolloutsConfig):
         "the passes of the scored rollouts an earlier stage made (its own sampling skipped)",
     )
     training: TrainingSettings = Field(default_factory=TrainingSettings)
-    seed: int = 0
+    seed: Seed = 0
 
 
 def round_dir(out_dir: Path, number: int) -> Path:
@@ -176,6 +176,8 @@ def _fine_tune(
 ) -> dict[str, Any]:
     """``start`` fine-tuned on ``examples`` with the SFT trainer and published in ``out``
     (reused when it is there for this round); the training metrics."""
+    from datasets import Dataset
+
     stage = f"rft-round-{config.rounds:02d}"
     if already_published(out, stage, config):
         return {k: v for k, v in read_manifest(out).metrics.items() if k not in counts}

@@ -42,9 +42,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
-import torch
-from accelerate import Accelerator, PartialState
-from accelerate.utils import broadcast_object_list, gather_object
 from pydantic import Field, model_validator
 
 from ...verifiers import Problem, RewardConfig
@@ -75,23 +72,18 @@ from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
 from ..progress import track
 from ..reporting.plots import plot_curves
 from ..rl.metric_names import ITERATION, Data, Reward, Sampler, Time, Update
-from ..rl.models import ValueModel
-from ..rl.policy_update import PolicyUpdater, UpdateConfig
-from ..rl.rollouts import collate_rollouts
-from ..rl.trainer_state import (
-    gather_policy_weights,
-    gather_trainer_state,
-    has_trainer_state,
-    load_trainer_state,
-)
-from ..settings import Settings
+from ..rl.update_config import UpdateConfig
+from ..settings import Seed, Settings
 from ..tracking import log_stage_metrics
 from ..training import already_published
 from .registry import Artifacts, Stage, StaleOutputError, kept_problems, register, with_weights
 from .scoring import ScoreConfig, score_rollouts, summarize
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch, accelerate and the updater load when the stage runs
+    from accelerate import Accelerator
     from transformers import PreTrainedModel
+
+    from ..rl.policy_update import PolicyUpdater
 
 log = logging.getLogger(__name__)
 ROLLOUTS = "rollouts"  # each iteration's scored rollouts, in out_dir
@@ -175,7 +167,7 @@ class RLConfig(Settings):
         "are published (each holds the weights and a trainer state; AdamW's is twice the "
         "weights in float32); a resume needs the newest only; null keeps them all",
     )
-    seed: int = 0
+    seed: Seed = 0
 
     @model_validator(mode="after")
     def _consistent(self) -> RLConfig:
@@ -333,6 +325,10 @@ class _Run:
 def _start(config: RLConfig, out_dir: Path) -> _Run:
     """Problems and prompts, and the policy, trainer state, schedule and engine from where a
     stopped run left them (the last published iteration), or from the model."""
+    import torch
+
+    from ..rl.trainer_state import load_trainer_state
+
     torch.manual_seed(config.seed)
     problems = load_problem_set(config.problems)
     tokenizer = load_tokenizer(config.model)
@@ -468,6 +464,8 @@ def fill_batch(run: _Run, iteration: int, phases: Phases) -> Batch:
 
 def train(run: _Run, iteration: int, batch: Batch, phases: Phases) -> dict[str, float]:
     """The policy update on the batch's informative groups; without any, the weights stay."""
+    from ..rl.rollouts import collate_rollouts
+
     with phases(Time.UPDATE):
         if batch.trained:
             pad = run.tokenizer.pad_token_id
@@ -485,6 +483,8 @@ def publish(run: _Run, iteration: int, metrics: dict[str, Any], phases: Phases) 
     every engine from it and check each against the trainer's probe; then prune the old
     checkpoints (``save_total_limit``). Returns, on the main process, the worst engine's probe
     difference."""
+    from accelerate.utils import gather_object
+
     config = run.config
     target = iteration_dir(run.out_dir, iteration)
     manifest = CheckpointManifest(
@@ -561,6 +561,8 @@ def _sample_on_ranks(
     """Every prompt's rows on every rank, in prompt order, and how many engines sampled them:
     the main process's engine samples them all, or (an engine on every rank) each rank samples
     a contiguous share. (On one process the collectives hand their input back.)"""
+    from accelerate.utils import broadcast_object_list, gather_object
+
     rank, world = accelerator.process_index, accelerator.num_processes
     if not every_rank:
         rows = sampler.sample(prompts, sampling, policy_version=policy_version) if sampler else []
@@ -583,6 +585,8 @@ def _score_on_every_rank(
     """``rows`` (the same on every rank), scored: on N ranks every rank scores rows ``rank::N``
     on its own sandbox pool, and every rank gets all of them back in order (a verdict depends on
     its row alone, so the split changes nothing)."""
+    from accelerate.utils import gather_object
+
     rank, world = accelerator.process_index, accelerator.num_processes
     shares = gather_object([score_rollouts(rows[rank::world], problems, scoring)])
     return [shares[index % world][index // world] for index in range(len(rows))]
@@ -657,7 +661,7 @@ class UpdateStageConfig(Settings):
         "optimizer, KL controller and RNG state",
     )
     update: UpdateConfig = Field(default_factory=UpdateConfig)
-    seed: int = 0
+    seed: Seed = 0
 
 
 def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
@@ -667,6 +671,11 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     Rank-aware under ``accelerate launch``: every rank reads every row, and the updater trains
     each rank on its share of every minibatch (rows ``rank::world``, DDP summing the gradients),
     so the weights do not depend on the number of ranks; the main process alone publishes."""
+    import torch
+
+    from ..rl.rollouts import collate_rollouts
+    from ..rl.trainer_state import has_trainer_state, load_trainer_state
+
     stage = f"update-{config.update.algorithm}"
     out_dir = Path(out_dir)
     if already_published(out_dir, stage, config):
@@ -708,6 +717,9 @@ def _updater(update: UpdateConfig, model: ModelConfig, policy: PreTrainedModel) 
     """The updater of ``policy``: a critic when the algorithm trains one, and ``model`` as the
     frozen reference when the KL needs one (with LoRA the reference is the policy without its
     adapter)."""
+    from ..rl.models import ValueModel
+    from ..rl.policy_update import PolicyUpdater
+
     critic = ValueModel.from_policy(policy) if update.needs_critic else None
     reference = load_causal_lm(model) if update.needs_reference and not model.lora_r else None
     return PolicyUpdater(update, policy, model_config=model, ref_model=reference, critic=critic)
@@ -723,6 +735,8 @@ def _publish(
     """A checkpoint of the policy (LoRA merged) and the state to continue from. Every rank
     calls it (under FSDP the shards are gathered); the main process writes, and no rank
     returns before the checkpoint exists."""
+    from ..rl.trainer_state import gather_policy_weights, gather_trainer_state
+
     weights = gather_policy_weights(updater)
     state = gather_trainer_state(updater, policy_version=policy_version)
 
@@ -736,6 +750,8 @@ def _publish(
 
 
 def _rl_stage(config: RLConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    from accelerate import PartialState
+
     config = kept_problems(with_weights(config, inputs.checkpoint), inputs.problems)
     checkpoint = run_rl(config, out_dir)
     state = PartialState()

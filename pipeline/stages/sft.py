@@ -10,11 +10,9 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from datasets import Dataset
 from pydantic import Field
-from trl import SFTConfig, SFTTrainer
 
 from ...verifiers import Problem
 from ...verifiers.problems import MBPP
@@ -23,7 +21,6 @@ from ..data.prompts import PromptStyle, build_prompt, reference_answer
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
 from ..settings import Settings
 from ..training import (
-    StepProgress,
     TrainingSettings,
     already_published,
     console,
@@ -33,6 +30,10 @@ from ..training import (
     trainer_arguments,
 )
 from .registry import Artifacts, Stage, register, with_weights
+
+if TYPE_CHECKING:  # datasets and TRL load when the stage runs, not with its config
+    from datasets import Dataset
+    from trl import SFTTrainer
 
 
 class SFTStageConfig(Settings):
@@ -51,6 +52,8 @@ class SFTStageConfig(Settings):
 
 def sft_dataset(problems: dict[str, Problem], tokenizer: Any, style: PromptStyle) -> Dataset:
     """Prompt/completion rows for every problem that has a reference solution."""
+    from datasets import Dataset
+
     rows = []
     for problem in problems.values():
         answer = reference_answer(problem, style)
@@ -72,6 +75,10 @@ def sft_trainer(
     config: SFTStageConfig, dataset: Dataset, tokenizer: Any, output_dir: Path
 ) -> SFTTrainer:
     """TRL's trainer for ``config``, loss on the completions only."""
+    from trl import SFTConfig, SFTTrainer
+
+    from ..trainer_progress import StepProgress
+
     args = SFTConfig(
         **trainer_arguments(config.training, config.model, output_dir),
         completion_only_loss=True,
