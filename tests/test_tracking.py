@@ -1,20 +1,31 @@
 """Experiment trackers, each for real and offline: a run's parameters, evaluations and artifacts
 from the run side, and a stage's metrics from another process (as the stage worker logs them),
-read back with each tracker's own reader (tests/tracker_readers.py)."""
+read back with each tracker's own reader (tests/tracker_readers.py); a tracker's service checked
+in seconds before a run starts (real sockets on loopback), a resumed run's TensorBoard points,
+and a tracker that fails mid-run (a store gone bad, a full disk) named while the run goes on."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from tracker_readers import offline, read
+from endpoints import closed_port_url, silent_listener_url
+from tracker_readers import offline, read, tensorboard_points
 
 from codepost.pipeline import tracking
-from codepost.pipeline.tracking import TRACKERS, RunTracking, evaluation_metrics
+from codepost.pipeline.tracking import (
+    TRACKERS,
+    RunTracking,
+    TrackerUnavailable,
+    evaluation_metrics,
+)
 
 STAGE_SIDE = """
 import sys
@@ -98,3 +109,109 @@ def _png(path: Path) -> None:
     figure = plt.figure(figsize=(1, 1))
     figure.savefig(path)
     plt.close(figure)
+
+
+@pytest.mark.parametrize(
+    ("tracker", "variable"), [("mlflow", "MLFLOW_TRACKING_URI"), ("wandb", "WANDB_BASE_URL")]
+)
+@pytest.mark.parametrize("service", ["closed port", "silent listener"])
+def test_a_tracker_service_that_does_not_answer_is_refused_in_seconds(
+    tracker, variable, service, monkeypatch
+):
+    """MLflow's client retried for 15 minutes (5 at a closed port) before its first failure."""
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    endpoint = (
+        contextlib.nullcontext(closed_port_url())
+        if service == "closed port"
+        else silent_listener_url()
+    )
+    with endpoint as url:
+        monkeypatch.setenv(variable, url)
+        started = time.monotonic()
+        with pytest.raises(TrackerUnavailable, match=rf"^{variable}={url}.*: no answer"):
+            TRACKERS[tracker].check()
+        assert time.monotonic() - started < 30
+
+
+def test_a_resumed_run_leaves_one_tensorboard_point_per_step(tmp_path):
+    """A resumed run logs its evaluations again, reused ones included: TensorBoard showed every
+    point twice. A stage started over (a new config) logs its steps from the first again."""
+    run_dir, stage_folder = tmp_path / "run", tmp_path / "run" / "tracking" / "tensorboard" / "rl"
+    for attempt, passed in enumerate((0.25, 0.5)):
+        with RunTracking(["tensorboard"], run_dir, {"seed": 1}) as run:
+            run.log_evaluation("base", "tiny", _evaluation(tmp_path / f"b{attempt}", 0.125))
+            run.log_evaluation("rl", "tiny", _evaluation(tmp_path / f"r{attempt}", passed))
+            with tracking.stage("rl"):
+                for iteration in (1, 2):
+                    tracking.log_stage_metrics({"reward/mean": passed + iteration}, iteration)
+                tracking.close_stage_runs()
+    points = tensorboard_points(
+        run_dir / "tracking" / "tensorboard" / "run", "eval/tiny/greedy/pass_at_1"
+    )
+    assert points == [(0, 0.125), (1, 0.5)]
+    assert tensorboard_points(stage_folder, "reward/mean") == [(1, 1.5), (2, 2.5)]
+    with RunTracking(["tensorboard"], run_dir, {"seed": 1}), tracking.stage("rl"):
+        tracking.log_stage_metrics({"reward/mean": 9.0}, 3)  # a resumed stage: its next step
+        tracking.close_stage_runs()
+    assert tensorboard_points(stage_folder, "reward/mean") == [(1, 1.5), (2, 2.5), (3, 9.0)]
+
+
+def test_a_tracker_failing_mid_run_is_named_and_the_run_goes_on(tmp_path, monkeypatch, caplog):
+    """A store that fails mid-run (here MLflow's SQLite file, overwritten) killed the stage with
+    a message naming no path: the run goes on with the other trackers, and says where."""
+    offline(monkeypatch, tmp_path)
+    store = tmp_path / "store" / "mlflow.db"
+    store.parent.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    run_dir = tmp_path / "run"
+    caplog.set_level(logging.ERROR, logger="codepost.pipeline.tracking")
+    with RunTracking(["mlflow", "tensorboard"], run_dir, {"seed": 1}) as run:
+        run.log_evaluation("base", "tiny", _evaluation(tmp_path / "e0", 0.25))
+        with store.open("r+b") as database:
+            database.write(b"not a database" * 512)
+        run.log_evaluation("sft", "tiny", _evaluation(tmp_path / "e1", 0.5))
+        run.log_evaluation("rl", "tiny", _evaluation(tmp_path / "e2", 0.75))
+    [failure] = run.failures
+    assert failure.startswith(f"mlflow failed, MLflow store sqlite:///{store}: ")
+    assert "file is not a database" in failure
+    assert f"MLflow store sqlite:///{store}" in caplog.text and "goes on without it" in caplog.text
+    points = tensorboard_points(
+        run_dir / "tracking" / "tensorboard" / "run", "eval/tiny/greedy/pass_at_1"
+    )
+    assert points == [(0, 0.25), (1, 0.5), (2, 0.75)]
+
+
+@pytest.mark.slow
+def test_a_full_wandb_folder_is_named_and_the_run_goes_on(tmp_path, monkeypatch, caplog):
+    """W&B offline, its folder full: the run ended with exit 0 and no word."""
+    offline(monkeypatch, tmp_path)
+    full = tmp_path / "small-disk"
+    full.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(full)],
+                             capture_output=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"a small disk is a tmpfs, which needs root: {mounted.stderr.decode()}")
+    try:
+        monkeypatch.setenv("WANDB_DIR", str(full))
+        caplog.set_level(logging.ERROR, logger="codepost.pipeline.tracking")
+        run_dir = tmp_path / "run"
+        with RunTracking(["wandb", "tensorboard"], run_dir, {"seed": 1}) as run:
+            with tracking.stage("rl"):
+                for iteration in range(1, 301):  # about 1 MiB of records into 256 KiB
+                    metrics = {f"metric/{index:03d}/{'x' * 40}": iteration for index in range(50)}
+                    tracking.log_stage_metrics(metrics, iteration)
+                tracking.close_stage_runs()
+            run.log_evaluation("base", "tiny", _evaluation(tmp_path / "e0", 0.25))
+        stage_failure = f"wandb failed, W&B folder {full}/wandb/offline-run-"
+        assert stage_failure in caplog.text and "stage rl goes on without it" in caplog.text
+        assert "no space left on device" in caplog.text
+        [failure] = run.failures  # the run's own records, on the same disk
+        assert failure.startswith(stage_failure) and "disk is full (0 bytes free)" in failure
+        assert "this run's records are incomplete" in caplog.text
+        points = tensorboard_points(
+            run_dir / "tracking" / "tensorboard" / "run", "eval/tiny/greedy/pass_at_1"
+        )
+        assert points == [(0, 0.25)]  # the other tracker had everything
+    finally:
+        subprocess.run(["umount", "--lazy", str(full)], check=True)

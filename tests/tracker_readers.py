@@ -42,6 +42,16 @@ def read_tensorboard(run_dir: Path) -> Logged:
     return logged
 
 
+def tensorboard_points(folder: Path, tag: str) -> list[tuple[int, float]]:
+    """Every point of ``tag`` TensorBoard shows for the run in ``folder``, in order (a step
+    logged twice is two points)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    events.Reload()
+    return [(event.step, event.value) for event in events.Scalars(tag)]
+
+
 def read_mlflow(run_dir: Path) -> Logged:
     from mlflow import MlflowClient
 

@@ -18,6 +18,9 @@ trackers: :data:`ENV`; the stage running: :data:`STAGE_ENV`), which a process st
 stage inherits and the stage worker receives with every call. A tracker is one module of this
 package that registers itself (:func:`.base.register`); its library is imported only when a
 run asks for it.
+
+A tracker that fails mid-run (a full disk, a server gone) is reported, naming where it writes,
+and left out from then on, on either side: the run's stages are worth more than its records.
 """
 
 from __future__ import annotations
@@ -28,12 +31,12 @@ import json
 import logging
 import os
 import pkgutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..resources import on_close
-from .base import TRACKERS, Tracker, numbers, register
+from .base import TRACKERS, Tracker, TrackerFailed, TrackerUnavailable, numbers, register
 
 log = logging.getLogger(__name__)
 
@@ -93,13 +96,16 @@ class RunTracking:
         folder, name = Path(run_dir) / "tracking", Path(run_dir).resolve().name
         params = flat_params(config)
         self.runs: dict[str, Tracker] = {}
-        attach: dict[str, Any] = {}
+        self._attach: dict[str, Any] = {}
         for tracker in report_to:
-            self.runs[tracker], attach[tracker] = TRACKERS[tracker].start_run(folder, name, params)
+            self.runs[tracker], self._attach[tracker] = TRACKERS[tracker].start_run(
+                folder, name, params
+            )
         self._models: list[str] = []  # evaluated models in order: their step
         self._saved_env = os.environ.get(ENV)
-        if attach:
-            os.environ[ENV] = json.dumps(attach)
+        self.failures: list[str] = []  # each tracker that failed: where, and why
+        if self._attach:
+            os.environ[ENV] = json.dumps(self._attach)
             log.info("tracking: %s (%s)", ", ".join(report_to), folder)
 
     def log_evaluation(self, model: str, benchmark: str, evaluation: Path) -> None:
@@ -111,19 +117,28 @@ class RunTracking:
             self._models.append(model)
         results = json.loads((Path(evaluation) / "evaluation.json").read_text())
         metrics = evaluation_metrics(benchmark, results)
-        for run in self.runs.values():
-            run.log(metrics, step=self._models.index(model))
+        step = self._models.index(model)
+        self._each(lambda run: run.log(metrics, step=step))
 
     def log_metrics(self, metrics: Mapping[str, float]) -> None:
         """Metrics of the run as a whole (a nightly's promotion decision), at the step of the
         last model evaluated."""
-        for run in self.runs.values():
-            run.log(dict(metrics), step=max(len(self._models) - 1, 0))
+        self._each(lambda run: run.log(dict(metrics), step=max(len(self._models) - 1, 0)))
 
     def log_artifacts(self, paths: list[Path]) -> None:
         """The run's files (the report, plots)."""
-        for run in self.runs.values():
-            run.log_artifacts(sorted(path for path in paths if path.is_file()))
+        self._each(lambda run: run.log_artifacts(sorted(path for path in paths if path.is_file())))
+
+    def _each(self, act: Callable[[Tracker], None]) -> None:
+        """``act`` on each tracker's run; one that fails is left out from then on, the stages'
+        side too (the variable they read)."""
+        for tracker, run in list(self.runs.items()):
+            try:
+                act(run)
+            except Exception as exc:  # whatever its library raises: a full disk, a server gone
+                self.failures.append(_failed(tracker, run, exc, "the run goes on without it"))
+                del self.runs[tracker], self._attach[tracker]
+                os.environ[ENV] = json.dumps(self._attach)
 
     def __enter__(self) -> RunTracking:
         return self
@@ -132,13 +147,14 @@ class RunTracking:
         """Finish every run (failed when the block raised), the stages' this process opened
         first."""
         close_stage_runs(failed=kind is not None)
-        for run in self.runs.values():
-            run.finish(failed=kind is not None)
+        self._each(lambda run: run.finish(failed=kind is not None))
         self.runs = {}
         if self._saved_env is None:
             os.environ.pop(ENV, None)
         else:
             os.environ[ENV] = self._saved_env
+        if self.failures:
+            log.error("tracking: this run's records are incomplete: %s", "; ".join(self.failures))
 
 
 @contextlib.contextmanager
@@ -179,18 +195,35 @@ def _stage_trackers() -> dict[str, Tracker]:
 def close_stage_runs(failed: bool = False) -> None:
     """Finish the stage runs this process opened (the stage worker does when it ends)."""
     global _stage_open
-    runs = list(_stage_runs.values())
-    _stage_runs.clear()
     _stage_open = None
-    for run in runs:
-        run.finish(failed)
+    _stage_each(lambda run: run.finish(failed))
+    _stage_runs.clear()
 
 
 def log_stage_metrics(metrics: Mapping[str, Any], step: int) -> None:
     """Log a stage's metrics (RL: an iteration's ``metrics.jsonl`` row) to its runs."""
     values = numbers(metrics)
-    for run in _stage_trackers().values():
-        run.log(values, step)
+    if _stage_trackers():  # opened on first use
+        _stage_each(lambda run: run.log(values, step))
+
+
+def _stage_each(act: Callable[[Tracker], None]) -> None:
+    """``act`` on each of the stage's runs; one that fails is left out for the rest of the
+    stage (the stage's log says so; the run's own records go on)."""
+    for tracker, run in list(_stage_runs.items()):
+        try:
+            act(run)
+        except Exception as exc:  # whatever its library raises: a full disk, a server gone
+            _failed(tracker, run, exc, f"stage {os.environ.get(STAGE_ENV)} goes on without it")
+            del _stage_runs[tracker]
+
+
+def _failed(tracker: str, run: Tracker, exc: Exception, then: str) -> str:
+    """Report a tracker's failure on one line, naming where it writes; the line."""
+    first = (str(exc).strip().splitlines() or [repr(exc)])[0]  # not the SQL of a store's error
+    line = f"{tracker} failed, {run.where}: {first}"
+    log.error("tracking: %s; %s", line, then)
+    return line
 
 
 def trainer_arguments() -> dict[str, Any]:
@@ -210,7 +243,9 @@ __all__ = [
     "TRACKERS",
     "RunTracking",
     "Tracker",
+    "TrackerFailed",
     "TrackerName",
+    "TrackerUnavailable",
     "close_stage_runs",
     "evaluation_metrics",
     "flat_params",

@@ -1,4 +1,5 @@
-"""What a tracker is, and the registry every tracker module adds itself to."""
+"""What a tracker is, the registry every tracker module adds itself to, and the check of a
+tracker's service before a run starts."""
 
 from __future__ import annotations
 
@@ -8,6 +9,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ..endpoints import ask
+
+CHECK_TIMEOUT_S = 5.0  # a service that has not answered by then is not going to take a run
+
+
+class TrackerUnavailable(RuntimeError):
+    """A tracker's service that cannot take a run: the message names its setting (the
+    environment variable) and what failed."""
+
+
+class TrackerFailed(RuntimeError):
+    """A tracker that stopped taking a run's records mid-run: the message names where it
+    writes."""
+
 
 class Tracker(ABC):
     """One backend's run: the pipeline run's own, or a stage's, nested in it.
@@ -16,6 +31,17 @@ class Tracker(ABC):
     unless a run asks for that tracker."""
 
     name: ClassVar[str]
+
+    @classmethod
+    def check(cls) -> None:
+        """Raise :class:`TrackerUnavailable` when the service a run would write to does not
+        answer or would refuse it (in seconds, before the run starts); local files: nothing."""
+        return None
+
+    @property
+    def where(self) -> str:
+        """Where the run's records go (a folder, a store's URI), for a message."""
+        return "?"
 
     @classmethod
     @abstractmethod
@@ -55,6 +81,15 @@ def register(tracker: type[Tracker]) -> type[Tracker]:
         raise ValueError(f"tracker {tracker.name!r} is already registered")
     TRACKERS[tracker.name] = tracker
     return tracker
+
+
+def check_answers(url: str, variable: str, timeout_s: float = CHECK_TIMEOUT_S) -> None:
+    """Raise :class:`TrackerUnavailable` naming ``variable`` unless ``url`` answers HTTP within
+    ``timeout_s``: any answer but a server error will do (a login page is a server there).
+    A tracker's own client would retry for minutes before its first failure."""
+    answer = ask(url, timeout_s)
+    if answer.status is None or answer.status >= 500:
+        raise TrackerUnavailable(f"{variable}: {url}: {answer.reason}")
 
 
 def numbers(metrics: Mapping[str, Any]) -> dict[str, float]:

@@ -1,6 +1,10 @@
 """MLflow: the run in the store that ``MLFLOW_TRACKING_URI`` names (default: a SQLite store,
 ``<run>/tracking/mlflow.db``), in the experiment ``MLFLOW_EXPERIMENT_NAME`` (default
-``codepost``); each stage a child run (``mlflow.parentRunId``). Works with ``mlflow-skinny``."""
+``codepost``); each stage a child run (``mlflow.parentRunId``). Works with ``mlflow-skinny``.
+
+A tracking server is checked before the run starts (:func:`~.base.check_answers`), and the
+client gives up on one that stops answering after seconds, not MLflow's 15 minutes of retries
+(:data:`HTTP_DEFAULTS`, which the environment overrides)."""
 
 from __future__ import annotations
 
@@ -10,9 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .base import Tracker, register
+from .base import Tracker, check_answers, register
 
 BATCH = 100  # MLflow takes at most 100 parameters or 1000 metrics per call
+# MLflow's client retries a request 7 times, 2 s doubling each time, each waiting up to 120 s.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 
 @register
@@ -22,12 +28,25 @@ class MLflow(Tracker):
     def __init__(self, uri: str, run_id: str, fluent: bool) -> None:
         from mlflow import MlflowClient
 
+        self.uri = uri
         self.client, self.run_id, self.fluent = MlflowClient(uri), run_id, fluent
+
+    @classmethod
+    def check(cls) -> None:
+        uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+        if uri.startswith(("http://", "https://")):
+            check_answers(f"{uri.rstrip('/')}/health", f"MLFLOW_TRACKING_URI={uri}")
+
+    @property
+    def where(self) -> str:
+        return f"MLflow store {self.uri}"
 
     @classmethod
     def start_run(
         cls, folder: Path, name: str, params: Mapping[str, str]
     ) -> tuple[Tracker, dict[str, Any]]:
+        for variable, value in HTTP_DEFAULTS.items():  # before MLflow reads them, stages too
+            os.environ.setdefault(variable, value)
         from mlflow import MlflowClient
         from mlflow.entities import Param
 

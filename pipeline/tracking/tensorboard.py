@@ -1,15 +1,24 @@
 """TensorBoard: event files under ``<run>/tracking/tensorboard/``: ``run/`` (the config, each
 evaluation, the report and plots) and one folder per stage, which TensorBoard lists as runs.
-TRL's callback writes its events into the stage's folder too."""
+TRL's callback writes its events into the stage's folder too.
+
+A resumed run writes into the same folders, logging some steps again: a writer purges the
+points an earlier attempt left from its first step on (TensorBoard's ``purge_step``), so that a
+step has one point. The run side logs the whole run again (reused evaluations too) and purges
+from step 0; a stage from the first step it logs (a resumed RL stage: the iteration after the
+last one published); TRL's trainer, which logs every attempt from its first step, from 0."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import Tracker, register
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 
 @register
@@ -17,9 +26,21 @@ class TensorBoard(Tracker):
     name = "tensorboard"
 
     def __init__(self, folder: Path) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        self.folder = folder
+        self.writer: SummaryWriter | None = None
 
-        self.writer = SummaryWriter(log_dir=str(folder))
+    def _writer(self, step: int) -> SummaryWriter:
+        """The writer, opened at the first point (at ``step``), purging an earlier attempt's
+        points from there on."""
+        if self.writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=str(self.folder), purge_step=step)
+        return self.writer
+
+    @property
+    def where(self) -> str:
+        return f"TensorBoard folder {self.folder}"
 
     @classmethod
     def start_run(
@@ -28,7 +49,7 @@ class TensorBoard(Tracker):
         root = folder / "tensorboard"
         run = cls(root / "run")
         table = "\n".join(f"| {key} | {value} |" for key, value in params.items())
-        run.writer.add_text("config", f"| parameter | value |\n| --- | --- |\n{table}")
+        run._writer(0).add_text("config", f"| parameter | value |\n| --- | --- |\n{table}")
         return run, {"folder": str(root.resolve())}
 
     @classmethod
@@ -38,18 +59,25 @@ class TensorBoard(Tracker):
         return cls(folder)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
+        writer = self._writer(step)
         for name, value in metrics.items():
-            self.writer.add_scalar(name, value, step)
-        self.writer.flush()
+            writer.add_scalar(name, value, step)
+        writer.flush()
 
     def log_artifacts(self, paths: list[Path]) -> None:
         from matplotlib.image import imread
 
+        writer = self._writer(0)
         for path in paths:
             if path.suffix == ".png":
-                self.writer.add_image(str(path.name), imread(path)[..., :3], dataformats="HWC")
+                writer.add_image(str(path.name), imread(path)[..., :3], dataformats="HWC")
             else:
-                self.writer.add_text(path.name, path.read_text())
+                writer.add_text(path.name, path.read_text())
+
+    def trainer_arguments(self) -> dict[str, Any]:
+        self._writer(0).flush()  # the purge mark, before TRL's callback writes its first step
+        return {}
 
     def finish(self, failed: bool = False) -> None:
-        self.writer.close()
+        if self.writer is not None:
+            self.writer.close()

@@ -1,17 +1,28 @@
 """Weights & Biases: the run and one run per stage in one group (the run folder's name and the
 run's id), in the project ``WANDB_PROJECT`` (default ``codepost``), files under
 ``<run>/tracking/wandb/`` (``WANDB_DIR`` wins). ``WANDB_MODE=offline`` keeps everything on disk
-(``wandb sync`` uploads it later)."""
+(``wandb sync`` uploads it later).
+
+Online, a key (``WANDB_API_KEY``, or ``wandb login``'s line in ``~/.netrc``) and an answer from
+``WANDB_BASE_URL`` are checked before the run starts. wandb-core reports a write that failed (a
+full disk) only in its own log: :meth:`WandB.log` and :meth:`WandB.finish` read it and raise."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import netrc
 import os
+import shutil
+import urllib.parse
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .base import Tracker, register
+from .base import Tracker, TrackerFailed, TrackerUnavailable, check_answers, register
+
+FULL_BYTES = 1 << 16  # free space under which W&B's folder counts as full (a record block)
 
 
 def _init(**settings: Any) -> Any:
@@ -27,6 +38,25 @@ class WandB(Tracker):
 
     def __init__(self, run: Any) -> None:
         self.run = run
+        self._log_read = 0  # bytes of wandb-core's log read so far
+
+    @classmethod
+    def check(cls) -> None:
+        if os.environ.get("WANDB_MODE", "online").lower() in ("offline", "dryrun", "disabled"):
+            return
+        base_url = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+        host = urllib.parse.urlparse(base_url).hostname or base_url
+        if not (os.environ.get("WANDB_API_KEY") or _netrc_login(host)):
+            raise TrackerUnavailable(
+                f"WANDB_API_KEY is not set and ~/.netrc has no login for {host} (WANDB_MODE is "
+                "online): `wandb login`, or WANDB_MODE=offline to keep the run on disk and "
+                "`wandb sync` it later"
+            )
+        check_answers(base_url, f"WANDB_BASE_URL={base_url} (WANDB_MODE online)")
+
+    @property
+    def where(self) -> str:
+        return f"W&B folder {self.run.dir.removesuffix('/files')}"
 
     @classmethod
     def start_run(
@@ -56,6 +86,7 @@ class WandB(Tracker):
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self.run.log(dict(metrics), step=step)
+        self._check_written()
 
     def log_artifacts(self, paths: list[Path]) -> None:
         for path in paths:
@@ -63,3 +94,31 @@ class WandB(Tracker):
 
     def finish(self, failed: bool = False) -> None:
         self.run.finish(exit_code=1 if failed else 0)
+        self._check_written()
+        free = shutil.disk_usage(self.run.dir).free
+        if free < FULL_BYTES:
+            raise TrackerFailed(
+                f"its disk is full ({free} bytes free): the last records may be lost"
+            )
+
+    def _check_written(self) -> None:
+        """Raise the first write wandb-core logged as failed since the last look."""
+        failed: list[bytes] = []
+        with contextlib.suppress(OSError), Path(self.run.settings.log_internal).open("rb") as log:
+            log.seek(self._log_read)
+            lines = log.read().splitlines()
+            self._log_read = log.tell()
+            failed = [line for line in lines if b"failed to save record" in line]
+        if failed:  # a JSON line: {"time": ..., "level": "ERROR", "msg": "writer: failed ..."}
+            message = failed[0].decode(errors="replace")
+            with contextlib.suppress(ValueError, KeyError):
+                message = json.loads(message)["msg"]
+            raise TrackerFailed(message)
+
+
+def _netrc_login(host: str) -> bool:
+    """Whether ``wandb login`` left a key for ``host`` in ``~/.netrc`` (or ``$NETRC``)."""
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
