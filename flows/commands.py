@@ -3,7 +3,8 @@
 the deployments (a nightly series, every flow on demand) served against a server.
 
 Prefect and TRL read their settings from the environment when they load, so each command sets
-it before it imports them (the run's config classes load TRL).
+it before it imports them. The run's config classes load neither (nor torch): its flags are read
+and refused in a second, and Prefect and the ML stack load once the settings are good.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ def register_run(subparsers: Any) -> argparse.ArgumentParser:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     allow_a_slow_first_start()
     _route_logs()
-    from ..pipeline.post_train import PostTrainConfig  # after the environment: TRL loads
-    from .run import run  # and Prefect
+    from ..pipeline.post_train import PostTrainConfig
+    from .run import run
 
     parser = settings_command(
         subparsers,
@@ -42,6 +43,11 @@ def register_run(subparsers: Any) -> argparse.ArgumentParser:
         "--quiet", action="store_true", help="show warnings, errors and the result only"
     )
     shown.add_argument("--verbose", action="store_true", help="show every library's INFO lines too")
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config (every setting, the defaults too) as YAML and exit",
+    )
     parser.set_defaults(func=run)
     return parser
 

@@ -1,6 +1,7 @@
 """The ``codepost run`` command: its settings checked, then every outside service it needs
-(the Docker engines, a sample server) and the run folder's lock before Prefect starts, so that a
-run that cannot finish is refused at once; then the ``post-train`` flow and its pass@1 table.
+(the model, the Docker engines, a sample server, the trackers) and the run folder's lock before
+Prefect starts, so that a run that cannot finish is refused in seconds; then the ``post-train``
+flow and its pass@1 table. Prefect, torch and TRL load only once all of that holds.
 Imported by :mod:`.commands` once the environment Prefect and TRL read is set."""
 
 from __future__ import annotations
@@ -8,13 +9,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-from rich.console import Console
+import yaml
 from rich.table import Table
 
-from ..pipeline.command_line import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE, stdout_console
+from ..pipeline.command_line import (
+    EXIT_SANDBOX_UNAVAILABLE,
+    refuse,
+    stderr_console,
+    stdout_console,
+)
 from ..pipeline.config_walk import settings_of
 from ..pipeline.data.problem_sets import check_problem_files
 from ..pipeline.inference.remote import check_server
@@ -24,44 +29,51 @@ from ..pipeline.reporting.report import format_p_value
 from ..pipeline.run_lock import RunFolderLocked, run_folder_lock
 from ..pipeline.settings import load_config
 from ..pipeline.stages.scoring import SandboxSettings, check_sandbox
+from ..pipeline.tracking import TRACKERS, TrackerUnavailable
 from ..sandbox import SandboxUnavailable
 from .ephemeral import EphemeralServerError, start_ephemeral_server
-from .post_train import post_train
-from .terminal import Verbosity, terminal
+
+if TYPE_CHECKING:
+    from .terminal import Verbosity
 
 
 def run(args: argparse.Namespace) -> int:
-    err = Console(stderr=True)
     try:
         config = load_config(PostTrainConfig, args.config, args.settings, embedded_default())
-        config.model.resolve()  # a missing model is found before Prefect starts
+    except (ValueError, OSError) as exc:
+        return refuse("run", "invalid settings", exc)
+    if args.print_config:
+        print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
+        return 0
+    try:
+        config.model.check_available()  # a missing model, or a hub id out of reach
         check_problem_files(config)  # and a malformed problems file
-    except (ValidationError, ValueError, OSError) as exc:
-        err.print(f"[red]codepost run: invalid settings[/red]: {exc}")
-        return EXIT_BAD_INPUT
-    refused = _check_services(config, err)
+    except (ValueError, OSError) as exc:
+        return refuse("run", "invalid settings", exc)
+    refused = _check_services(config)
     if refused:
         return refused
     with contextlib.ExitStack() as held:
         try:  # from before Prefect starts to the end, for the flow's run
             held.enter_context(run_folder_lock(Path(config.run_dir), for_inner_runs=True))
         except RunFolderLocked as exc:
-            err.print(f"[red]codepost run[/red]: {exc}")
-            return EXIT_BAD_INPUT
-        return _run_flow(config, args, err)
+            return refuse("run", "the run folder is in use", exc)
+        return _run_flow(config, args)
 
 
-def _run_flow(config: PostTrainConfig, args: argparse.Namespace, err: Console) -> int:
+def _run_flow(config: PostTrainConfig, args: argparse.Namespace) -> int:
+    from .post_train import post_train  # Prefect, and the ML stack the flow runs
+    from .terminal import terminal
+
     try:
         start_ephemeral_server()  # stopped with this process, even a SIGKILLed one
     except EphemeralServerError as exc:
-        err.print(f"[red]codepost run[/red]: {exc}")
-        return EXIT_BAD_INPUT
+        return refuse("run", "Prefect's server", exc)
     verbosity: Verbosity = "quiet" if args.quiet else "verbose" if args.verbose else "normal"
     with terminal(Path(config.run_dir), verbosity):
         state = post_train(config, return_state=True)
     if not state.is_completed():  # Prefect has logged the traceback
-        err.print(
+        stderr_console().print(
             f"[red]codepost run: {state.message}[/red]\nFinished stages are kept in "
             f"{config.run_dir}: the same command resumes after the last one."
         )
@@ -70,21 +82,24 @@ def _run_flow(config: PostTrainConfig, args: argparse.Namespace, err: Console) -
     return 0
 
 
-def _check_services(config: PostTrainConfig, err: Console) -> int:
+def _check_services(config: PostTrainConfig) -> int:
     """The exit status refusing the run, naming the first service it lacks; 0: none."""
     try:
-        for sandbox in settings_of(config, SandboxSettings):  # every engine the run scores on
-            check_sandbox(sandbox)
-    except SandboxUnavailable as exc:
-        err.print(f"[red]codepost run: the sandbox is unavailable[/red]: {exc}")
-        return EXIT_SANDBOX_UNAVAILABLE
+        for tracker in config.report_to:
+            TRACKERS[tracker].check()
+    except TrackerUnavailable as exc:
+        return refuse("run", "a tracker is unavailable", exc)
     try:
         for engine in settings_of(config, EngineConfig):
             if engine.server_url is not None:
                 check_server(engine.server_url)
     except (ConnectionError, RuntimeError) as exc:
-        err.print(f"[red]codepost run: a sample server is unavailable[/red]: {exc}")
-        return EXIT_BAD_INPUT
+        return refuse("run", "a sample server is unavailable", exc)
+    try:
+        for sandbox in settings_of(config, SandboxSettings):  # every engine the run scores on
+            check_sandbox(sandbox)
+    except SandboxUnavailable as exc:
+        return refuse("run", "the sandbox is unavailable", exc, EXIT_SANDBOX_UNAVAILABLE)
     return 0
 
 

@@ -14,7 +14,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
@@ -26,10 +25,12 @@ from .command_line import (
     EXIT_BAD_INPUT,
     EXIT_SANDBOX_ERRORS,
     EXIT_SANDBOX_UNAVAILABLE,
+    refuse,
     settings_command,
     stdout_console,
 )
-from .model_config import DEFAULT_MODEL, ModelNotFoundError
+from .data.problem_sets import check_problem_files
+from .model_config import DEFAULT_MODEL, ModelNotFoundError, check_model
 from .progress import shown_on
 from .reporting.evaluations import EvaluationResults
 from .reporting.report import Evaluation, check_same_problems, format_p_value, load_evaluation
@@ -82,9 +83,10 @@ def evaluate(args: argparse.Namespace) -> int:
     )
     try:
         config = load_config(EvalConfig, args.config, args.settings)
-    except (ValidationError, ValueError, OSError) as exc:
-        err.print(f"[red]codepost evaluate: invalid settings[/red]: {exc}")
-        return EXIT_BAD_INPUT
+        check_model(args.checkpoint)  # a hub id out of reach, before the sandbox starts
+        check_problem_files(config)  # a misspelt problem set, a malformed file
+    except (ValueError, OSError) as exc:
+        return refuse("evaluate", "invalid settings", exc)
     try:
         with shown_on(err):  # live bars on a terminal, else a line every 10 s
             results = run_evaluate(config, args.checkpoint, args.output)

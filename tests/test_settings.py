@@ -4,12 +4,16 @@ them; a removed spelling is refused naming the new one (exit 2); the command sta
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import typing
+from typing import Annotated
 
 import pytest
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
 from codepost.flows import cli
 from codepost.pipeline.command_line import EXIT_BAD_INPUT
@@ -79,7 +83,7 @@ def test_a_list_flag_takes_a_list_or_one_value():
         "tensorboard", "mlflow"
     ]  # fmt: skip
     assert _run_config("--report-to", "tensorboard").report_to == ["tensorboard"]
-    with pytest.raises(ValueError, match="report_to"):
+    with pytest.raises(ValueError, match="--report-to tensorbored: Input should be"):
         _run_config("--report-to", "tensorbored")
 
 
@@ -130,33 +134,59 @@ def test_a_yaml_with_a_removed_spelling_exits_2_naming_the_new_one(
     assert str(path) in err and named in err, err
 
 
-def test_help_lists_every_setting_with_its_description_and_default():
-    text = " ".join(settings_help(PostTrainConfig, width=10_000).split())
+def test_help_all_lists_every_setting_once_with_its_description_and_default():
+    full = settings_help(PostTrainConfig, width=10_000, every=True)
+    text = " ".join(full.split())
     assert "--stages.rl.update.learning-rate FLOAT AdamW's, for the policy (default: 1e-06)" in text
     assert "--stages.rl.update.advantage.name {grpo,rloo,reinforce++" in text
     assert "--stages.rl.update.advantage.lam FLOAT (gae) 0: one-step TD" in text
     assert "--evaluations.KEY.sampling.*" in text and "--launch.num-processes INT" in text
     assert "--stages.dpo.model.* as --model.* (ModelConfig)" in text  # said once, referred to
-
-
-def test_the_verify_command_loads_neither_torch_vllm_nor_prefect():
-    code = (
-        "import sys\n"
-        "from codepost.flows.cli import build_parser\n"
-        "build_parser('verify').parse_args(['verify', '--help'])\n"
+    # a hyperparameter several estimators have is one flag, with what it is in each
+    assert (
+        "--stages.rl.update.advantage.eps FLOAT (grpo) added to the group std (default: 1e-06); "
+        "(reinforce++, reinforce++_baseline) added to the batch variance" in text
     )
+    flags = re.findall(r"^  (--\S+)", full, flags=re.MULTILINE)
+    assert len(flags) == len(set(flags)) > 150
+    assert "\nstages.rl: the stage named rl" in full  # grouped under a heading per section
+
+
+def test_help_lists_the_settings_a_section_a_line_and_help_all_every_one(capsys):
+    for argv in (["run", "--help"], ["run", "--help-all"]):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main(argv)
+        assert exit_info.value.code == 0
+    short, full = (text for text in capsys.readouterr().out.split("usage: ")[1:])
+    assert "--stages.rl.*  the stage named rl" in short and "--run-dir TEXT" in short
+    assert "--stages.rl.update.learning-rate FLOAT" not in short and "--help-all" in short
+    assert "--stages.rl.update.learning-rate FLOAT" in full
+    assert len(short.splitlines()) < 60 < 250 < len(full.splitlines())
+
+
+HEAVY = ("torch", "transformers", "trl", "prefect", "vllm", "accelerate", "datasets", "scipy")
+
+
+def _commands_load(*argvs: list[str]) -> tuple[list[str], str]:
+    """The heavy libraries a fresh interpreter holds after running each ``codepost`` command
+    line of ``argvs`` in it, and what it wrote on stderr."""
     check = (
-        "import sys, runpy\n"
-        "try:\n"
-        f"    exec({code!r})\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'vllm', 'prefect'})\n"
-        "print(heavy)\n"
+        "import sys\n"
+        "from codepost.flows.cli import main\n"
+        f"for argv in {list(argvs)!r}:\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))\n"
     )
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    return yaml.safe_load(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def test_the_verify_command_loads_neither_torch_vllm_nor_prefect():
+    assert _commands_load(["verify", "--help"]) == ([], "")
 
 
 @pytest.mark.parametrize(
@@ -232,3 +262,124 @@ def test_a_section_that_names_another_thing_starts_from_its_own_defaults():
         isinstance(ppo.advantage, GAEParams)
         and ppo.mask_truncated == RLConfig().update.mask_truncated
     )
+
+
+def _models_in(annotation: object) -> list[type[BaseModel]]:
+    """The config classes an annotation holds (in a list, a mapping, a union of stages...)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in typing.get_args(annotation) for model in _models_in(arg)]
+
+
+def _seed_fields(model: type[BaseModel], seen: set[type]) -> list[tuple[str, FieldInfo]]:
+    """(class.field, its info) of every field named *seed at any depth of ``model``."""
+    if model in seen:
+        return []
+    seen.add(model)
+    found = [
+        (f"{model.__name__}.{n}", f) for n, f in model.model_fields.items() if n.endswith("seed")
+    ]
+    for field in model.model_fields.values():
+        for inner in _models_in(field.annotation):
+            found += _seed_fields(inner, seen)
+    return found
+
+
+def test_every_seed_is_a_seed_libraries_take():
+    """numpy and torch take seeds up to 2**32 - 1: past it a run failed in set_seed, inside its
+    first stage after the base evaluation."""
+    from codepost.pipeline.inference.server import SampleServerConfig
+
+    seeds = _seed_fields(PostTrainConfig, set()) + _seed_fields(SampleServerConfig, set())
+    assert len(seeds) >= 10, seeds
+    for name, field in seeds:
+        seed = TypeAdapter(
+            Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        )
+        assert seed.validate_python(2**32 - 1) == 2**32 - 1, name
+        for value in (-1, 2**32):
+            with pytest.raises(ValidationError):
+                seed.validate_python(value)
+    with pytest.raises(SettingsError, match=r"^--seed 4294967296: Input should be less than"):
+        _run_config("--seed", "4294967296")
+    with pytest.raises(SettingsError, match=r"--stages\.rl\.sampling\.seed -1: Input should be"):
+        _run_config("--stages.rl.sampling.seed", "-1")
+    assert _run_config("--seed", str(2**32 - 1)).seed == 2**32 - 1
+
+
+def test_a_yaml_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("seed: 1\nstages:\n  - stage: rl\n    config:\n      iterations: 2\n"
+                    "      sampling: {max_tokens: 64}\n      iterations: 3\n")  # fmt: skip
+    with pytest.raises(SettingsError) as refused:
+        load_config(PostTrainConfig, path, [])
+    assert str(refused.value) == f"{path}: 'iterations' is given twice, on lines 5 and 7"
+    merged = tmp_path / "merge.yaml"  # a YAML merge key overrides by design: not a repeat
+    merged.write_text("base: &b {seed: 1}\nrun: {<<: *b, seed: 2}\n")
+    from codepost.pipeline.settings import read_settings
+
+    assert read_settings(merged, "x")["run"] == {"seed": 2}
+
+
+def test_a_flag_into_a_mapping_entry_the_config_lacks_is_refused_with_the_keys_there_are():
+    """A misspelt benchmark (``--evaluations.humaneavl...``) added a whole 164-problem one."""
+    with pytest.raises(SettingsError) as refused:
+        _run_config("--evaluations.humaneavl.sampling.max-tokens", "5")
+    assert str(refused.value) == (
+        "--evaluations.humaneavl.sampling.max-tokens: --evaluations has no entry 'humaneavl' "
+        "(it has humaneval); did you mean --evaluations.humaneval.sampling.max-tokens? A new "
+        "entry is given whole: --evaluations.humaneavl '{...}'"
+    )
+    # given whole, a new entry is added: a benchmark, a reward term
+    added = _run_config(
+        "--evaluations.mbpp", "{problems: {source: mbpp, split: test, limit: 5}}",
+        "--evaluations.mbpp.sampling.max-tokens", "64",
+        "--stages.rl.scoring.reward.weights.length", "0.5",
+    )  # fmt: skip
+    assert set(added.evaluations) == {"humaneval", "mbpp"}
+    assert added.evaluations["mbpp"].problems.limit == 5
+    assert added.evaluations["mbpp"].sampling.max_tokens == 64
+    assert added.entry("rl").config.scoring.reward.weights["length"] == 0.5
+
+
+def test_a_bad_value_is_one_line_naming_the_flag_or_the_key_its_line_and_the_value(tmp_path):
+    with pytest.raises(SettingsError) as refused:
+        _run_config("--stages.rl.iterations", "0")
+    assert str(refused.value) == (
+        "--stages.rl.iterations 0: Input should be greater than or equal to 1"
+    )
+    path = tmp_path / "run.yaml"
+    path.write_text("stages:\n  - sft\n  - stage: rl\n    config:\n      iterations: 0\n"
+                    "      updte: {learning_rate: 1.0e-6}\n")  # fmt: skip
+    with pytest.raises(SettingsError) as refused:
+        load_config(PostTrainConfig, path, [])
+    assert str(refused.value).splitlines() == [
+        f"{path}, line 5: stages[1].config.iterations = 0: Input should be greater than or "
+        "equal to 1",
+        f"{path}, line 6: stages[1].config.updte: RLConfig has no such setting; did you mean "
+        "update?",
+    ]
+
+
+def test_print_config_prints_every_setting_as_yaml_that_loads_back(tmp_path, capsys):
+    assert cli.main(["run", "--print-config", "--stages.rl.iterations", "7"]) == 0
+    printed = capsys.readouterr().out
+    path = tmp_path / "printed.yaml"
+    path.write_text(printed)
+    config = load_config(PostTrainConfig, path, [])
+    assert config == _run_config("--stages.rl.iterations", "7")
+    assert yaml.safe_load(printed)["stages"][1]["config"]["update"]["learning_rate"] == 2e-6
+
+
+def test_a_command_reads_its_config_without_the_ml_stack_or_prefect():
+    """The flags of `codepost run` are read, --help written and a misspelt one refused before
+    torch, transformers, TRL or Prefect load: a second, where they took 14-60 s."""
+    loaded, err = _commands_load(
+        ["run", "--help"],
+        ["run", "--help-all"],
+        ["evaluate", "--help"],
+        ["run", "--stages.rl.update.learnig-rate", "1"],
+        ["run", "--print-config"],
+    )
+    assert loaded == []
+    assert "did you mean learning_rate" in err

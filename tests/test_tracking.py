@@ -19,7 +19,9 @@ import pytest
 from endpoints import closed_port_url, silent_listener_url
 from tracker_readers import offline, read, tensorboard_points
 
+from codepost.flows import cli
 from codepost.pipeline import tracking
+from codepost.pipeline.command_line import EXIT_BAD_INPUT
 from codepost.pipeline.tracking import (
     TRACKERS,
     RunTracking,
@@ -132,6 +134,30 @@ def test_a_tracker_service_that_does_not_answer_is_refused_in_seconds(
         with pytest.raises(TrackerUnavailable, match=rf"^{variable}={url}.*: no answer"):
             TRACKERS[tracker].check()
         assert time.monotonic() - started < 30
+
+
+def test_a_run_reporting_to_an_unreachable_tracker_exits_2_before_anything_starts(
+    tmp_path, monkeypatch, capsys
+):
+    """`--report-to wandb` without a login ran the base evaluation, then failed in Prefect with
+    exit 1 after 57 s, saying finished stages were kept (none was)."""
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))  # no `wandb login`
+    run_dir = tmp_path / "run"
+    assert cli.main(["run", "--report-to", "wandb", "--run-dir", str(run_dir)]) == EXIT_BAD_INPUT
+    err = " ".join(capsys.readouterr().err.split())
+    assert "codepost run: a tracker is unavailable: WANDB_API_KEY is not set" in err
+    with silent_listener_url() as url:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+        started = time.monotonic()
+        argv = ["run", "--report-to", "mlflow", "--run-dir", str(run_dir)]
+        assert cli.main(argv) == EXIT_BAD_INPUT
+        assert time.monotonic() - started < 30
+    assert f"MLFLOW_TRACKING_URI={url}" in capsys.readouterr().err
+    assert not run_dir.exists()
+    monkeypatch.setenv("WANDB_MODE", "offline")  # on disk, to sync later: nothing to check
+    TRACKERS["wandb"].check()
 
 
 def test_a_resumed_run_leaves_one_tensorboard_point_per_step(tmp_path):

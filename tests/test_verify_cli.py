@@ -175,6 +175,17 @@ def test_bad_problem_file_is_named(tmp_path, monkeypatch, capsys):
     assert f"{problems}:1: no tests" in capsys.readouterr().err.replace("\n", "")
 
 
+def test_a_misspelt_problem_set_is_named_with_the_close_one(tmp_path, monkeypatch, capsys):
+    samples = write_samples(tmp_path / "s.jsonl", [{"task_id": "HumanEval/0", "completion": "x"}])
+    executor = InProcessExecutor()
+    use_executor(monkeypatch, executor)
+    argv = ["verify", str(samples), "--problems", "humanevl"]
+    assert cli.main(argv) == cli.EXIT_BAD_INPUT  # not a traceback, exit 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "no problem set 'humanevl'" in err and "did you mean 'humaneval'?" in err
+    assert executor.jobs == []
+
+
 @pytest.mark.parametrize(
     ("error", "exit_code", "message"),
     [

@@ -37,7 +37,6 @@ from .pass_at_k import PassAtK, pass_at_k
 from .problems import (
     HUMANEVAL,
     Problem,
-    ProblemFormatError,
     cap_tests,
     jsonl_records,
     load_problems,
@@ -303,7 +302,9 @@ def _verify(
             lines = list(range(1, len(samples) + 1))
         else:
             samples, lines = read_samples(args.samples)
-    except (ProblemFormatError, SampleFileError, OSError) as exc:
+    # a set's name that names none (a typo), a malformed problem or samples file
+    # (ProblemFormatError, SampleFileError), a file that cannot be read
+    except (ValueError, OSError) as exc:
         err.print(f"[red]error:[/] {exc}", highlight=False)
         return EXIT_BAD_INPUT
     try:
