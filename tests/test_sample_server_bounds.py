@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import json
 import math
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from codepost.pipeline.inference import remote
 from codepost.pipeline.inference.remote import TOKEN_ENV
 from codepost.pipeline.inference.sampling import WeightSyncError
 from codepost.pipeline.inference.server import SampleServerConfig, create_app
@@ -271,3 +273,72 @@ def test_validation_answers_stay_small():
     assert wrong.status_code == 422 and len(wrong.content) < 4000
     assert json.loads(wrong.content)["detail"].endswith("and 990 more errors")
     assert many.status_code == 422 and "at most 65536 items" in many.json()["detail"]
+
+
+class HeldEngine(FakeEngine):
+    """Samples only once ``release`` is set: its request holds its body meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def sample(self, prompts, config, *, policy_version=0):
+        self.started.set()
+        self.release.wait(30)
+        return super().sample(prompts, config, policy_version=policy_version)
+
+
+def test_bodies_past_the_budget_get_503_with_retry_after_at_once():
+    config = SampleServerConfig(max_body_bytes=64 << 10, max_pending_bytes=64 << 10)
+    engine = HeldEngine()
+    app = create_app(config, engine)
+    big = {**SAMPLE, "prompts": [{**PROMPT, "task_id": "b" * 40_000}]}  # 40 kB, 3 tokens
+
+    async def scenario() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://server") as client:
+            first = asyncio.create_task(client.post("/sample", json=big))
+            while not engine.started.is_set():
+                await asyncio.sleep(0.01)
+            refused = await client.post("/sample", json=big)  # 80 kB held: over 64 KiB
+            small = asyncio.create_task(client.post("/sample", json=SAMPLE))  # fits: waits
+            await asyncio.sleep(0.1)
+            engine.release.set()
+            return [await first, refused, await small, await client.post("/sample", json=big)]
+
+    first, refused, small, again = asyncio.run(scenario())
+    assert refused.status_code == 503 and refused.headers["Retry-After"] == "1", refused.text
+    assert (
+        refused.json()["detail"].startswith("server busy: ")
+        and "bytes of requests held" in refused.text
+    )
+    assert [first.status_code, small.status_code, again.status_code] == [200] * 3
+    assert [call for call, _ in engine.calls] == ["sample"] * 3  # the refused one never reached it
+
+
+def test_the_client_asks_a_busy_server_again_when_it_says(monkeypatch):
+    script: list[tuple[int, dict]] = []
+    sent: list[str] = []
+    slept: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        if request.url.path == "/engine":
+            return httpx.Response(200, json={"sampler": "fake", "weights": "start"})
+        status, headers = script.pop(0) if script else (200, {})
+        return httpx.Response(status, headers=headers, json={"detail": "no", "logprobs": [-1.0]})
+
+    client = httpx.Client
+    monkeypatch.setattr(
+        remote.httpx,
+        "Client",
+        lambda **options: client(transport=httpx.MockTransport(handler), **options),
+    )
+    monkeypatch.setattr(remote.time, "sleep", slept.append)
+    sampler = remote.RemoteSampler("http://server")
+    script[:] = [(503, {"Retry-After": "2"})] * 2  # its budget full: it says when to come back
+    assert sampler.probe_logprobs() == [-1.0]
+    script[:] = [(503, {})]  # an engine that can no longer serve: said at once
+    with pytest.raises(RuntimeError, match=r"/probe: 503"):
+        sampler.probe_logprobs()
+    assert slept == [2, 2] and sent.count("/probe") == 4

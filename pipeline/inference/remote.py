@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from .sampling import PROBE_LENGTH, SamplingConfig, WeightSyncError
 
 TOKEN_ENV = "CODEPOST_SAMPLER_TOKEN"
 MAX_PROMPTS = 1 << 16  # in one request: a list is refused by its length before its items
+BUSY_WAIT_S = 3600.0  # how long a request is sent again while the server is busy
 
 
 class SampleRequest(BaseModel):
@@ -69,13 +71,22 @@ class RemoteSampler:
         self.client.close()
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
-        try:
-            response = self.client.request(method, self.url + path, json=body)
-        except httpx.TransportError as exc:
-            raise ConnectionError(
-                f"no codepost sample-server answers at {self.url} ({exc}); start one with "
-                "`codepost sample-server`, or drop engine.server_url to sample in-process"
-            ) from exc
+        """The server's answer; a busy server (503 with Retry-After: other requests' bodies
+        fill its budget) is asked again when it says, for up to ``BUSY_WAIT_S``."""
+        deadline = time.monotonic() + BUSY_WAIT_S
+        while True:
+            try:
+                response = self.client.request(method, self.url + path, json=body)
+            except httpx.TransportError as exc:
+                raise ConnectionError(
+                    f"no codepost sample-server answers at {self.url} ({exc}); start one with "
+                    "`codepost sample-server`, or drop engine.server_url to sample in-process"
+                ) from exc
+            retry_after = response.headers.get("Retry-After", "")
+            busy = response.status_code == 503 and retry_after.isdigit()
+            if not busy or time.monotonic() + int(retry_after) > deadline:
+                break
+            time.sleep(int(retry_after))
         if response.status_code == 409:
             raise WeightSyncError(f"{self.url}: {response.json()['detail']}")
         if response.is_error:

@@ -27,7 +27,9 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from ...verifiers.serving import (
     BearerToken,
+    BodyBudget,
     Guard,
+    HeldBodies,
     HTTPLimits,
     JSONAnswer,
     answer_errors_plainly,
@@ -67,6 +69,13 @@ class SampleServerConfig(HTTPLimits):
     max_completions: int = Field(
         65536, ge=1, description="completions in one /sample request (prompts x num_generations)"
     )
+    max_pending_bytes: int = Field(
+        32 << 20,
+        ge=1024,
+        description="request bodies held at once (being read, waiting for the engine or "
+        "sampled; a body costs up to about 20 times its size once read): past it, 503 with "
+        "Retry-After at once. At least max_body_bytes",
+    )
     max_stop_strings: int = Field(16, ge=0, description="stop strings in one /sample request")
     max_stop_chars: int = Field(128, ge=1, description="characters in one stop string")
 
@@ -98,6 +107,11 @@ def create_app(config: SampleServerConfig, sampler: Any) -> FastAPI:
             raise
 
     app = FastAPI(title="codepost sample-server", default_response_class=JSONAnswer)
+    # The last added runs first: the token and body limits, then the bodies held. A body that
+    # does not fit is refused, not kept waiting: the engine answers one request at a time, so
+    # it would wait for whole batches (minutes) with its connection open.
+    budget = BodyBudget(config.max_pending_bytes, config.retry_after_s, 503)
+    app.add_middleware(HeldBodies, budget=budget)
     app.add_middleware(Guard, limits=config)
     answer_errors_plainly(app)
 
