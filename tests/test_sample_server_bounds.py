@@ -9,18 +9,24 @@ import json
 import math
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
+import torch
+from tiny_models import char_tokenizer
+from transformers.generation.stopping_criteria import STOP_STRING_EMBEDDING_CACHE
 
 from codepost.pipeline.inference import remote
+from codepost.pipeline.inference.generate import StopStrings, stopped_lengths
 from codepost.pipeline.inference.remote import TOKEN_ENV
-from codepost.pipeline.inference.sampling import WeightSyncError
+from codepost.pipeline.inference.sampling import EngineConfig, HFSampler, WeightSyncError
 from codepost.pipeline.inference.server import SampleServerConfig, create_app
 from codepost.pipeline.inference.server import run as run_server
+from codepost.pipeline.model_config import ModelConfig
 
 PROMPT = {"task_id": "a", "text": "def f():", "completion_style": "continuation"}
 SAMPLE = {"prompts": [PROMPT], "sampling": {"max_tokens": 4}}
@@ -342,3 +348,51 @@ def test_the_client_asks_a_busy_server_again_when_it_says(monkeypatch):
     with pytest.raises(RuntimeError, match=r"/probe: 503"):
         sampler.probe_logprobs()
     assert slept == [2, 2] and sent.count("/probe") == 4
+
+
+def test_stop_strings_end_each_row_at_the_token_that_completes_one():
+    tokenizer = char_tokenizer("abcxyz ")
+    prompt = tokenizer.encode("zz", add_special_tokens=False)  # a stop in the prompt: not read
+    texts = ("ab cxz", "xyzzya", "aaaaaa")
+    rows = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+    stops = ["b c", "zz"]
+    criteria = StopStrings(tokenizer, stops, len(prompt))
+    ended: list[int | None] = [None] * len(rows)
+    for step in range(1, 7):  # as generate asks: once a token, the prompt first
+        done = criteria(torch.tensor([prompt + row[:step] for row in rows]), None)
+        ended = [e or (step if d else None) for e, d in zip(ended, done.tolist(), strict=True)]
+    lengths, stopped = stopped_lengths(tokenizer, torch.tensor(rows), stops)
+    assert ended == [4, 4, None]  # "b c" across three tokens; "zz"; none in "aaaaaa"
+    assert ended == [
+        n if s else None for n, s in zip(lengths.tolist(), stopped.tolist(), strict=True)
+    ]
+
+
+@pytest.mark.slow  # SmolLM2 on transformers
+def test_long_stop_strings_cost_the_hf_backend_no_pass_over_its_vocabulary():
+    model = ModelConfig()  # SmolLM2-135M: 49,152 tokens
+    sampler = HFSampler(model.resolve(), model, EngineConfig(backend="hf"))
+    greedy = {"num_generations": 1, "temperature": 0, "max_tokens": 8}
+    (plain,) = answers(
+        SampleServerConfig(), sampler, ("POST", "/sample", {"json": {**SAMPLE, "sampling": greedy}})
+    )
+    text = plain.json()["rows"][0]["completion"]
+    stop = text[2:5]  # where the greedy completion ends with it as a stop string
+    stops = [chr(ord("A") + i) * 128 for i in range(15)] + [stop]
+    tracemalloc.start()
+    try:
+        (stopped,) = answers(
+            SampleServerConfig(),
+            sampler,
+            ("POST", "/sample", {"json": {**SAMPLE, "sampling": {**greedy, "stop": stops}}}),
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert stopped.status_code == 200, stopped.text
+    (row,) = stopped.json()["rows"]
+    assert row["finish_reason"] == "stop" and row["completion"] == text[: text.find(stop) + 3]
+    # transformers' own stop strings built a table of every token against every stop (16 of
+    # 128 characters: 69 s and 372 MB) and kept the last 8 tables
+    assert not STOP_STRING_EMBEDDING_CACHE
+    assert peak < 64 << 20, peak

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
-from transformers import TopPLogitsWarper
+from transformers import StoppingCriteria, StoppingCriteriaList, TopPLogitsWarper
 
 from ..data.prompts import Prompt
 from ..data.rows import Completion, rollout_rows
@@ -108,8 +108,9 @@ def generate_rollouts(
             max_new_tokens=max_new_tokens,
             eos_token_id=tokenizer.eos_token_id,
             pad_token_id=_pad_id(tokenizer),
-            stop_strings=list(stop_strings) or None,
-            tokenizer=tokenizer if stop_strings else None,
+            stopping_criteria=StoppingCriteriaList(
+                [StopStrings(tokenizer, stop_strings, padded.shape[1])] if stop_strings else []
+            ),
             return_dict_in_generate=False,  # the token ids only: no per-step scores kept
         )[:, padded.shape[1] :]
         lengths, stopped = stopped_lengths(tokenizer, generated, stop_strings)
@@ -135,6 +136,31 @@ def generate_rollouts(
             policy_version=policy_version,
         )
     ]
+
+
+class StopStrings(StoppingCriteria):
+    """Ends a row once its completion's text holds one of ``stops``: the text as
+    :func:`stopped_lengths` reads it (each token decoded on its own), one token a step, and only
+    the last characters that could start a stop kept. transformers' own ``stop_strings`` first
+    matches every stop against every token of the vocabulary: 16 stops of 128 characters cost
+    69 s and 372 MB for SmolLM2's 49,152 tokens, and it keeps the last 8 sets."""
+
+    def __init__(self, tokenizer: Any, stops: Sequence[str], prompt_length: int) -> None:
+        self.tokenizer, self.stops = tokenizer, tuple(stops)
+        self.keep = max(map(len, self.stops)) - 1  # characters a stop may begin in
+        self.read = prompt_length  # the ids read so far
+        self.tails: list[str] = []
+
+    def __call__(self, input_ids: Tensor, scores: Tensor | None, **kwargs: Any) -> Tensor:
+        new = input_ids[:, self.read :].tolist()
+        self.read = input_ids.shape[1]
+        self.tails = self.tails or [""] * len(new)
+        done = []
+        for row, ids in enumerate(new):
+            text = self.tails[row] + "".join(self.tokenizer.decode([i]) for i in ids)
+            self.tails[row] = text[-self.keep :] if self.keep else ""
+            done.append(any(stop in text for stop in self.stops))
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
 def stopped_lengths(
