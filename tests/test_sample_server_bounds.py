@@ -15,15 +15,23 @@ from types import SimpleNamespace
 from typing import Any
 
 import httpx
+import huggingface_hub
 import pytest
 import torch
+from safetensors.torch import save_file
 from tiny_models import char_tokenizer
 from transformers.generation.stopping_criteria import STOP_STRING_EMBEDDING_CACHE
 
 from codepost.pipeline.inference import remote
 from codepost.pipeline.inference.generate import StopStrings, stopped_lengths
 from codepost.pipeline.inference.remote import TOKEN_ENV
-from codepost.pipeline.inference.sampling import EngineConfig, HFSampler, WeightSyncError
+from codepost.pipeline.inference.sampling import (
+    EngineConfig,
+    HFSampler,
+    VLLMSampler,
+    WeightSyncError,
+    start_tensors,
+)
 from codepost.pipeline.inference.server import SampleServerConfig, create_app
 from codepost.pipeline.inference.server import run as run_server
 from codepost.pipeline.model_config import ModelConfig
@@ -396,3 +404,48 @@ def test_long_stop_strings_cost_the_hf_backend_no_pass_over_its_vocabulary():
     # 128 characters: 69 s and 372 MB) and kept the last 8 tables
     assert not STOP_STRING_EMBEDDING_CACHE
     assert peak < 64 << 20, peak
+
+
+def test_an_engine_started_from_a_hub_id_checks_each_refresh_against_its_snapshot(
+    tmp_path, monkeypatch
+):
+    cache, revision = tmp_path / "hub", "0" * 40
+    snapshot = cache / "models--owner--tiny" / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (cache / "models--owner--tiny" / "refs").mkdir()
+    (cache / "models--owner--tiny" / "refs" / "main").write_text(revision)
+    save_file({"w": torch.zeros(2, 3)}, snapshot / "model.safetensors")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    assert start_tensors("owner/tiny") == {"w": ((2, 3), "F32")}  # as vLLM downloaded it
+    assert start_tensors("owner/elsewhere") == {}
+    runs = tmp_path / "runs"
+    for name, shape in (("fits", (2, 3)), ("reshaped", (3, 2))):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "config.json").write_text("{}")
+        save_file({"w": torch.ones(shape)}, runs / name / "model.safetensors")
+    loaded: list[tuple] = []
+    engine = SimpleNamespace(  # vLLM's LLM, as far as a refresh reaches it
+        collective_rpc=lambda method, args: loaded.append(args),
+        reset_prefix_cache=lambda: None,
+        llm_engine=SimpleNamespace(engine_core=SimpleNamespace()),
+    )
+    served = {
+        name: (shape, torch.float32) for name, (shape, _) in start_tensors("owner/tiny").items()
+    }
+    hub, unknown = VLLMSampler.__new__(VLLMSampler), VLLMSampler.__new__(VLLMSampler)
+    hub.__dict__.update(llm=engine, weights="owner/tiny", served=served)
+    unknown.__dict__.update(llm=engine, weights="owner/elsewhere", served={})
+    config = SampleServerConfig(checkpoint_root=runs)
+
+    def refresh(name: str) -> tuple[str, str, dict]:
+        return "POST", "/refresh", {"json": {"checkpoint": str(runs / name)}}
+
+    reshaped, fits = answers(config, hub, refresh("reshaped"), refresh("fits"))
+    (refused,) = answers(config, unknown, refresh("fits"))
+    # an engine started from a hub id skipped the check, and loaded what did not fit
+    assert reshaped.status_code == 409 and "other shapes [('w', (3, 2), (2, 3))]" in reshaped.text
+    assert fits.status_code == 200, fits.text
+    assert (
+        refused.status_code == 409 and "whose safetensors are not on this machine" in refused.text
+    )
+    assert loaded == [(str(runs / "fits"),)]  # only the checkpoint that fits was loaded

@@ -202,6 +202,22 @@ def checkpoint_tensors(folder: str | Path) -> dict[str, tuple[tuple[int, ...], s
     return tensors
 
 
+def start_tensors(checkpoint: str) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Name, shape and dtype of the tensors an engine starts from: a local folder's, or a hub
+    id's from its snapshot in the local hub cache (the engine downloaded it as it started), so
+    that a refresh is checked either way; none when no safetensors of it are on this machine."""
+    folder = Path(checkpoint)
+    if not folder.is_dir():
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+        try:
+            folder = Path(snapshot_download(checkpoint, local_files_only=True))
+        except (HFValidationError, LocalEntryNotFoundError):
+            return {}
+    return checkpoint_tensors(folder)
+
+
 def check_weights_fit(
     checkpoint: str | Path,
     found: dict[str, tuple[tuple[int, ...], str]],
@@ -363,9 +379,7 @@ class VLLMSampler:
         assert isinstance(dtype, torch.dtype)  # vLLM resolves "auto" as the engine starts
         self.served = {
             name: (shape, dtype if file_dtype in FLOAT_DTYPES else torch.int64)
-            for name, (shape, file_dtype) in (
-                checkpoint_tensors(checkpoint) if Path(checkpoint).is_dir() else {}
-            ).items()
+            for name, (shape, file_dtype) in start_tensors(checkpoint).items()
         }
 
     def sample(
@@ -453,10 +467,15 @@ class VLLMSampler:
     def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float:
         """Serve the weights of ``checkpoint`` in place; with ``expected_probe`` (the trainer's
         :func:`trainer_probe_logprobs`), check they took. Returns the probe's mean |diff|."""
-        if self.served:  # an engine started from a hub name has no folder to compare
-            cast = check_weights_fit(checkpoint, checkpoint_tensors(checkpoint), self.served)
-            if cast is not None:
-                log.warning(cast)
+        if not self.served:
+            raise WeightSyncError(
+                f"{checkpoint}: the engine serves {self.weights}, whose safetensors are not on "
+                "this machine, so no refresh can be checked against it: nothing was loaded; "
+                "start the engine from a local folder"
+            )
+        cast = check_weights_fit(checkpoint, checkpoint_tensors(checkpoint), self.served)
+        if cast is not None:
+            log.warning(cast)
         self.llm.collective_rpc("refresh_weights", args=(str(checkpoint),))
         self.llm.reset_prefix_cache()  # cached KV was computed with the old weights
         self.weights = str(checkpoint)
