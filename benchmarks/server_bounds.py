@@ -1,7 +1,8 @@
-"""What one costly request does to ``codepost verify-server``: the server process's peak memory,
-and how long ``GET /health`` waits while the server reads the request.
+"""What costly requests do to codepost's servers: the server process's peak memory, and how
+long ``GET /health`` waits while the server reads them.
 
-Each case runs on a fresh server (one container), so the peak (``VmHWM``) is the case's own:
+Each case runs on a fresh server, so the peak (``VmHWM``) is the case's own. On
+``codepost verify-server`` (one container):
 
 * ``lcb-packed``: an inline LiveCodeBench record whose packed private tests (base64 of zlib of
   a pickled JSON string) are a few hundred KB and inflate to ``--inflated-mb``;
@@ -11,8 +12,15 @@ Each case runs on a fresh server (one container), so the peak (``VmHWM``) is the
 * ``check-worst``: the costliest test module the server accepts (``--max-problem-code-chars``
   characters of ``a;a;a...``: the most syntax-tree nodes per character), then its verdict.
 
-A thread asks ``/health`` every 20 ms meanwhile; the line of each case gives the answer's
-status, its time, the slowest ``/health`` and the memory.
+On ``codepost sample-server`` (SmolLM2 on transformers):
+
+* ``sample-plain``: one greedy prompt of 8 tokens (the first request pages the weights in);
+* ``sample-stops``: the same with 16 stop strings of 128 characters;
+* ``sample-bodies``: 4 bodies of 15 MB at once, each 65,536 prompts of 22 empty fields: read
+  and parsed (about 20 times their size in objects), then refused for their number (413).
+
+A thread asks ``/health`` every 20 ms meanwhile; the line of each answer gives its status, its
+time, the slowest ``/health`` and the memory.
 
     .venv/bin/python benchmarks/server_bounds.py [--inflated-mb 600] [--cases lcb-packed,...]
 """
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import concurrent.futures
 import pickle
 import struct
 import tempfile
@@ -81,8 +90,14 @@ def memory(pid: int) -> dict[str, int]:
     return {key: int(fields[key].split()[0]) >> 10 for key in ("VmRSS", "VmHWM")}
 
 
-def watched(url: str, pid: int, bodies: list[dict]) -> list[str]:
-    """Send ``bodies`` one after another while a thread times /health; a line per body."""
+def sample_bodies(count: int) -> list[dict]:
+    prompt = {f"f{i}": "" for i in range(22)}
+    return [{"prompts": [prompt] * 65536, "sampling": {"max_tokens": 8}}] * count
+
+
+def watched(url: str, pid: int, path: str, bodies: list[dict], at_once: bool) -> list[str]:
+    """Send ``bodies`` to ``path`` (one after another, or ``at_once``) while a thread times
+    /health; a line per body."""
     slowest = [0.0]
     done = threading.Event()
 
@@ -94,24 +109,31 @@ def watched(url: str, pid: int, bodies: list[dict]) -> list[str]:
                 slowest[0] = max(slowest[0], time.perf_counter() - started)
                 time.sleep(0.02)
 
-    lines = []
     start = memory(pid)
     watcher = threading.Thread(target=watch)
     watcher.start()
-    try:
+
+    def send(body: dict) -> str:
         with httpx.Client(timeout=600) as client:
-            for body in bodies:
+            if not at_once:
                 slowest[0] = 0.0
-                started = time.perf_counter()
-                answer = client.post(f"{url}/verify", json=body)
-                took = time.perf_counter() - started
-                time.sleep(0.3)  # a last /health after the answer
-                now = memory(pid)
-                lines.append(
-                    f"{answer.status_code} in {took:.2f} s, /health at most {slowest[0]:.3f} s, "
-                    f"RSS {start['VmRSS']} -> {now['VmRSS']} MiB, peak {now['VmHWM']} MiB; "
-                    f"{answer.text[:160]}"
-                )
+            started = time.perf_counter()
+            answer = client.post(f"{url}{path}", json=body)
+            took = time.perf_counter() - started
+        time.sleep(0.3)  # a last /health after the answer
+        now = memory(pid)
+        return (
+            f"{answer.status_code} in {took:.2f} s, /health at most {slowest[0]:.3f} s, "
+            f"RSS {start['VmRSS']} -> {now['VmRSS']} MiB, peak {now['VmHWM']} MiB; "
+            f"{answer.text[:160]}"
+        )
+
+    try:
+        if at_once:
+            with concurrent.futures.ThreadPoolExecutor(len(bodies)) as threads:
+                lines = list(threads.map(send, bodies))
+        else:
+            lines = [send(body) for body in bodies]
     finally:
         done.set()
         watcher.join()
@@ -122,7 +144,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inflated-mb", type=int, default=600)
     parser.add_argument("--max-problem-code-chars", type=int, default=32 << 10)
-    parser.add_argument("--cases", default="lcb-packed,check-960k,check-six,check-worst")
+    parser.add_argument(
+        "--cases",
+        default="lcb-packed,check-960k,check-six,check-worst,sample-plain,sample-stops,"
+        "sample-bodies",
+    )
     args = parser.parse_args()
     cases = {
         "lcb-packed": lambda: [
@@ -142,18 +168,35 @@ def main() -> None:
             }
         ],
     }
+    greedy = {"num_generations": 1, "temperature": 0, "max_tokens": 8}
+    stops = [chr(ord("A") + i) * 128 for i in range(16)]
+    prompt = {"task_id": "p", "text": "def f():", "completion_style": "continuation"}
+    samples = {
+        "sample-plain": lambda: [{"prompts": [prompt], "sampling": greedy}],
+        "sample-stops": lambda: [{"prompts": [prompt], "sampling": {**greedy, "stop": stops}}],
+        "sample-bodies": lambda: sample_bodies(4),
+    }
+    verify_options = (
+        "--workers",
+        "1",
+        "--max-problem-code-chars",
+        str(args.max_problem_code_chars),
+    )
+    sample_options = ("--engine.backend", "hf")
     with tempfile.TemporaryDirectory() as work:
         for name in args.cases.split(","):
-            bodies = cases[name]()
+            on_sampler = name in samples
+            bodies = (samples if on_sampler else cases)[name]()
             size = sum(len(str(body)) for body in bodies) >> 10
-            options = (
-                "--workers",
-                "1",
-                "--max-problem-code-chars",
-                str(args.max_problem_code_chars),
+            started = server(
+                *(sample_options if on_sampler else verify_options),
+                log=Path(work) / f"{name}.log",
+                command="sample-server" if on_sampler else "verify-server",
             )
-            with server(*options, log=Path(work) / f"{name}.log") as (url, process):
-                for index, line in enumerate(watched(url, process.pid, bodies)):
+            with started as (url, process):
+                path = "/sample" if on_sampler else "/verify"
+                lines = watched(url, process.pid, path, bodies, at_once=name == "sample-bodies")
+                for index, line in enumerate(lines):
                     print(f"{name}[{index}] ({size} KiB sent): {line}", flush=True)
 
 

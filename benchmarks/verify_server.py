@@ -46,14 +46,17 @@ SLOW = "import time\ntime.sleep(0.3)\nprint('done')\n"
 
 
 @contextmanager
-def server(*options: str, log: Path) -> Iterator[tuple[str, subprocess.Popen]]:
-    """`codepost verify-server` in its own process, ready; stopped with SIGTERM after."""
+def server(
+    *options: str, log: Path, command: str = "verify-server"
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`codepost verify-server` (or another ``command``: `sample-server`) in its own process,
+    ready; stopped with SIGTERM after."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with log.open("w") as out:
         process = subprocess.Popen(
-            [str(BIN / "codepost"), "verify-server", "--port", str(port), *options],
+            [str(BIN / "codepost"), command, "--port", str(port), *options],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
