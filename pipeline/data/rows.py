@@ -15,19 +15,20 @@ made.
 from __future__ import annotations
 
 import enum
+import functools
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Union, get_args, get_origin
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...verifiers import VerdictStatus
 from ..atomic import staged
 from .prompts import Prompt
+
+if TYPE_CHECKING:  # Arrow loads where a table is read or written: a config is read without it
+    import pyarrow as pa
 
 FinishReason = Literal["stop", "length"]
 # Each reward component is a column of its own, ``reward_<name>`` (NaN where it was not scored).
@@ -100,6 +101,8 @@ SCORED_COLUMNS = required(ScoredRow)
 
 
 def _arrow_type(annotation: Any) -> pa.DataType:
+    import pyarrow as pa
+
     origin, args = get_origin(annotation), get_args(annotation)
     if origin in (Union, types.UnionType):
         (inner,) = [arg for arg in args if arg is not type(None)]
@@ -115,6 +118,8 @@ def _arrow_type(annotation: Any) -> pa.DataType:
 def arrow_schema(model: type[BaseModel]) -> pa.Schema:
     """The Parquet schema of ``model``'s rows (the declared columns; extra ones are kept as
     they come, reward components as float64)."""
+    import pyarrow as pa
+
     return pa.schema(
         [
             pa.field(name, _arrow_type(field.annotation), nullable=not field.is_required())
@@ -123,7 +128,12 @@ def arrow_schema(model: type[BaseModel]) -> pa.Schema:
     )
 
 
-SCHEMA = arrow_schema(ScoredRow)
+@functools.cache
+def scored_schema() -> pa.Schema:
+    """The Arrow schema of scored rollouts (built once, when a table is first checked)."""
+    return arrow_schema(ScoredRow)
+
+
 _ALLOWED = {
     "finish_reason": get_args(FinishReason),
     "status": tuple(status.value for status in VerdictStatus),
@@ -131,14 +141,19 @@ _ALLOWED = {
 
 
 def _declared_type(name: str) -> pa.DataType | None:
-    if name in SCHEMA.names:
-        return SCHEMA.field(name).type
+    import pyarrow as pa
+
+    if name in scored_schema().names:
+        return scored_schema().field(name).type
     return pa.float64() if name.startswith(REWARD_COMPONENT_PREFIX) else None
 
 
 def check_table(table: pa.Table, source: str, needs: Sequence[str] = ROLLOUT_COLUMNS) -> pa.Table:
     """``table`` with its declared columns in their declared types; raises :class:`RowsError`
     naming ``source``, the column and the (0-based) row where it breaks the contract."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     missing = [name for name in needs if name not in table.column_names]
     if missing:
         unscored = set(missing) & set(SCORE_COLUMNS)
@@ -188,6 +203,8 @@ def check_table(table: pa.Table, source: str, needs: Sequence[str] = ROLLOUT_COL
 def read_table(path: Path, needs: Sequence[str] = ROLLOUT_COLUMNS) -> pa.Table:
     """A rollouts Parquet file, checked (:func:`check_table`); safe from several threads (the
     scoring fan-out), unlike datasets' reader, whose tqdm state is shared."""
+    import pyarrow.parquet as pq
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such Parquet file")
@@ -202,9 +219,11 @@ def read_rows(path: Path, needs: Sequence[str] = ROLLOUT_COLUMNS) -> list[dict[s
 def to_table(rows: Iterable[Mapping[str, Any]], source: str) -> pa.Table:
     """Rows as an Arrow table, declared columns in their declared types; a value that does not
     fit is named with its column and row."""
+    import pyarrow as pa
+
     rows = list(rows)
     if not rows:
-        return SCHEMA.empty_table()
+        return scored_schema().empty_table()
     names = list(dict.fromkeys(name for row in rows for name in row))
     columns = {}
     for name in names:
@@ -221,6 +240,8 @@ def to_table(rows: Iterable[Mapping[str, Any]], source: str) -> pa.Table:
 
 
 def _fits(value: Any, expected: pa.DataType | None) -> bool:
+    import pyarrow as pa
+
     try:
         pa.array([value], type=expected)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
@@ -230,6 +251,8 @@ def _fits(value: Any, expected: pa.DataType | None) -> bool:
 
 def write_table(table: pa.Table, path: Path, needs: Sequence[str] = ROLLOUT_COLUMNS) -> Path:
     """Check ``table`` and write it all or nothing: a reader never sees half a file."""
+    import pyarrow.parquet as pq
+
     table = check_table(table, str(path), needs)
     with staged(Path(path)) as staging:
         pq.write_table(table, str(staging))

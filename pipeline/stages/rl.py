@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import pyarrow as pa
 from pydantic import Field, model_validator
 
 from ...verifiers import Problem, RewardConfig
@@ -639,6 +638,8 @@ def merge_rollouts(out_dir: Path) -> Path:
     """Every iteration's scored rollouts as one Parquet file (``rollouts.parquet``), e.g. to
     mine DPO pairs from what RL sampled; each checked against the digest the last checkpoint
     holds."""
+    import pyarrow as pa
+
     last = last_published_iteration(Path(out_dir))
     if last:
         checked_rollouts(Path(out_dir), iteration_dir(Path(out_dir), last))

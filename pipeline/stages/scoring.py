@@ -20,8 +20,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...sandbox import DEFAULT_IMAGE, Limits, PoolConfig, SandboxPool, connect_hosts
@@ -246,6 +244,8 @@ def scored_path(out_dir: Path) -> Path:
 
 def shard_count(rollouts: Path, wanted: int) -> int:
     """How many shards ``rollouts`` is cut into: ``wanted``, but none of them empty."""
+    import pyarrow.parquet as pq
+
     rows = pq.read_metadata(str(rollouts)).num_rows
     if rows == 0:
         raise ValueError(f"{rollouts}: no rollouts to score")
@@ -278,6 +278,8 @@ def score_shard(
 
 def merge_shards(shards: Sequence[Path], out_dir: Path) -> Path:
     """``scored.parquet``: the scored shards, in order, as one file."""
+    import pyarrow as pa
+
     tables = [read_table(shard, SCORE_OUTPUT) for shard in shards]
     return write_table(
         pa.concat_tables(tables, promote_options="default"), scored_path(out_dir), SCORE_OUTPUT
