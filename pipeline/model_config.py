@@ -27,6 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
 from .atomic import staged
+from .checkpoints.manifest import path_digests
+from .config_walk import OutsideInput
 from .endpoints import ask
 
 if TYPE_CHECKING:  # torch, transformers and peft load where a model does (a command's flags
@@ -49,7 +51,7 @@ class ModelNotFoundError(FileNotFoundError):
     """A model that cannot be found or read; the message names it and says what was expected."""
 
 
-class ModelConfig(BaseModel):
+class ModelConfig(BaseModel, OutsideInput):
     """The model every stage shares: where it is, its dtype, LoRA and gradient checkpointing."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -88,6 +90,13 @@ class ModelConfig(BaseModel):
     def resolve(self) -> str:
         """A path or hub id that transformers and vLLM load as they are."""
         return resolve_model(self.name_or_path)
+
+    def content_digests(self) -> dict[str, str]:
+        """A local model folder by its files (a published one by its manifest, once its files
+        match it): weights replaced under the same path are another input. A hub id or an
+        embedded model is its name, which the config holds."""
+        path = Path(self.name_or_path).expanduser()
+        return path_digests(f"model file {self.name_or_path}", path) if path.is_dir() else {}
 
     def check_available(self) -> str:
         """:meth:`resolve`, and a hub id in the cache or on the hub (:func:`check_model`)."""

@@ -70,6 +70,36 @@ def test_verify_names_changed_and_missing_files(tiny, tmp_path):
     ]
 
 
+def test_an_input_checkpoint_is_hashed_once_per_process_until_a_file_of_it_changes(
+    tmp_path, monkeypatch
+):
+    """Verified before every stage that reads it, a checkpoint is read in full only once."""
+    weights = bytes(range(256)) * 64
+
+    def write(folder):
+        (folder / "model.safetensors").write_bytes(weights)
+        (folder / "config.json").write_text("{}")
+
+    target = tmp_path / "c"
+    checkpoints.publish(target, write, manifest())
+    hashed = []
+    sha256_file = checkpoints.sha256_file
+
+    def counted(path):
+        hashed.append(path.name)
+        return sha256_file(path)
+
+    monkeypatch.setattr(checkpoints, "sha256_file", counted)
+    first, again = checkpoints.verified(target), checkpoints.verified(target)
+    assert first == again == checkpoints.read_manifest(target)
+    assert sorted(hashed) == ["config.json", "model.safetensors"]
+    (target / "model.safetensors").write_bytes(weights[:-1] + b"\x00\x00")  # one byte longer
+    changed = f"{target}/model.safetensors: sha256 differs"
+    with pytest.raises(checkpoints.ManifestMismatch, match=changed):
+        checkpoints.verified(target)
+    assert sorted(hashed) == ["config.json", "model.safetensors", "model.safetensors"]
+
+
 def test_lora_is_merged_into_the_published_weights_and_training_goes_on(tiny, tmp_path):
     from peft import LoraConfig, get_peft_model
 

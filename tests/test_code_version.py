@@ -122,6 +122,7 @@ def _run_rl(package: Path, out_root: Path) -> str:
     return line
 
 
+@pytest.mark.docker  # the rl stage's key holds the sandbox image's id
 @pytest.mark.slow
 def test_an_edited_loss_or_test_form_recomputes_rl_and_the_log_names_the_file(tmp_path):
     package = tmp_path / "copy" / "codepost"

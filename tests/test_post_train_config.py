@@ -145,6 +145,10 @@ def test_arms_start_from_the_branch_point_and_every_checkpoint_is_measured_on_th
     filter's problems run for base and SFT once the filter has run, then after every arm."""
     from codepost.pipeline import post_train
     from codepost.pipeline.stages.registry import Artifacts
+    from codepost.pipeline.stages.scoring import SandboxSettings
+
+    # Each key holds the sandbox image's id: the Docker boundary, reached in the registry tests.
+    monkeypatch.setattr(SandboxSettings, "content_digests", lambda self: {"sandbox image": "id"})
 
     calls: list[tuple[str, Artifacts]] = []
 

@@ -1,7 +1,8 @@
 """The one resume rule, on a stage registered here (a new stage needs nothing else): the same
-key is reused, a changed config or input is computed into a new folder with the reason logged,
-extending a run continues it, and a corrupted output is refused naming the file. And the run
-folder lock."""
+key is reused, a changed config or input is computed into a new folder with the reason logged
+(a problems file, a model file, the sandbox image the config names included), extending a run
+continues it, and a corrupted output or input checkpoint is refused naming the file. And the
+run folder lock."""
 
 from __future__ import annotations
 
@@ -11,14 +12,20 @@ import logging
 import multiprocessing
 import os
 import signal
+import subprocess
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from codepost.pipeline.checkpoints.manifest import CheckpointManifest, ManifestMismatch, publish
+from codepost.pipeline.data.problem_sets import ProblemSet
+from codepost.pipeline.model_config import ModelConfig
 from codepost.pipeline.run_lock import RunFolderLocked, run_folder_lock
-from codepost.pipeline.stages import STAGES
+from codepost.pipeline.stages import STAGES, evaluation, get_stage
+from codepost.pipeline.stages.evaluation import EvalConfig
 from codepost.pipeline.stages.registry import (
     Artifacts,
     Stage,
@@ -26,6 +33,8 @@ from codepost.pipeline.stages.registry import (
     register,
     run_stage,
 )
+from codepost.pipeline.stages.scoring import SandboxSettings, ScoreConfig
+from codepost.sandbox import DEFAULT_IMAGE, SandboxUnavailable
 
 CALLS: list[tuple[int, int]] = []
 
@@ -177,8 +186,6 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path):
 
 
 def publish_weights(config: CountConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
-    from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish
-
     def write(folder: Path) -> None:
         (folder / "model.safetensors").write_bytes(bytes(range(256)) * config.step)
 
@@ -221,3 +228,181 @@ def test_a_corrupted_checkpoint_is_refused_naming_the_file_its_manifest_lists(tm
     (Path(first.checkpoint) / "manifest.json").unlink()  # a deleted manifest
     with pytest.raises(StaleOutputError, match="differs from the digest"):
         run_stage(stage, CountConfig(), Artifacts(), tmp_path)
+
+
+class ReadsConfig(BaseModel):
+    """A toy stage's config naming what it reads outside itself, as real stages' configs do."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    problems: ProblemSet
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    sandbox: list[SandboxSettings] = Field(default_factory=list)
+
+
+def copy_problems(config: ReadsConfig, inputs: Artifacts, out_dir: Path) -> Artifacts:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "problems.jsonl").write_text(Path(config.problems.source).read_text())
+    return Artifacts(evaluation=str(out_dir))
+
+
+READS = Stage(name="toy-reads", config=ReadsConfig, run=copy_problems, needs=(),
+              uses=("checkpoint",), makes=("evaluation",), accelerator=False)  # fmt: skip
+# One MBPP-shaped problem; its asserts are filled in.
+ASSERTS = '{{"task_id": 1, "text": "Add.", "code": "def add(a, b): return a+b", "test_list": {}}}\n'
+
+
+def write_problems(path: Path, tests: list[str]) -> Path:
+    path.write_text(ASSERTS.format(json.dumps(tests)))
+    return path
+
+
+def model_folder(folder: Path, weights: bytes, published: bool) -> Path:
+    """A model folder as a stage names it: its config and weights, with a manifest or not."""
+
+    def write(target: Path) -> None:
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "config.json").write_text('{"model_type": "toy"}')
+        (target / "model.safetensors").write_bytes(weights)
+
+    if published:
+        publish(folder, write, CheckpointManifest(stage="toy", version="v1"))
+    else:
+        write(folder)
+    return folder
+
+
+def test_a_problems_file_edited_in_place_is_computed_anew_naming_the_file(tmp_path, caplog):
+    """Every test of the file changed under the same path: the old results were reused."""
+    problems = write_problems(tmp_path / "problems.jsonl", ["assert add(1, 2) == 3"])
+    config = ReadsConfig(problems=ProblemSet(source=str(problems), split="all"))
+    first = run_stage(READS, config, Artifacts(), tmp_path / "o")
+    write_problems(problems, ["assert add(2, 2) == 4", "assert add(0, 0) == 0"])
+    with caplog.at_level(logging.INFO, logger="codepost.stages"):
+        second = run_stage(READS, config, Artifacts(), tmp_path / "o")
+        again = run_stage(READS, config, Artifacts(), tmp_path / "o")
+    assert first != second == again
+    assert "add(0, 0)" in (Path(str(second.evaluation)) / "problems.jsonl").read_text()
+    assert f"problems file {problems} changed (" in caplog.text
+    assert "reusing" in caplog.records[-1].getMessage()
+
+
+def test_a_model_folder_whose_weights_were_replaced_is_computed_anew_naming_the_file(
+    tmp_path, caplog
+):
+    folder = model_folder(tmp_path / "model", b"weights v1", published=False)
+    config = ReadsConfig(
+        problems=ProblemSet(source=str(write_problems(tmp_path / "p.jsonl", []))),
+        model=ModelConfig(name_or_path=str(folder)),
+    )
+    first = run_stage(READS, config, Artifacts(), tmp_path / "o")
+    (folder / "model.safetensors").write_bytes(b"weights v2, longer")
+    with caplog.at_level(logging.INFO, logger="codepost.stages"):
+        second = run_stage(READS, config, Artifacts(), tmp_path / "o")
+    assert first != second
+    assert f"model file {folder}/model.safetensors changed (" in caplog.text
+    assert "config.json" not in caplog.text
+
+
+@pytest.mark.parametrize("named_by", ["the config", "an input"])
+def test_a_checkpoint_that_no_longer_matches_its_manifest_is_refused_naming_the_file(
+    tmp_path, named_by
+):
+    """Weights replaced in place under an intact manifest: keyed by the manifest, reused."""
+    checkpoint = model_folder(tmp_path / "ckpt", b"weights v1", published=True)
+    problems = ProblemSet(source=str(write_problems(tmp_path / "p.jsonl", [])))
+    model = ModelConfig(name_or_path=str(checkpoint) if named_by == "the config" else "org/name")
+    config, inputs = ReadsConfig(problems=problems, model=model), Artifacts()
+    if named_by == "an input":
+        inputs = Artifacts(checkpoint=str(checkpoint))
+    run_stage(READS, config, inputs, tmp_path / "o")
+    (checkpoint / "model.safetensors").write_bytes(b"weights v2, longer")
+    with pytest.raises(ManifestMismatch, match=f"{checkpoint}/model.safetensors: sha256 differs"):
+        run_stage(READS, config, inputs, tmp_path / "o")
+    assert len(list((tmp_path / "o").glob("*.json"))) == 1  # nothing computed on it
+
+
+def test_a_stage_that_runs_programs_with_no_engine_to_reach_is_refused_naming_it(tmp_path):
+    """Its key holds the sandbox image's id: without the engine there is no key to reuse."""
+    engine = f"unix://{tmp_path}/no-engine.sock"
+    config = ReadsConfig(
+        problems=ProblemSet(source=str(write_problems(tmp_path / "p.jsonl", []))),
+        sandbox=[SandboxSettings(docker_hosts=[engine])],
+    )
+    with pytest.raises(SandboxUnavailable, match=f"cannot reach the Docker engine at {engine}"):
+        run_stage(READS, config, Artifacts(), tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+
+
+def build_image(name: str, build: str) -> str:
+    """A tiny image on the sandbox image, ``name`` a test's own: the id of this build."""
+    built = subprocess.run(
+        ["docker", "build", "--quiet", "--tag", name, "-"],
+        input=f"FROM {DEFAULT_IMAGE}\nLABEL codepost.test.build={build}\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr
+    return built.stdout.strip()
+
+
+@pytest.mark.docker
+def test_an_evaluation_on_a_rebuilt_image_or_an_edited_problems_file_is_computed_anew(
+    tmp_path, caplog
+):
+    """The real evaluate stage's key (its run stood in for): an image rebuilt under the same
+    name, and a problems file edited in place, are each an input that changed."""
+    name = f"codepost-test-resume-{uuid.uuid4().hex[:12]}:latest"
+    problems = write_problems(tmp_path / "problems.jsonl", ["assert add(1, 2) == 3"])
+    config = EvalConfig(
+        problems=ProblemSet(source=str(problems), split="all"),
+        scoring=ScoreConfig(sandbox=SandboxSettings(image=name)),
+    )
+    inputs = Artifacts(checkpoint="embedded:smollm2-135m-instruct")
+    evaluate, out = get_stage("evaluate"), tmp_path / "eval"
+
+    def stand_in(stage, config, inputs, out_dir, label):
+        out_dir.mkdir(parents=True)
+        (out_dir / "evaluation.json").write_text("{}")
+        return Artifacts(evaluation=str(out_dir))
+
+    builds = [build_image(name, "one")]
+    try:
+        first = run_stage(evaluate, config, inputs, out, stand_in)
+        assert run_stage(evaluate, config, inputs, out, stand_in) == first
+        builds.append(build_image(name, "two"))
+        with caplog.at_level(logging.INFO, logger="codepost.stages"):
+            rebuilt = run_stage(evaluate, config, inputs, out, stand_in)
+        short = [build.removeprefix("sha256:")[:12] for build in builds]
+        assert f"sandbox image {name} changed ({short[0]} -> {short[1]})" in caplog.text
+        write_problems(problems, ["assert add(2, 2) == 4"])
+        with caplog.at_level(logging.INFO, logger="codepost.stages"):
+            edited = run_stage(evaluate, config, inputs, out, stand_in)
+        assert f"problems file {problems} changed (" in caplog.text
+        assert len({first, rebuilt, edited}) == 3 and len(list(out.glob("*.json"))) == 3
+    finally:
+        subprocess.run(["docker", "rmi", "--force", *builds], capture_output=True, timeout=120)
+
+
+def test_codepost_evaluate_evaluates_a_problems_file_edited_in_place_again(tmp_path, monkeypatch):
+    """Its folder's results are reused for the same checkpoint, settings and problems content:
+    an edited file goes on to the model (stood in for here: its loading is where it stops)."""
+    problems = write_problems(tmp_path / "problems.jsonl", ["assert add(1, 2) == 3"])
+    config = EvalConfig(problems=ProblemSet(source=str(problems), split="all"))
+    before = evaluation.EvaluationResults(
+        checkpoint="org/model",
+        problems_fingerprint=evaluation.fingerprint(evaluation.load_problem_set(config.problems)),
+        num_problems=1,
+        config=json.loads(config.model_dump_json()),
+    )
+    before.write(tmp_path / "out" / "evaluation.json")
+
+    def no_model(model):
+        raise RuntimeError("evaluated again")
+
+    monkeypatch.setattr(evaluation, "load_tokenizer", no_model)
+    assert evaluation.run_evaluate(config, "org/model", tmp_path / "out") == before
+    write_problems(problems, ["assert add(2, 2) == 4"])
+    with pytest.raises(RuntimeError, match="evaluated again"):
+        evaluation.run_evaluate(config, "org/model", tmp_path / "out")

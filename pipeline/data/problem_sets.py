@@ -17,7 +17,8 @@ from pydantic import BaseModel, Field
 
 from ...verifiers import Problem, load_problems
 from ...verifiers.problems import HUMANEVAL, cap_tests, check_source, packaged_path, posed_in
-from ..config_walk import settings_of
+from ..checkpoints.manifest import path_digests
+from ..config_walk import OutsideInput, settings_of
 from ..settings import Seed, Settings
 
 Split = Literal["train", "validation", "test", "prompt", "all"]
@@ -29,7 +30,7 @@ MBPP_SPLITS: dict[str, range] = {
 }
 
 
-class ProblemSet(Settings):
+class ProblemSet(Settings, OutsideInput):
     """A set of problems: where they come from, which split, how many."""
 
     starts_anew_with = ("source",)  # another source's split, limit... are not this one's
@@ -69,6 +70,16 @@ class ProblemSet(Settings):
         description="at most this many tests per problem, the longest inputs (rllm keeps 15 "
         "for training rewards); None = all",
     )
+
+    def content_digests(self) -> dict[str, str]:
+        """Each local source by its content, a packaged set by its packaged file's: a problems
+        file edited in place is another input. A hub id is its name, which the config holds."""
+        digests: dict[str, str] = {}
+        for source in (self.source, *self.more_sources):
+            path = packaged_path(source)
+            if path.exists():
+                digests.update(path_digests(f"problems file {source}", path))
+        return digests
 
 
 def load_problem_set(problem_set: ProblemSet) -> dict[str, Problem]:

@@ -109,17 +109,19 @@ class EvalConfig(Settings):
 
 def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> EvaluationResults:
     """Evaluate ``checkpoint`` (a model folder, hub id or ``embedded:...``); returns and writes
-    the results. Results already in ``out_dir`` for the same checkpoint and settings are
-    returned as they are (the stage is resumable)."""
+    the results. Results already in ``out_dir`` for the same checkpoint, settings and problems
+    (their content: a problems file edited in place is evaluated again) are returned as they
+    are (the stage is resumable)."""
     out_dir = Path(out_dir)
     done = out_dir / RESULTS_FILE
     settings = json.loads(config.model_dump_json())
+    problems = load_problem_set(config.problems)
     if done.is_file():
         previous = EvaluationResults.read(done)
-        if previous.checkpoint == checkpoint and previous.config == settings:
+        made_of = (previous.checkpoint, previous.config, previous.problems_fingerprint)
+        if made_of == (checkpoint, settings, fingerprint(problems)):
             return previous
     model = ModelConfig(name_or_path=checkpoint)
-    problems = load_problem_set(config.problems)
     tokenizer = load_tokenizer(model)
     prompts = [build_prompt(p, tokenizer, config.prompt_style) for p in problems.values()]
     sampler = get_sampler(model, config.engine)

@@ -3,16 +3,21 @@
 A stage declares its name, its config class, the artifacts it needs and makes, whether it
 needs the accelerator, and its ``run(config, inputs, out_dir) -> outputs``. :func:`run_stage`
 runs it under the resume rule (Prefect's INPUTS + TASK_SOURCE cache policy, on disk): every
-output is keyed by the stage's config, its inputs' content digests and its code: its module and
-every module of the package that module imports (:mod:`..code_version`).
+output is keyed by the stage's config, the content of every input it reads and its code.
 
+- Inputs: the artifacts handed to it (an input checkpoint verified against its manifest first:
+  one edited after it was published is refused, naming the file), and what its config names
+  outside itself, wherever in the config (:class:`..config_walk.OutsideInput`): problem files,
+  a local model folder, the sandbox image's id and runner.
+- Code: its module and every module of the package that module imports, plug-in packages
+  whole (:mod:`..code_version`).
 - The output of key K lives in ``<out_root>/<K[:12]>/``; its record ``<K[:12]>.json``, beside
   the folder, is written last and marks it finished.
 - A finished output with the same key is reused, after its files are checked against the
   digests recorded (a corrupt or edited output is refused, naming the file).
 - Another key is computed into a new folder: nothing is overwritten, and the run says what
-  changed (a setting, an input, or which file of the code). Config fields a stage declares
-  ``extendable`` (RL's ``iterations``) only append work,
+  changed (a setting, an input and which of its files, or which file of the code). Config
+  fields a stage declares ``extendable`` (RL's ``iterations``) only append work,
   so they are left out of the key: more iterations continue in the same folder.
 """
 
@@ -31,8 +36,9 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from .. import atomic
-from ..checkpoints.manifest import MANIFEST, sha256_file, verify
+from ..checkpoints.manifest import MANIFEST, sha256_file, verified, verify
 from ..code_version import code_digest, code_files
+from ..config_walk import OutsideInput, settings_of
 from ..data.problem_sets import ProblemSet
 
 log = logging.getLogger("codepost.stages")
@@ -131,6 +137,24 @@ def digest(path: str) -> str:
     return hashlib.sha256(f"name:{path}".encode()).hexdigest()
 
 
+def input_digest(path: str) -> str:
+    """:func:`digest` of an input, a published folder's once its files match its manifest
+    (:class:`..checkpoints.manifest.ManifestMismatch` names the file otherwise): a checkpoint
+    whose weights were replaced in place is refused before a stage builds on it."""
+    if (Path(path) / MANIFEST).is_file():
+        verified(Path(path))
+    return digest(path)
+
+
+def named_inputs(config: BaseModel) -> dict[str, str]:
+    """The content of everything ``config`` names outside itself, at any depth: each
+    :class:`OutsideInput`'s ``content_digests``."""
+    named: dict[str, str] = {}
+    for setting in settings_of(config, OutsideInput):
+        named.update(setting.content_digests())
+    return dict(sorted(named.items()))
+
+
 def _folder_digest(files: dict[str, str]) -> str:
     payload = json.dumps([list(item) for item in files.items()])
     return hashlib.sha256(payload.encode()).hexdigest()
@@ -146,14 +170,17 @@ def stage_key(stage: Stage, config: BaseModel, inputs: Artifacts) -> tuple[str, 
     """The key of ``stage``'s output for ``config`` and ``inputs``, and what it was made of."""
     keyed = config.model_dump(mode="json", exclude=set(stage.extendable))
     files = stage.code_files()
-    parts = {
+    parts: dict[str, Any] = {
         "stage": stage.name,
         "config": keyed,
-        "inputs": {kind: digest(path) for kind, path in sorted(inputs.present().items())},
+        "inputs": {kind: input_digest(path) for kind, path in sorted(inputs.present().items())},
         "code": code_digest(files),
     }
+    named = named_inputs(config)
+    if named:  # a config that names nothing outside itself keeps the key it had
+        parts["named_inputs"] = named
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-    return key, {**parts, "code_files": files}
+    return key, {**parts, "code_files": files, "input_paths": inputs.present()}
 
 
 def run_stage(
@@ -195,6 +222,7 @@ def run_stage(
             kind: {"path": path, "digest": parts["inputs"][kind]}
             for kind, path in inputs.present().items()
         },
+        "named_inputs": parts.get("named_inputs", {}),
         "outputs": {
             kind: _output_record(path, out_root) for kind, path in outputs.present().items()
         },
@@ -261,16 +289,23 @@ def _changed_files(folder: Path, recorded: dict[str, str] | None) -> list[str]:
     """The files of ``folder`` that differ from, or are not in, its recorded file list."""
     if recorded is None:
         return []
-    now = file_digests(folder)
     changed = []
-    for name in sorted(recorded.keys() | now.keys()):
-        if name not in now:
-            changed.append(f"{folder / name}: missing")
-        elif name not in recorded:
-            changed.append(f"{folder / name}: added")
-        elif now[name] != recorded[name]:
-            changed.append(f"{folder / name}: differs from its digest")
+    for name, was, now in _differences(recorded, file_digests(folder)):
+        what = "missing" if now is None else "added" if was is None else "differs from its digest"
+        changed.append(f"{folder / name}: {what}")
     return changed
+
+
+def _differences(
+    before: dict[str, Any], after: dict[str, Any]
+) -> list[tuple[str, Any | None, Any | None]]:
+    """Each name whose value differs between ``before`` and ``after`` (None where it is not
+    there), in name order."""
+    return [
+        (name, before.get(name), after.get(name))
+        for name in sorted(before.keys() | after.keys())
+        if before.get(name) != after.get(name)
+    ]
 
 
 def _why_new(out_root: Path, parts: dict[str, Any], config: dict[str, Any], stage: Stage) -> str:
@@ -288,16 +323,13 @@ def _changes(
     """``record``'s output against the one keyed by ``parts`` for ``config``, in words."""
     before = _flat({k: v for k, v in record["config"].items() if k not in stage.extendable})
     after = _flat(parts["config"])
-    changed = [
-        f"{name}: {before.get(name)!r} -> {after.get(name)!r}"
-        for name in sorted(set(before) | set(after))
-        if before.get(name) != after.get(name)
-    ]
+    changed = [f"{name}: {was!r} -> {now!r}" for name, was, now in _differences(before, after)]
     inputs = [
-        f"input {kind} changed"
+        _input_change(kind, record["inputs"].get(kind, {}).get("path"), parts["input_paths"][kind])
         for kind, value in parts["inputs"].items()
         if record["inputs"].get(kind, {}).get("digest") != value
     ]
+    named = _named_changes(record.get("named_inputs"), parts.get("named_inputs", {}))
     code = _code_changes(record.get("code_files"), parts["code_files"])
     if record.get("code") != parts["code"] and not code:
         code = ["the stage's code changed"]
@@ -306,18 +338,46 @@ def _changes(
         for name in stage.extendable
         if record["config"].get(name) != config.get(name)
     ]
-    reasons = changed[:5] + (["..."] if len(changed) > 5 else []) + inputs + code + extended
+    reasons = [*_first(changed), *inputs, *named, *code, *extended]
     return "; ".join(reasons) or "nothing recorded differs"
+
+
+def _first(reasons: list[str], shown: int = 5) -> list[str]:
+    return reasons[:shown] + (["..."] if len(reasons) > shown else [])
+
+
+def _input_change(kind: str, before: str | None, after: str) -> str:
+    """An artifact input that differs from a record's, and where it is (and was)."""
+    where = after if before in (None, after) else f"{before} -> {after}"
+    return f"input {kind} changed ({where})"
+
+
+def _named_changes(before: dict[str, str] | None, after: dict[str, str]) -> list[str]:
+    """Which outside inputs the config names differ from a record's, each by name (none when
+    the record kept no list)."""
+    if before is None:
+        return []
+    changes = []
+    for name, was, now in _differences(before, after):
+        if now is None:
+            changes.append(f"{name} no longer read")
+        elif was is None:
+            changes.append(f"{name} read now")
+        else:
+            changes.append(f"{name} changed ({_short(was)} -> {_short(now)})")
+    return _first(changes)
+
+
+def _short(digest: str) -> str:
+    """A digest or an image id as a log shows it: its first 12 hex digits."""
+    return digest.removeprefix("sha256:")[:12]
 
 
 def _code_changes(before: dict[str, str] | None, after: dict[str, str]) -> list[str]:
     """Which files of the stage's code differ from a record's (none when it kept no list)."""
     if before is None or before == after:
         return []
-    changed = sorted(
-        name for name in set(before) | set(after) if before.get(name) != after.get(name)
-    )
-    shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+    shown = ", ".join(_first([name for name, _, _ in _differences(before, after)]))
     return [f"the stage's code changed: {shown}"]
 
 

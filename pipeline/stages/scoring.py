@@ -23,7 +23,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...sandbox import DEFAULT_IMAGE, Limits, PoolConfig, SandboxPool, connect_hosts
+from ...sandbox.runner import source_version
 from ...verifiers import CompletionStyle, Problem, RewardConfig, Verdict, VerdictStatus, Verifier
+from ..config_walk import OutsideInput
 from ..data.problem_sets import ProblemSet, load_problem_set
 from ..data.rows import (
     REWARD_COMPONENT_PREFIX,
@@ -39,7 +41,7 @@ from ..rl.metric_names import Data, Reward, reward_component, status_count
 from ..settings import Settings
 
 
-class SandboxSettings(BaseModel):
+class SandboxSettings(BaseModel, OutsideInput):
     """Where programs run: the Docker engines (the pool spreads its containers over all of
     them, so several machines score one run), the image, and what each container may use."""
 
@@ -64,6 +66,21 @@ class SandboxSettings(BaseModel):
             cpus=self.cpus,
             container_memory_mb=self.container_memory_mb,
         )
+
+    def content_digests(self) -> dict[str, str]:
+        """The image's id on each engine (an image rebuilt under the same name is another
+        input) and the source version of the runner it must hold. An engine that cannot be
+        reached, or lacks the image, is :class:`SandboxUnavailable` naming it: the stage that
+        runs programs would fail there anyway."""
+        clients = connect_hosts(self.pool_config(size=1))
+        try:
+            ids = [str(client.images.get(self.image).id) for client in clients]
+        finally:
+            for client in clients:
+                client.close()
+        hosts = [f" on {host}" for host in self.docker_hosts] or [""]
+        named = (f"sandbox image {self.image}{host}" for host in hosts)
+        return {**dict(zip(named, ids, strict=True)), "sandbox runner": source_version()}
 
 
 class ScoreConfig(Settings):
