@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import subprocess
 import sys
 import threading
 import time
 import weakref
 from concurrent.futures import Future
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ from codepost.verifiers import (
     VerdictStatus,
     Verifier,
     estimate_pass_at_k,
+    exact_pass_at_k,
     load_problems,
     pass_at_k,
 )
@@ -560,6 +563,21 @@ def test_pass_at_k_worked_numbers():
     assert estimate_pass_at_k(5, 4, 2) == 1.0
     with pytest.raises(ValueError, match="at least 3 samples"):
         estimate_pass_at_k(2, 1, 3)
+
+
+def test_pass_at_k_is_exact_so_equal_values_compare_equal():
+    """The product form drifted by an ulp (pass@1 of 2 in 5 was 0.3999999999999999), which a
+    paired test of differences counted as a difference."""
+    for n in range(1, 21):
+        for c in range(n + 1):
+            assert estimate_pass_at_k(n, c, 1) == c / n  # both the nearest float to c/n
+            for k in range(1, n + 1):
+                exact = 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
+                assert exact_pass_at_k(n, c, k) == exact
+                assert estimate_pass_at_k(n, c, k) == float(exact)
+            assert estimate_pass_at_k(n, 0, 1) == 0.0
+    assert estimate_pass_at_k(200, 101, 100) == 1.0  # n - c < k: no k samples all fail
+    assert estimate_pass_at_k(6, 3, 1) == estimate_pass_at_k(2, 1, 1) == 0.5
 
 
 def test_pass_at_k_per_task_then_averaged_sandbox_errors_failing_or_excluded(humaneval):

@@ -2,7 +2,7 @@
 
 from .extraction import CompletionStyle, Program, build_program, extract_code
 from .forms.io import IOCase
-from .pass_at_k import PassAtK, estimate_pass_at_k, pass_at_k
+from .pass_at_k import PassAtK, estimate_pass_at_k, exact_pass_at_k, pass_at_k
 from .problems import Problem, ProblemFormatError, load_problems
 from .rewards import RewardConfig
 from .trl_rewards import make_trl_reward_funcs
@@ -25,6 +25,7 @@ __all__ = [
     "Verifier",
     "build_program",
     "estimate_pass_at_k",
+    "exact_pass_at_k",
     "extract_code",
     "load_problems",
     "make_trl_reward_funcs",

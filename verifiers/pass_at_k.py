@@ -7,23 +7,27 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from .verdicts import Verdict, VerdictStatus
 
 
-def estimate_pass_at_k(n: int, c: int, k: int) -> float:
+def exact_pass_at_k(n: int, c: int, k: int) -> Fraction:
     """1 - C(n - c, k) / C(n, k): the chance that k of n samples, c correct, hold a correct one.
 
-    Computed as a product so large n does not overflow (pure Python: importing numpy would
-    cost the ``verify`` command more than all its arithmetic).
+    In integers, so it is exact: 0 at c = 0, 1 where n - c < k, and equal counts give equal
+    values however they are summed or compared (a paired test sums differences of them).
     """
     if not 0 <= c <= n or k < 1:
         raise ValueError(f"need 0 <= c <= n and k >= 1, got n={n}, c={c}, k={k}")
     if k > n:
         raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+    return 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
+
+
+def estimate_pass_at_k(n: int, c: int, k: int) -> float:
+    """:func:`exact_pass_at_k` rounded once to the nearest float."""
+    return float(exact_pass_at_k(n, c, k))
 
 
 @dataclass(frozen=True)
