@@ -118,13 +118,14 @@ def test_a_benchmark_evaluated_with_samples_gets_sampled_pass_at_1_and_paired_bo
     lines = report.splitlines()
     assert "| base | 0.2500 |" in lines[lines.index("## trained") + 6]
     assert "| sft | 0.2500 |" in report and "+0.0000 [+0.0000, +0.0000], p=1.0000" in report
-    # Every problem gains: every resample's mean difference is positive.
-    assert "| rl | 0.7500 | [0.5833, 0.9167] | 6 | +0.5000 [+0.5000, +0.5000], p<0.0001 " in report
+    # Every problem gains: every resample's mean difference is +0.5, and of the 2**6 sign
+    # patterns only the observed one and its mirror reach |+0.5|: p = 2/64, not 0.
+    assert "| rl | 0.7500 | [0.5833, 0.9167] | 6 | +0.5000 [+0.5000, +0.5000], p=0.0312 " in report
     rows = json.loads((tmp_path / "evaluations.json").read_text())["sampled_rows"]
     assert [(r["stage"], r["sampled pass@1"], r["problems"]) for r in rows] == [
         ("base", 0.25, 6), ("sft", 0.25, 6), ("rl", 0.75, 6)
     ]  # fmt: skip
-    assert rows[2]["p vs previous"] == 0.0 and rows[0]["p vs base"] is None
+    assert rows[2]["p vs previous"] == 2 / 2**6 and rows[0]["p vs base"] is None
 
 
 def test_an_arm_is_compared_with_the_checkpoint_it_trained_from(tmp_path):

@@ -4,22 +4,27 @@ evaluated on the same problems differ by more than chance.
 - greedy pass@1 is a binomial proportion: a Wilson score interval, and for two checkpoints on
   the same problems the exact McNemar test on the discordant problems (solved by one only);
 - sampled pass@k is a mean over problems of the unbiased estimator: a percentile bootstrap over
-  problems, and for two checkpoints a paired bootstrap of the per-problem differences.
+  problems for its interval, and for two checkpoints the sign-flip (randomization) test of the
+  per-problem differences for p, with a paired bootstrap for the difference's interval.
 
 Problems, not samples, are the unit resampled: samples of one problem are not independent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from ...verifiers import estimate_pass_at_k
+from ...verifiers import estimate_pass_at_k, exact_pass_at_k
 
 CONFIDENCE = 0.95
-BOOTSTRAP_RESAMPLES = 10_000
+RESAMPLES = 10_000  # bootstrap draws, and random sign patterns past the exact limit
+SIGN_FLIP_EXACT_UP_TO = 20  # non-zero differences: all 2**20 sign patterns, in 8 MiB
+_SUM_ROOM = 2**62  # every signed sum of the differences, on their integer grid, fits in int64
 
 Interval = tuple[float, float]
 
@@ -44,7 +49,7 @@ def bootstrap_interval(
     values: Mapping[str, float],
     *,
     confidence: float = CONFIDENCE,
-    resamples: int = BOOTSTRAP_RESAMPLES,
+    resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> Interval:
     """Percentile bootstrap interval of the mean of per-problem ``values`` (problems resampled
@@ -79,7 +84,7 @@ class SampledComparison(BaseModel):
     after: float
     difference: float
     difference_ci95: Interval
-    p_value: float  # paired bootstrap, two-sided
+    p_value: float  # sign-flip test over problems, two-sided
 
 
 def compare_greedy(before: Mapping[str, bool], after: Mapping[str, bool]) -> GreedyComparison:
@@ -110,29 +115,67 @@ def compare_sampled(
     after: Mapping[str, tuple[int, int]],
     k: int,
     *,
-    resamples: int = BOOTSTRAP_RESAMPLES,
+    resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> SampledComparison:
-    """Paired bootstrap: resample problems, the same draw for both checkpoints, and look at the
-    distribution of the difference in mean pass@k."""
+    """The difference in mean pass@k: p from the sign-flip test of the per-problem differences
+    (right at any number of problems, where a bootstrap p is too small), the interval from a
+    paired bootstrap (problems resampled, the same draw for both checkpoints)."""
     tasks = _same_problems(before, after)
-    b = pass_at_k_per_problem({t: before[t] for t in tasks}, k)
-    a = pass_at_k_per_problem({t: after[t] for t in tasks}, k)
-    differences = np.array([a[t] - b[t] for t in tasks], dtype=float)
-    means = _bootstrap_means(differences, resamples, seed)
-    alpha = (1 - CONFIDENCE) / 2
-    p_value = min(1.0, 2 * min(float((means <= 0).mean()), float((means >= 0).mean())))
-    if not differences.any():
-        p_value = 1.0
+    b = [exact_pass_at_k(*before[t], k) for t in tasks]
+    a = [exact_pass_at_k(*after[t], k) for t in tasks]
+    differences = [x - y for x, y in zip(a, b, strict=True)]
     return SampledComparison(
         k=k,
         problems=len(tasks),
-        before=float(np.mean(list(b.values()))),
-        after=float(np.mean(list(a.values()))),
-        difference=float(differences.mean()),
-        difference_ci95=(float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))),
-        p_value=p_value,
+        before=float(sum(b) / len(tasks)),
+        after=float(sum(a) / len(tasks)),
+        difference=float(sum(differences) / len(tasks)),
+        difference_ci95=bootstrap_interval(
+            dict(zip(tasks, map(float, differences), strict=True)),
+            resamples=resamples,
+            seed=seed,
+        ),
+        p_value=sign_flip_p_value(differences, resamples=resamples, seed=seed),
     )
+
+
+def sign_flip_p_value(
+    differences: Sequence[Fraction], *, resamples: int = RESAMPLES, seed: int = 0
+) -> float:
+    """Two-sided p of a zero mean difference. Under no difference each problem's difference is
+    as likely negative as positive, so |sum| is ranked among its values under sign patterns:
+    all of them up to ``SIGN_FLIP_EXACT_UP_TO`` non-zero differences (p >= 2 / 2**m), else
+    ``resamples`` random ones with the observed counted in (p >= 1 / (resamples + 1)). Its
+    size is at most alpha at any number of problems; zeros carry no sign and are left out."""
+    grid = _on_integer_grid([d for d in differences if d])
+    if grid.size == 0:
+        return 1.0
+    observed = abs(int(grid.sum()))
+    if grid.size <= SIGN_FLIP_EXACT_UP_TO:
+        sums = np.zeros(1, dtype=np.int64)
+        for value in grid:
+            sums = np.concatenate([sums + value, sums - value])
+        return int(np.count_nonzero(np.abs(sums) >= observed)) / sums.size
+    rng = np.random.default_rng(seed)
+    as_extreme = 0
+    for start in range(0, resamples, 1_000):  # 1,000 patterns at a time bound the memory
+        signs = 2 * rng.integers(0, 2, size=(min(1_000, resamples - start), grid.size)) - 1
+        as_extreme += int(np.count_nonzero(np.abs(signs @ grid) >= observed))
+    return (1 + as_extreme) / (resamples + 1)
+
+
+def _on_integer_grid(differences: list[Fraction]) -> np.ndarray:
+    """The differences as int64 multiples of one step, so that signed sums tie exactly: the
+    step is their common denominator (1/n for pass@1) where every sum fits, else the finest
+    step that keeps them in int64 (pass@k with large n and k; ties may then be lost)."""
+    if not differences:
+        return np.zeros(0, dtype=np.int64)
+    total = sum(abs(d) for d in differences)
+    scale = math.lcm(*(d.denominator for d in differences))
+    if total * scale >= _SUM_ROOM:
+        scale = math.floor(_SUM_ROOM / total)
+    return np.array([round(d * scale) for d in differences], dtype=np.int64)
 
 
 def _bootstrap_means(values: np.ndarray, resamples: int, seed: int) -> np.ndarray:
