@@ -68,7 +68,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         type=Path,
         metavar=("A", "B"),
         help="compare two evaluation folders on the same problems instead (runs no model): "
-        "intervals, the difference B - A, exact McNemar (greedy), paired bootstrap (sampled)",
+        "intervals, the difference B - A, exact McNemar (greedy), sign-flip test (sampled), "
+        "from each folder's evaluation.json and per_problem.jsonl",
     )
     parser.set_defaults(func=evaluate)
     return parser
@@ -122,8 +123,9 @@ def print_table(results: EvaluationResults, console: Any) -> None:
 
 
 def compare(a: Path, b: Path) -> int:
-    """``codepost evaluate --compare A B``: is B better than A, or within chance? Both are
-    read back from their folders' per-problem results; nothing is sampled or run."""
+    """``codepost evaluate --compare A B``: is B better than A, or within chance? Every
+    number is computed from the two folders' ``evaluation.json`` and ``per_problem.jsonl``;
+    nothing is sampled or run."""
     err = Console(stderr=True)
     try:
         before, after = load_evaluation(a), load_evaluation(b)
@@ -193,7 +195,7 @@ def _print_sampled_comparison(before: Evaluation, after: Evaluation, console: An
         for name, evaluation, counts in (("A", before, a), ("B", after, b))
     ]
     table = Table(
-        title="sampled pass@k (95% bootstrap interval over problems; paired bootstrap test)",
+        title="sampled pass@k (95% bootstrap interval over problems; sign-flip test)",
         caption="; ".join(settings),
     )
     for column in ("k", "A", "A 95% CI", "B", "B 95% CI", "B - A", "B - A 95% CI", "p"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from codepost.pipeline.reporting.evaluations import pass_at_k_of_rows
+from codepost.pipeline.reporting.evaluations import pass_at_k_of_rows, write_per_problem
 
 
 def write_evaluation(
@@ -20,8 +20,8 @@ def write_evaluation(
     sandbox_errors: frozenset[str] = frozenset(),
 ) -> Path:
     """An evaluation folder as ``run_evaluate`` leaves it: ``samples.jsonl`` (greedy outcomes,
-    sampled (n, c) counts) and ``evaluation.json`` scored from those rows. Tasks in
-    ``sandbox_errors`` fail greedy with a sandbox error."""
+    sampled (n, c) counts), and ``per_problem.jsonl`` and ``evaluation.json`` made from those
+    rows. Tasks in ``sandbox_errors`` fail greedy with a sandbox error."""
     runs: dict[str, list[dict]] = {}
     if greedy is not None:
         runs["greedy"] = [
@@ -57,10 +57,9 @@ def write_evaluation(
             "temperature": 0.0 if run == "greedy" else 0.8,
         }
     folder.mkdir(parents=True, exist_ok=True)
-    with (folder / "samples.jsonl").open("w") as stream:
-        for run, rows in runs.items():
-            for row in rows:
-                stream.write(json.dumps({"run": run, **row}) + "\n")
+    all_rows = [{"run": run, **row} for run, rows in runs.items() for row in rows]
+    (folder / "samples.jsonl").write_text("".join(json.dumps(row) + "\n" for row in all_rows))
+    write_per_problem(folder / "per_problem.jsonl", all_rows)
     (folder / "evaluation.json").write_text(json.dumps(results))
     return folder
 

@@ -1,17 +1,27 @@
 """``codepost evaluate --compare A B`` on evaluation folders written here (no model, no
-Docker), the evaluation table's intervals, and settings refused before any model loads."""
+Docker) and on two made by the real evaluation stage (tiny models, the Docker sandbox): every
+number from ``evaluation.json`` and ``per_problem.jsonl`` alone; the evaluation table's
+intervals, and settings refused before any model loads."""
 
 from __future__ import annotations
 
+import json
 import re
+import string
 
 import pytest
 from evaluation_helpers import BASE, SFT, outcomes, write_evaluation
+from nightly_helpers import PROBLEMS, write_problems
 from rich.console import Console
+from tiny_models import char_tokenizer, next_token_lm
 
 from codepost.flows.cli import main
 from codepost.pipeline.cli import print_table
+from codepost.pipeline.data.problem_sets import ProblemSet
+from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.reporting.evaluations import EvaluationResults, pass_at_k_of_rows
+from codepost.pipeline.stages.evaluation import EvalConfig, run_evaluate
+from codepost.pipeline.stages.scoring import ScoreConfig
 
 
 @pytest.fixture
@@ -39,6 +49,62 @@ def test_compare_prints_intervals_counts_and_p_values(pair, capsys):
     assert set(rows) == {1, 4}
     # one more correct sample of 4 on every problem: +0.25 whatever the resample
     assert re.search(r"\+0\.2500\s*│\s*\[\+0\.2500, \+0\.2500\]\s*│\s*<0\.0001", rows[1])
+
+
+def test_compare_needs_only_each_folders_per_problem_file(pair, capsys):
+    """``per_problem.jsonl``: a line per problem, sorted by task id (as text: task/10 before
+    task/2), with the greedy verdict and the sampled counts; the same comparison without
+    ``samples.jsonl``, and from ``samples.jsonl`` alone for folders written before."""
+    a, b = pair
+    lines = (b / "per_problem.jsonl").read_text().splitlines()
+    assert [json.loads(line)["task_id"] for line in lines[:3]] == ["task/0", "task/1", "task/10"]
+    assert json.loads(lines[2]) == {
+        "task_id": "task/10",
+        "greedy_passed": True,
+        "greedy_sandbox_error": False,
+        "n": 4,
+        "passed": 2,
+        "sandbox_errors": 0,
+    }
+    assert main(["evaluate", "--compare", str(a), str(b)]) == 0
+    with_samples = capsys.readouterr().out
+    for folder in (a, b):
+        (folder / "samples.jsonl").rename(folder / "samples.jsonl.away")
+    assert main(["evaluate", "--compare", str(a), str(b)]) == 0
+    assert capsys.readouterr().out == with_samples
+    for folder in (a, b):
+        (folder / "samples.jsonl.away").rename(folder / "samples.jsonl")
+        (folder / "per_problem.jsonl").unlink()
+    assert main(["evaluate", "--compare", str(a), str(b)]) == 0
+    assert capsys.readouterr().out == with_samples
+    (a / "samples.jsonl").unlink()
+    assert main(["evaluate", "--compare", str(a), str(b)]) == 2
+    err = "".join(capsys.readouterr().err.split())
+    assert f"{a / 'per_problem.jsonl'}:nosuchfile" in err
+
+
+def test_compare_refuses_a_bad_per_problem_line_naming_the_file_line_and_key(pair, capsys):
+    a, b = pair
+    path = b / "per_problem.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+
+    def refused(edit: dict) -> str:
+        """The error, its spaces taken out (rich folds long lines)."""
+        edited = [rows[0], rows[1], rows[2] | edit, *rows[3:]]
+        path.write_text("".join(json.dumps(row) + "\n" for row in edited))
+        assert main(["evaluate", "--compare", str(a), str(b)]) == 2
+        return "".join(capsys.readouterr().err.split())
+
+    for edit, message in (
+        ({"n": 0}, "line 3: n: Input should be greater than or equal to 1"),
+        ({"n": 1}, "line 3: passed (2) + sandbox_errors (0) > n (1)"),
+        ({"greedy": 1}, "line 3: greedy: Extra inputs are not permitted"),
+        ({"passed": None}, "line 3: n (4) and passed (None) are both counts or both null"),
+        ({"task_id": "task/1"}, "line 3: task_id 'task/1' again"),
+    ):
+        assert "".join(f"{path} {message}".split()) in refused(edit)
+    rows = [row | {"n": None, "passed": None, "sandbox_errors": None} for row in rows]
+    assert "".join(f"{path}: 20 of 20 problems have no sampled result".split()) in refused({})
 
 
 def test_compare_refuses_different_problems_naming_both_folders(tmp_path, pair, capsys):
@@ -100,3 +166,49 @@ def test_evaluate_refuses_settings_it_cannot_use_naming_them(tmp_path, capsys, t
     err = " ".join(capsys.readouterr().err.split())
     assert named in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.docker
+def test_real_evaluations_write_per_problem_files_that_compare_alone(tmp_path, capsys):
+    """Two tiny models built to answer (``next_token_lm``: the same on any CPU), evaluated by
+    the real stage and scored in the sandbox: one ends every answer at once (``return``
+    alone), the other writes ``return 1`` and passes all six problems, greedy and sampled."""
+    problems = ProblemSet(source=str(write_problems(tmp_path / "ones.jsonl")), split="all")
+    config = EvalConfig(
+        problems=problems,
+        prompt_style="continuation",
+        sampled=True,
+        sampling=SamplingConfig(num_generations=2, temperature=0.8, max_tokens=16),
+        ks=[1, 2],
+        engine=EngineConfig(backend="hf"),
+        scoring=ScoreConfig(workers=2),
+    )
+    tokenizer = char_tokenizer(string.printable)
+    folders = []
+    for name, rules in (("silent", {}), ("answering", {" ": "1"})):
+        next_token_lm(tokenizer, rules).save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+        run_evaluate(config, str(tmp_path / name), tmp_path / f"eval-{name}")
+        folders.append(tmp_path / f"eval-{name}")
+    for folder, passed in zip(folders, (False, True), strict=True):
+        rows = [
+            json.loads(line) for line in (folder / "per_problem.jsonl").read_text().splitlines()
+        ]
+        assert rows == [
+            {
+                "task_id": f"ones/{i}",
+                "greedy_passed": passed,
+                "greedy_sandbox_error": False,
+                "n": 2,
+                "passed": 2 * passed,
+                "sandbox_errors": 0,
+            }
+            for i in range(PROBLEMS)
+        ]
+        (folder / "samples.jsonl").unlink()
+    assert main(["evaluate", "--compare", *map(str, folders)]) == 0
+    out = capsys.readouterr().out
+    # greedy: 6 gained, 0 lost, McNemar p = 2/2**6; sampled: +1 on 6 problems, sign-flip 2/2**6
+    assert re.search(r"\+1\.0000\s*│\s*6\s*│\s*0\s*│\s*0\.0312\b", out)
+    sampled = out[out.index("sampled pass@k") :]
+    assert re.search(r"\+1\.0000\s*│\s*\[\+1\.0000, \+1\.0000\]\s*│\s*0\.0312\b", sampled)

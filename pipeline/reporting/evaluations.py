@@ -1,6 +1,8 @@
 """An evaluation's record: ``evaluation.json`` (the :class:`EvaluationResults` model: pass@k
-with its 95% interval per run) and ``samples.jsonl`` (every scored completion), written by the
-``evaluate`` stage and read back by the report and ``codepost evaluate --compare``."""
+with its 95% interval per run), ``per_problem.jsonl`` (each problem's counts, a
+:class:`ProblemResult` a line: what every paired comparison is computed from, small enough to
+commit) and ``samples.jsonl`` (every scored completion), written by the ``evaluate`` stage and
+read back by the report and ``codepost evaluate --compare``."""
 
 from __future__ import annotations
 
@@ -9,13 +11,21 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from ..atomic import write_text
 from .stats import bootstrap_interval, pass_at_k_per_problem, wilson_interval
 
 RESULTS_FILE = "evaluation.json"
 SAMPLES_FILE = "samples.jsonl"
+PER_PROBLEM_FILE = "per_problem.jsonl"
 RUNS = ("greedy", "sampled")
 
 
@@ -127,3 +137,94 @@ def pass_at_k_of_rows(
         else:
             scores[f"pass@{k}_ci95"] = bootstrap_interval(per_problem)
     return scores
+
+
+class ProblemResult(BaseModel):
+    """One problem of an evaluation: a line of ``per_problem.jsonl``. A run not made is null.
+    Sandbox errors are counted as failures (``passed`` does not include them), as a paired
+    test needs every problem scored on both sides."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str
+    greedy_passed: bool | None = Field(None, description="the greedy completion passed")
+    greedy_sandbox_error: bool | None = Field(None, description="it hit a sandbox error")
+    n: int | None = Field(None, ge=1, description="sampled completions scored")
+    passed: int | None = Field(None, ge=0, description="of them, those that passed")
+    sandbox_errors: int | None = Field(None, ge=0, description="of them, sandbox errors")
+
+    @model_validator(mode="after")
+    def _counts_fit(self) -> ProblemResult:
+        if (self.n is None) != (self.passed is None):
+            raise ValueError(
+                f"n ({self.n}) and passed ({self.passed}) are both counts or both null"
+            )
+        if self.n is not None and (self.passed or 0) + (self.sandbox_errors or 0) > self.n:
+            raise ValueError(
+                f"passed ({self.passed}) + sandbox_errors ({self.sandbox_errors}) > n ({self.n})"
+            )
+        return self
+
+
+def per_problem_results(rows: list[dict[str, Any]]) -> list[ProblemResult]:
+    """Each problem's counts from scored rows of ``samples.jsonl`` (``run``, ``prompt_id``,
+    ``passed``, ``status``), sorted by task id."""
+    greedy: dict[str, dict[str, Any]] = {}
+    sampled: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        error = row["status"] == "sandbox_error"
+        if row["run"] == "greedy":
+            greedy[row["prompt_id"]] = {
+                "greedy_passed": bool(row["passed"]),
+                "greedy_sandbox_error": error,
+            }
+        elif row["run"] == "sampled":
+            counts = sampled.setdefault(
+                row["prompt_id"], {"n": 0, "passed": 0, "sandbox_errors": 0}
+            )
+            counts["n"] += 1
+            counts["passed"] += bool(row["passed"])
+            counts["sandbox_errors"] += error
+    return [
+        ProblemResult(task_id=task, **greedy.get(task, {}), **sampled.get(task, {}))
+        for task in sorted(greedy.keys() | sampled.keys())
+    ]
+
+
+def write_per_problem(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """``per_problem.jsonl`` of scored rows: a line per problem, sorted by task id."""
+    lines = [result.model_dump_json() for result in per_problem_results(rows)]
+    return write_text(path, "".join(line + "\n" for line in lines))
+
+
+def read_per_problem(path: Path) -> list[ProblemResult]:
+    """The lines of a ``per_problem.jsonl``; ValueError names the file, the line and the key."""
+    results: dict[str, ProblemResult] = {}
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            result = ProblemResult.model_validate_json(line)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            key = "".join(f"{part}: " for part in error["loc"])
+            reason = error.get("ctx", {}).get("error", error["msg"])  # a validator's own words
+            raise ValueError(f"{path} line {number}: {key}{reason}") from None
+        if result.task_id in results:
+            raise ValueError(f"{path} line {number}: task_id {result.task_id!r} again")
+        results[result.task_id] = result
+    return list(results.values())
+
+
+def run_counts(results: list[ProblemResult]) -> dict[str, dict[str, tuple[int, int]]]:
+    """(samples, passed) per problem of each run made ("greedy", "sampled"): the counts the
+    paired tests take."""
+    runs = {
+        "greedy": {
+            r.task_id: (1, int(r.greedy_passed)) for r in results if r.greedy_passed is not None
+        },
+        "sampled": {
+            r.task_id: (r.n, r.passed) for r in results if r.n is not None and r.passed is not None
+        },
+    }
+    return {run: counts for run, counts in runs.items() if counts}

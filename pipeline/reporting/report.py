@@ -4,9 +4,10 @@ A pass@1 that moved by two problems out of 164 is noise more often than progress
 gives each stage's greedy pass@1 with its 95% Wilson interval and compares it, problem by
 problem, with the stage before and with the base model (exact McNemar test). A benchmark
 evaluated with samples gets a second table: sampled pass@1 with its bootstrap interval over
-problems, and the paired bootstrap of its difference with the stage before and the base. The
-per-problem data comes from each evaluation folder's ``samples.jsonl``; sandbox errors count as
-failures, as a paired test needs every problem scored on both sides.
+problems, and its difference with the stage before and the base (a paired bootstrap interval,
+the sign-flip test's p). The per-problem data comes from each evaluation folder's
+``per_problem.jsonl``; sandbox errors count as failures, as a paired test needs every problem
+scored on both sides.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from typing import Any
 
 from ..atomic import write_text
 from .evaluations import (
+    PER_PROBLEM_FILE,
     RESULTS_FILE,
-    RUNS,
     SAMPLES_FILE,
     EvaluationResults,
-    problem_counts,
+    ProblemResult,
+    per_problem_results,
+    read_per_problem,
+    run_counts,
 )
 from .plots import plot_curves
 from .stats import (
@@ -48,7 +52,7 @@ class ProblemsDiffer(ValueError):
 @dataclass(frozen=True)
 class Evaluation:
     """An evaluation folder read back: ``evaluation.json`` and, per run ("greedy",
-    "sampled"), the (samples, passed) counts of each problem from ``samples.jsonl``."""
+    "sampled"), the (samples, passed) counts of each problem from ``per_problem.jsonl``."""
 
     folder: Path
     results: EvaluationResults
@@ -66,22 +70,35 @@ class Evaluation:
 
 def load_evaluation(path: Path) -> Evaluation:
     """The evaluation in folder ``path`` (or of its ``evaluation.json``); FileNotFoundError
-    names the file missing."""
+    names the file missing, ValueError a per-problem file that lacks a run the results have."""
     path = Path(path)
     folder = path.parent if path.name == RESULTS_FILE else path
-    results_file, samples_file = folder / RESULTS_FILE, folder / SAMPLES_FILE
-    for needed in (results_file, samples_file):
-        if not needed.is_file():
-            raise FileNotFoundError(f"{needed}: no such file (not an evaluation folder?)")
-    rows: dict[str, list[dict[str, Any]]] = {}
-    with samples_file.open() as stream:
-        for line in stream:
-            if line.strip():
-                row = json.loads(line)
-                rows.setdefault(row["run"], []).append(row)
+    results_file = folder / RESULTS_FILE
+    if not results_file.is_file():
+        raise FileNotFoundError(f"{results_file}: no such file (not an evaluation folder?)")
     results = EvaluationResults.read(results_file)
-    counts = {run: problem_counts(rows[run]) for run in RUNS if run in rows}
+    problems, source = _problem_results(folder)
+    counts = run_counts(problems)
+    for run in results.runs():
+        if len(counts.get(run, {})) != len(problems):
+            raise ValueError(
+                f"{source}: {len(problems) - len(counts.get(run, {}))} of {len(problems)} "
+                f"problems have no {run} result, though {results_file} has a {run} run"
+            )
     return Evaluation(folder=folder, results=results, counts=counts)
+
+
+def _problem_results(folder: Path) -> tuple[list[ProblemResult], Path]:
+    """The per-problem results of an evaluation folder and the file they came from: those
+    written before ``per_problem.jsonl`` existed are counted from ``samples.jsonl``."""
+    per_problem, samples = folder / PER_PROBLEM_FILE, folder / SAMPLES_FILE
+    if per_problem.is_file():
+        return read_per_problem(per_problem), per_problem
+    if samples.is_file():
+        with samples.open() as stream:
+            rows = [json.loads(line) for line in stream if line.strip()]
+        return per_problem_results(rows), samples
+    raise FileNotFoundError(f"{per_problem}: no such file (nor {SAMPLES_FILE} to count from)")
 
 
 def check_same_problems(a: Evaluation, b: Evaluation) -> None:
@@ -225,7 +242,7 @@ def _sampled_rows(
     loaded: Mapping[str, Mapping[str, Evaluation]], started_from: StartedFrom | None
 ) -> list[dict[str, Any]]:
     """One row per (benchmark, stage) evaluated with samples: sampled pass@1 with its bootstrap
-    interval, and the paired bootstrap against the previous such stage and the first."""
+    interval, and the paired comparison with the previous such stage and the first."""
     rows = []
     for benchmark, stages in loaded.items():
         first: Evaluation | None = None
@@ -258,7 +275,8 @@ def _sampled_rows(
 
 
 def _sampled_versus(name: str, before: Evaluation | None, after: Evaluation) -> dict[str, Any]:
-    """Paired bootstrap of sampled pass@1, ``after`` - ``before`` (None: nothing to compare)."""
+    """Sampled pass@1, ``after`` - ``before``: the paired bootstrap interval and the sign-flip
+    test's p (None: nothing to compare)."""
     if before is None:
         return {f"{field} vs {name}": None for field in ("difference", "difference ci95", "p")}
     check_same_problems(before, after)
@@ -274,7 +292,8 @@ def _sampled_table(rows: list[dict[str, Any]]) -> list[str]:
     n, temperature = rows[0]["samples per problem"], rows[0]["temperature"]
     lines = [
         f"Sampled pass@1 ({n} samples per problem at temperature {temperature:g}) with its 95% "
-        "bootstrap interval over problems; differences by a paired bootstrap over problems.",
+        "bootstrap interval over problems; differences with a paired bootstrap interval and "
+        "the sign-flip test's p, over problems.",
         "",
         "| stage | sampled pass@1 | 95% CI | problems | vs previous: Δ [95% CI], p "
         "| vs base: Δ [95% CI], p | checkpoint |",
@@ -375,8 +394,8 @@ def _plot(rows: list[dict[str, Any]], sampled: list[dict[str, Any]], path: Path)
 
 
 def format_p_value(p_value: float) -> str:
-    """A p-value to 4 decimals; below that, a bound (a bootstrap p of 0 only means no
-    resample crossed 0)."""
+    """A p-value to 4 decimals; below that, a bound (10,000 random sign patterns resolve no p
+    below 1/10,001)."""
     return f"{p_value:.4f}" if p_value >= 1e-4 else "<0.0001"
 
 

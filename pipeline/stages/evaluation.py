@@ -3,7 +3,8 @@
 Greedy pass@1 (one completion per problem at temperature 0) and sampled pass@k (n completions
 at a temperature, the unbiased estimator of Chen et al. 2021). Sandbox errors count as
 failures unless ``exclude_sandbox_errors``, and are reported either way. Writes
-``evaluation.json`` (scores, counts, settings) and ``samples.jsonl`` (every scored completion).
+``evaluation.json`` (scores, counts, settings), ``per_problem.jsonl`` (each problem's counts, what
+paired comparisons are made of) and ``samples.jsonl`` (every scored completion).
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from ..inference.engines import get_sampler
 from ..inference.sampling import EngineConfig, SamplingConfig, check_room
 from ..model_config import ModelConfig, load_tokenizer
 from ..reporting.evaluations import (
+    PER_PROBLEM_FILE,
     RESULTS_FILE,
     SAMPLES_FILE,
     EvaluationResults,
     RunResult,
     pass_at_k_of_rows,
+    write_per_problem,
 )
 from ..settings import Settings
 from .registry import Artifacts, Stage, filtered_problem_set, register
@@ -157,6 +160,7 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> Evaluati
     with staged(out_dir / SAMPLES_FILE) as staging, staging.open("w") as stream:
         for row in all_rows:
             stream.write(json.dumps(row) + "\n")
+    write_per_problem(out_dir / PER_PROBLEM_FILE, all_rows)
     results.write(done)  # last: marks the stage finished
     log.info("evaluation of %s: %s", checkpoint, _headline(results))
     return results
