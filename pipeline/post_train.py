@@ -24,7 +24,8 @@ import datetime as dt
 import functools
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from ..verifiers.problems import MBPP
 from . import atomic
+from .config_walk import settings_of
 from .data.problem_sets import ProblemSet
 from .inference.sampling import SamplingConfig
 from .launch import LaunchConfig, LaunchingExecutor, execute_launched
@@ -130,9 +132,12 @@ class PostTrainConfig(Settings):
 
     @model_validator(mode="after")
     def _a_chain(self) -> PostTrainConfig:
-        """Unique folder names, and every input a stage needs made by a stage before it."""
+        """Unique folder names, every input a stage needs made by a stage before it, and no
+        stage training on problems a filter before it holds out."""
         makers = {"checkpoint": "model"}  # kind -> the stage that makes it
         makers_after: dict[str, dict[str, str]] = {}  # stage name -> makers after it
+        data = _TrainingData()
+        data_after: dict[str, _TrainingData] = {}
         names: set[str] = set()
         for index, entry in enumerate(self.stages):
             if entry.name in names or (entry.name is None and entry.stage in names):
@@ -146,7 +151,7 @@ class PostTrainConfig(Settings):
                         f"stages[{index}] ({entry.stage}): after={entry.after!r} names no stage "
                         f"before it ({', '.join(makers_after) or 'none'})"
                     )
-                makers = dict(makers_after[entry.after])
+                makers, data = dict(makers_after[entry.after]), data_after[entry.after]
             names.add(entry.name or entry.stage)
             stage = get_stage(entry.stage)
             missing = [kind for kind in stage.needs if kind not in makers]
@@ -161,8 +166,11 @@ class PostTrainConfig(Settings):
                     stage.check_inputs(entry.config, makers)
                 except ValueError as exc:
                     raise ValueError(f"stages[{index}] ({entry.stage}): {exc}") from None
+            taken = [kind for kind in (*stage.needs, *stage.uses) if kind in makers]
+            data = data.after(f"stages[{index}] ({entry.stage})", stage, entry.config, taken)
             makers.update(dict.fromkeys(stage.makes, stage.name))
             makers_after[entry.name or entry.stage] = dict(makers)
+            data_after[entry.name or entry.stage] = data
         filtered = [name for name, e in self.evaluations.items() if e.problems_from is not None]
         if filtered and not any("problems" in made for made in makers_after.values()):
             raise ValueError(
@@ -177,6 +185,59 @@ class PostTrainConfig(Settings):
             if (entry.name or entry.stage) == name:
                 return entry
         raise KeyError(f"no stage named {name!r} in this run")
+
+
+@dataclass(frozen=True)
+class _Problems:
+    """Problems that training data may come from: ``problem_sets``, named by the stage
+    ``named_by``; with ``part_of``, only the part that filter stage hands on to train on."""
+
+    named_by: str
+    problem_sets: tuple[ProblemSet, ...]
+    part_of: str | None = None
+
+    def may_share(self, other: _Problems) -> bool:
+        return any(a.may_share_problems(b) for a in self.problem_sets for b in other.problem_sets)
+
+
+@dataclass(frozen=True)
+class _TrainingData:
+    """Where what the stages so far made comes from (kind -> the problems it may hold), and the
+    last filter that holds problems out: no stage after it may train on those."""
+
+    made_from: dict[str, tuple[_Problems, ...]] = field(default_factory=dict)
+    held_out: _Problems | None = None
+
+    def after(
+        self, label: str, stage: Stage, config: BaseModel, taken: Sequence[str]
+    ) -> _TrainingData:
+        """The state once ``stage`` (``label``: ``stages[i] (name)``) has run on the kinds it
+        takes; ValueError naming both stages when it trains on problems held out."""
+        own = () if "problems" in taken else tuple(settings_of(config, ProblemSet))
+        reads = [("its own problems", _Problems(label, own))] if own else []
+        reads += [(kind, source) for kind in taken for source in self.made_from.get(kind, ())]
+        held = self.held_out
+        if held is not None and "checkpoint" in stage.makes:
+            for what, source in reads:
+                if source.part_of != held.named_by and source.may_share(held):
+                    sets = ", ".join(f"{p.source} split {p.split}" for p in source.problem_sets)
+                    if source.named_by != label:
+                        what = f"{what} made from the problems {source.named_by} read"
+                    raise ValueError(
+                        f"{label} trains on {what} ({sets}), which may hold problems that "
+                        f"{held.named_by} sets aside for evaluation (its held_out_fraction): a "
+                        "held-out score would measure problems the model trained on. Give it "
+                        "problems the filter does not rate, or hold none out"
+                    )
+        made_from = dict(self.made_from)
+        for kind in stage.makes:
+            if kind == "problems":  # the part it hands on: from its own problems
+                made_from[kind] = (_Problems(label, own, part_of=label),)
+            elif kind != "checkpoint":
+                made_from[kind] = tuple(source for _, source in reads)
+        if "problems" in stage.makes and stage.holds_out is not None and stage.holds_out(config):
+            held = _Problems(label, own)
+        return _TrainingData(made_from, held)
 
 
 class RunResult(BaseModel):

@@ -20,6 +20,7 @@ from codepost.pipeline.post_train import (
 from codepost.pipeline.stages.registry import kept_problems
 from codepost.pipeline.stages.rl import RLConfig
 from codepost.pipeline.stages.rollouts import RolloutsConfig
+from codepost.verifiers.problems import packaged_path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -135,6 +136,51 @@ def test_an_arm_branches_after_a_named_stage_and_takes_what_was_made_by_then():
         PostTrainConfig(stages=["sft", "rl", {"stage": "pairs", "after": "sft"}, "dpo"])
     with pytest.raises(ValueError, match="held-out take problems_from a filter"):
         PostTrainConfig(stages=["sft"], evaluations={"held-out": {"problems_from": "held_out"}})
+
+
+HOLDS_OUT = {"stage": "filter", "config": {"held_out_fraction": 0.3}}
+
+
+def test_a_stage_that_could_train_on_held_out_problems_is_refused_naming_both_stages():
+    """A held-out evaluation must not measure problems the model was fine-tuned on."""
+    # The stages that take a filter's problems train on the part it hands on, never the rest.
+    assert PostTrainConfig(stages=["sft", HOLDS_OUT, "rl", {"stage": "rft", "after": "filter"}])
+    assert PostTrainConfig(stages=[HOLDS_OUT, "rollouts", "pairs", "dpo"])
+    with pytest.raises(
+        ValueError,
+        match=r"stages\[1\] \(sft\) trains on its own problems \(mbpp split train\), which may "
+        r"hold problems that stages\[0\] \(filter\) sets aside for evaluation",
+    ):
+        PostTrainConfig(stages=[HOLDS_OUT, "sft"])
+    with pytest.raises(
+        ValueError,
+        match=r"stages\[3\] \(dpo\) trains on pairs made from the problems stages\[0\] "
+        r"\(rollouts\) read \(mbpp split train\), which may hold problems that stages\[1\] "
+        r"\(filter\) sets aside",
+    ):
+        PostTrainConfig(stages=["rollouts", HOLDS_OUT, "pairs", "dpo"])
+    with pytest.raises(ValueError, match=r"stages\[2\] \(rl\) trains on problems made from the "
+                       r"problems stages\[1\] \(filter\) read"):  # fmt: skip
+        PostTrainConfig(stages=[HOLDS_OUT, {"stage": "filter", "name": "again"}, "rl"])
+    # Problems the filter does not rate, or none held out: nothing to keep apart.
+    mbpp_test = {"stage": "sft", "config": {"problems": {"source": "mbpp", "split": "test"}}}
+    assert PostTrainConfig(stages=[HOLDS_OUT, mbpp_test])
+    assert PostTrainConfig(stages=["filter", "sft"])
+
+
+def test_two_problem_sets_may_share_problems_where_their_source_split_and_ids_meet(tmp_path):
+    mbpp = ProblemSet(source="mbpp", split="train")
+    local = tmp_path / "mbpp.jsonl"
+    local.symlink_to(packaged_path("mbpp"))
+    assert mbpp.may_share_problems(ProblemSet(source=str(local), split="all"))  # one file
+    assert mbpp.may_share_problems(
+        ProblemSet(source="humaneval", more_sources=["mbpp"], split="all")
+    )
+    assert not mbpp.may_share_problems(ProblemSet(source="mbpp", split="test"))
+    assert not mbpp.may_share_problems(ProblemSet(source="humaneval", split="all"))
+    ids = mbpp.model_copy(update={"task_ids": ["601", "602"]})
+    assert ids.may_share_problems(mbpp.model_copy(update={"task_ids": ["602"]}))
+    assert not ids.may_share_problems(mbpp.model_copy(update={"task_ids": ["700"]}))
 
 
 def test_arms_start_from_the_branch_point_and_every_checkpoint_is_measured_on_the_filtered_problems(

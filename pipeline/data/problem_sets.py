@@ -81,6 +81,18 @@ class ProblemSet(Settings, OutsideInput):
                 digests.update(path_digests(f"problems file {source}", path))
         return digests
 
+    def may_share_problems(self, other: ProblemSet) -> bool:
+        """Whether a problem can be in both sets: a source in common (a file however it is
+        named), splits that meet (the same, or either 'all'), and task ids that meet where
+        both list them. Limits and shuffles are left out: they pick problems at run time."""
+        places = {_place(source) for source in (self.source, *self.more_sources)}
+        if not places & {_place(source) for source in (other.source, *other.more_sources)}:
+            return False
+        if self.split != other.split and "all" not in (self.split, other.split):
+            return False
+        both_listed = self.task_ids and other.task_ids
+        return not both_listed or bool(set(self.task_ids) & set(other.task_ids))
+
 
 def load_problem_set(problem_set: ProblemSet) -> dict[str, Problem]:
     """The problems of ``problem_set``, by task id."""
@@ -118,6 +130,12 @@ def check_problem_files(config: BaseModel) -> int:
     for problem_set in local:
         load_problem_set(problem_set)
     return len(local)
+
+
+def _place(source: str) -> str:
+    """Where a source's problems are: a local or packaged file's resolved path, else its name."""
+    path = packaged_path(source)
+    return str(path.resolve()) if path.exists() else source
 
 
 def _chosen(problems: dict[str, Problem], problem_set: ProblemSet) -> list[str]:

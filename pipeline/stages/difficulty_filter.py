@@ -294,6 +294,10 @@ def _stage(config: DifficultyFilterConfig, inputs: Artifacts, out_dir: Path) -> 
     return Artifacts(problems=str(Path(out_dir) / "problems"))
 
 
+def _holds_out(config: DifficultyFilterConfig) -> bool:
+    return config.held_out_fraction > 0
+
+
 register(
     Stage(
         name="filter",
@@ -303,5 +307,6 @@ register(
         uses=("checkpoint",),
         makes=("problems",),
         description="rate problems by pass rate and keep those the model sometimes solves",
+        holds_out=_holds_out,
     )
 )

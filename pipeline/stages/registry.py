@@ -86,6 +86,9 @@ class Stage:
     # Raises ValueError when ``config`` cannot take inputs made by these stages (kind -> the
     # stage that makes it), so a run is refused before it starts, not after hours.
     check_inputs: Callable[[Any, dict[str, str]], None] | None = None
+    # Whether ``config`` sets part of the problems it makes aside for evaluation (a filter's
+    # held-out part): a run refuses a later stage that could train on them (``post_train``).
+    holds_out: Callable[[Any], bool] | None = None
 
     def code_files(self) -> dict[str, str]:
         """The code the stage runs: its module and the package modules it imports, each
