@@ -336,7 +336,9 @@ def explain(
     the file; an unknown key with the settings spelled like it."""
     given = {_normal(segments): ("--" + ".".join(segments), raw) for segments, raw in flags}
     lines = []
-    for error in exc.errors():
+    # a default computed from a field that failed adds nothing to that field's own error
+    errors = [e for e in exc.errors() if e["type"] != "default_factory_not_called"]
+    for error in errors or exc.errors():
         keys, flag_path, parent = _located(model, data, error["loc"])
         message = str(error["msg"]).removeprefix("Value error, ")
         if error["type"] == "extra_forbidden" and parent is not None:
@@ -344,15 +346,22 @@ def explain(
             message = f"{parent.__name__} has no such setting" + (
                 f"; did you mean {', '.join(close)}?" if close else ""
             )
-        inside = [given[f] for f in given if f[: len(flag_path)] == _normal(flag_path)]
-        if flag_path and len(inside) == 1:
-            flag, raw = inside[0]
+        # the flag that set this value (or a section holding it); an error of a section names
+        # the one flag inside it only where nothing else set that section (no file)
+        here = _normal(flag_path)
+        holding = [f for f in given if here[: len(f)] == f]
+        inside = [f for f in given if f[: len(here)] == here]
+        named = holding or (inside if path is None and len(inside) == 1 else [])
+        if here and named:
+            flag, raw = given[max(named, key=len)]
             lines.append(f"{flag}{'' if raw is None else ' ' + raw}: {message}")
             continue
         where = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys).lstrip(".")
-        value = "" if error["type"] == "extra_forbidden" or not keys else f" = {error['input']!r}"
-        source = f"{path}, line {_yaml_line(path, keys)}: " if path is not None else ""
-        lines.append(f"{source}{where or 'the config'}{value}: {message}")
+        # the value, where it is one (not a section, whose own field the message names)
+        shown = error["type"] != "extra_forbidden" and keys and not isinstance(error["input"], dict)
+        value = f" = {error['input']!r}" if shown else ""
+        source = f"{path}, line {_yaml_line(path, keys)}" if path is not None and keys else path
+        lines.append(": ".join(str(part) for part in (source, where + value, message) if part))
     return "\n".join(lines)
 
 

@@ -359,6 +359,17 @@ def test_a_bad_value_is_one_line_naming_the_flag_or_the_key_its_line_and_the_val
         f"{path}, line 6: stages[1].config.updte: RLConfig has no such setting; did you mean "
         "update?",
     ]
+    # a section's own error names where the section is written, not a flag set inside it
+    path.write_text("stages:\n  - sft\n  - stage: rl\n    config: {sampling: {temperature: 0}}\n")
+    with pytest.raises(SettingsError) as refused:
+        load_config(
+            PostTrainConfig,
+            path,
+            split_settings(["--stages.rl.iterations", "2"], PostTrainConfig)[0],
+        )
+    assert str(refused.value).startswith(
+        f"{path}, line 4: stages[1].config: sampling.temperature=0 samples greedily"
+    )
 
 
 def test_print_config_prints_every_setting_as_yaml_that_loads_back(tmp_path, capsys):
