@@ -15,6 +15,7 @@ from servers import free_port, running_server
 from stage_helpers import small_rl_config
 
 from codepost.pipeline.data.prompts import Prompt
+from codepost.pipeline.data.rows import Context
 from codepost.pipeline.inference.engines import close_samplers, get_sampler
 from codepost.pipeline.inference.remote import TOKEN_ENV, RemoteSampler
 from codepost.pipeline.inference.sampling import (
@@ -70,6 +71,11 @@ def test_a_served_engine_samples_and_serves_new_weights_that_the_probe_checks(
             torch.tensor(row["sampling_logprobs"]), recomputed_logprobs(policy, row, 1.0),
             atol=1e-3, rtol=0,
         )  # fmt: skip
+
+    # an episode's next turn: completions of a context given as token ids
+    context = Context(rows[0]["prompt_ids"] + rows[0]["completion_ids"], ())
+    (group,) = sampler.complete([context], SamplingConfig(num_generations=2, max_tokens=4))
+    assert len(group) == 2 and all(len(c.token_ids) == len(c.logprobs) > 0 for c in group)
 
     moved = perturbed_copy(tiny, tmp_path / "moved", scale=0.05)
     moved_model = load_causal_lm(tiny.model_copy(update={"name_or_path": str(moved)}))

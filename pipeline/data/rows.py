@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # Arrow loads where a table is read or written: a config is r
     import pyarrow as pa
 
 FinishReason = Literal["stop", "length"]
+EpisodeEnd = Literal["passed", "turns", "budget", "no_public_tests"]
 # Each reward component is a column of its own, ``reward_<name>`` (NaN where it was not scored).
 REWARD_COMPONENT_PREFIX = "reward_"
 
@@ -61,6 +62,22 @@ class RolloutRow(BaseModel):
     sampler: str = Field(description="the engine, e.g. vllm-0.32.0 or hf-generate")
     sampler_weights: str | None = Field(None, description="the checkpoint that sampled it")
     policy_version: int = 0
+    # An episode of several turns (``pipeline.inference.episodes``): the completion holds every
+    # turn after the prompt, the environment's replies too, and ``completion`` the final answer
+    # (what scoring judges); a single-turn row leaves these at their defaults.
+    model_mask: list[int] | None = Field(
+        None,
+        description="1 for each completion token the model sampled, 0 for the environment's "
+        "(its replies, the chat template's turns); None: every token is the model's",
+    )
+    turns: int = Field(1, description="the model's answers in the episode")
+    answers: list[str] | None = Field(None, description="each turn's answer, in order")
+    observations: list[str] | None = Field(
+        None, description="the environment's reply to each answer but the last"
+    )
+    episode_end: EpisodeEnd | None = Field(
+        None, description="why the episode ended: passed (its public tests), turns, budget"
+    )
 
 
 class ScoredRow(RolloutRow):
@@ -136,6 +153,7 @@ def scored_schema() -> pa.Schema:
 
 _ALLOWED = {
     "finish_reason": get_args(FinishReason),
+    "episode_end": get_args(EpisodeEnd),
     "status": tuple(status.value for status in VerdictStatus),
 }
 
@@ -188,15 +206,19 @@ def check_table(table: pa.Table, source: str, needs: Sequence[str] = ROLLOUT_COL
                     f"{source} row {row}: column {name!r} is {column[row].as_py()!r}, "
                     f"expected one of {list(allowed)}"
                 )
-    if {"completion_ids", "sampling_logprobs"} <= set(table.column_names):
-        ids, logprobs = table.column("completion_ids"), table.column("sampling_logprobs")
-        differ = pc.not_equal(pc.list_value_length(ids), pc.list_value_length(logprobs))
-        row = pc.index(differ, True).as_py()
-        if row >= 0:
-            raise RowsError(
-                f"{source} row {row}: column 'sampling_logprobs' has {len(logprobs[row])} values "
-                f"for {len(ids[row])} completion_ids"
+    for name in ("sampling_logprobs", "model_mask"):
+        if {"completion_ids", name} <= set(table.column_names):
+            ids, values = table.column("completion_ids"), table.column(name)
+            differ = pc.and_kleene(
+                pc.not_equal(pc.list_value_length(ids), pc.list_value_length(values)),
+                values.is_valid(),
             )
+            row = pc.index(differ, True).as_py()
+            if row >= 0:
+                raise RowsError(
+                    f"{source} row {row}: column {name!r} has {len(values[row])} values "
+                    f"for {len(ids[row])} completion_ids"
+                )
     return table
 
 
@@ -266,6 +288,14 @@ def write_rows(
     return write_table(to_table(rows, str(path)), path, needs)
 
 
+class Context(NamedTuple):
+    """What a sampler continues: token ids (a prompt, or an episode so far) and the strings
+    that end its completion besides EOS."""
+
+    ids: list[int]
+    stop: tuple[str, ...]
+
+
 class Completion(NamedTuple):
     """One sampled completion as a sampler reports it."""
 
@@ -307,6 +337,6 @@ def rollout_rows(
             sampler=sampler,
             sampler_weights=sampler_weights,
             policy_version=policy_version,
-        ).model_dump()
+        ).model_dump(exclude_unset=True)  # a single turn: no episode columns
         for index, completion in enumerate(completions)
     ]

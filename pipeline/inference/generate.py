@@ -66,7 +66,6 @@ def sampled_logprobs(
     return logprobs
 
 
-@torch.no_grad()
 def generate_rollouts(
     model: Any,
     tokenizer: Any,
@@ -82,18 +81,55 @@ def generate_rollouts(
     sampler_weights: str = "",
     tokens_per_forward: int = 1024,
 ) -> list[dict[str, Any]]:
-    """Sample ``num_generations`` completions per prompt with plain ``model.generate``
-    (``temperature=0``: greedy), then score them in forwards of ``tokens_per_forward``
-    completion tokens (:func:`sampled_logprobs`).
+    """Rollout rows (without ``reward``) of ``num_generations`` completions per prompt, drawn
+    by :func:`generate_completions`: the transformers sampler for tests and machines without
+    vLLM."""
+    encoded = tokenizer([p.model_input for p in prompts], add_special_tokens=False)["input_ids"]
+    groups = generate_completions(
+        model, tokenizer, encoded, num_generations=num_generations,
+        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+        stop_strings=stop_strings, seed=seed, tokens_per_forward=tokens_per_forward,
+    )  # fmt: skip
+    return [
+        row
+        for prompt, ids, group in zip(prompts, encoded, groups, strict=True)
+        for row in rollout_rows(
+            prompt,
+            ids,
+            group,
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_new_tokens,
+            sampler=HF_GENERATE_SAMPLER,
+            sampler_weights=sampler_weights,
+            policy_version=policy_version,
+        )
+    ]
 
-    The transformers sampler for tests and machines without vLLM: ``generate`` keeps no
-    per-step scores, so memory does not grow with steps x vocabulary. Rows follow the rollouts
-    contract without ``reward``.
-    """
+
+@torch.no_grad()
+def generate_completions(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[Sequence[int]],
+    *,
+    num_generations: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    stop_strings: Sequence[str] = (),
+    seed: int | None = None,
+    tokens_per_forward: int = 1024,
+) -> list[list[Completion]]:
+    """Sample ``num_generations`` completions of each context (token ids) with plain
+    ``model.generate`` (``temperature=0``: greedy), then score them in forwards of
+    ``tokens_per_forward`` completion tokens (:func:`sampled_logprobs`): ``generate`` keeps no
+    per-step scores, so memory does not grow with steps x vocabulary."""
     if num_generations < 1 or max_new_tokens < 1:
         raise ValueError("num_generations and max_new_tokens must be >= 1")
-    encoded = tokenizer([p.model_input for p in prompts], add_special_tokens=False)["input_ids"]
-    padded, attention = _left_padded(encoded, tokenizer, next(model.parameters()).device)
+    padded, attention = _left_padded(
+        [list(ids) for ids in contexts], tokenizer, next(model.parameters()).device
+    )
     padded = padded.repeat_interleave(num_generations, dim=0)
     prompt_lengths = attention.sum(-1).repeat_interleave(num_generations)
     was_training = model.training
@@ -122,19 +158,8 @@ def generate_rollouts(
         model.train(was_training)
     completions = _completions(tokenizer, generated, lengths, stopped, logprobs, stop_strings)
     return [
-        row
-        for index, prompt in enumerate(prompts)
-        for row in rollout_rows(
-            prompt,
-            encoded[index],
-            completions[index * num_generations : (index + 1) * num_generations],
-            temperature=temperature,
-            top_p=top_p,
-            max_tokens=max_new_tokens,
-            sampler=HF_GENERATE_SAMPLER,
-            sampler_weights=sampler_weights,
-            policy_version=policy_version,
-        )
+        completions[index * num_generations : (index + 1) * num_generations]
+        for index in range(len(contexts))
     ]
 
 

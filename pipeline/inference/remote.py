@@ -14,6 +14,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..data.prompts import Prompt
+from ..data.rows import Completion, Context
 from .sampling import PROBE_LENGTH, SamplingConfig, WeightSyncError
 
 TOKEN_ENV = "CODEPOST_SAMPLER_TOKEN"
@@ -27,6 +28,17 @@ class SampleRequest(BaseModel):
     prompts: list[dict[str, str]] = Field(max_length=MAX_PROMPTS)
     sampling: SamplingConfig
     policy_version: int = 0
+
+
+class CompleteRequest(BaseModel):
+    """Completions of token-id contexts (an episode's next turn): ``stops`` are each
+    context's own stop strings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    contexts: list[list[int]] = Field(max_length=MAX_PROMPTS)
+    stops: list[list[str]] = Field(max_length=MAX_PROMPTS)
+    sampling: SamplingConfig
 
 
 class RefreshRequest(BaseModel):
@@ -57,6 +69,17 @@ class RemoteSampler:
             policy_version=policy_version,
         )
         return self._call("POST", "/sample", body.model_dump(mode="json"))["rows"]
+
+    def complete(
+        self, contexts: Sequence[Context], config: SamplingConfig
+    ) -> list[list[Completion]]:
+        body = CompleteRequest(
+            contexts=[context.ids for context in contexts],
+            stops=[list(context.stop) for context in contexts],
+            sampling=config,
+        )
+        groups = self._call("POST", "/complete", body.model_dump(mode="json"))["completions"]
+        return [[Completion(*completion) for completion in group] for group in groups]
 
     def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float:
         body = RefreshRequest(checkpoint=str(checkpoint), expected_probe=expected_probe)

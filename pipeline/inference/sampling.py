@@ -28,7 +28,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..data.prompts import Prompt
-from ..data.rows import Completion, rollout_rows
+from ..data.rows import Completion, Context, rollout_rows
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer, safetensors_only
 from ..progress import tqdm_class
 from ..settings import Seed
@@ -113,6 +113,38 @@ def stop_strings(config: SamplingConfig, prompts: Sequence[Prompt]) -> tuple[str
     return tuple(dict.fromkeys([*config.stop, *(s for p in prompts for s in p.stop)]))
 
 
+def sample_prompts(
+    sampler: Sampler,
+    tokenizer: Any,
+    prompts: Sequence[Prompt],
+    config: SamplingConfig,
+    policy_version: int,
+) -> list[dict[str, Any]]:
+    """Rollout rows of ``config.num_generations`` completions of each prompt, through the
+    sampler's one generation path (:meth:`Sampler.complete`)."""
+    encoded = [tokenizer.encode(p.model_input, add_special_tokens=False) for p in prompts]
+    contexts = [
+        Context(ids, stop_strings(config, [p])) for p, ids in zip(prompts, encoded, strict=True)
+    ]
+    return [
+        row
+        for prompt, ids, group in zip(
+            prompts, encoded, sampler.complete(contexts, config), strict=True
+        )
+        for row in rollout_rows(
+            prompt,
+            ids,
+            group,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_tokens=config.max_tokens,
+            sampler=sampler.name,
+            sampler_weights=sampler.weights,
+            policy_version=policy_version,
+        )
+    ]
+
+
 def check_room(max_tokens: int, engine: EngineConfig, setting: str = "max_tokens") -> None:
     """Refuse a completion budget the engine's context cannot hold next to a prompt: vLLM
     would cut every completion short (or refuse the prompt) inside the stage."""
@@ -131,6 +163,10 @@ class Sampler(Protocol):
     def sample(
         self, prompts: Sequence[Prompt], config: SamplingConfig, *, policy_version: int = 0
     ) -> list[dict[str, Any]]: ...
+
+    def complete(
+        self, contexts: Sequence[Context], config: SamplingConfig
+    ) -> list[list[Completion]]: ...
 
     def refresh(self, checkpoint: Path, expected_probe: list[float] | None = None) -> float: ...
 
@@ -385,6 +421,12 @@ class VLLMSampler:
     def sample(
         self, prompts: Sequence[Prompt], config: SamplingConfig, *, policy_version: int = 0
     ) -> list[dict[str, Any]]:
+        return sample_prompts(self, self.tokenizer, prompts, config, policy_version)
+
+    def complete(
+        self, contexts: Sequence[Context], config: SamplingConfig
+    ) -> list[list[Completion]]:
+        """``config.num_generations`` completions of each context, in one batch."""
         from vllm import SamplingParams  # vLLM's backend only (loaded when the engine started)
         from vllm.inputs import TokensPrompt
 
@@ -402,42 +444,30 @@ class VLLMSampler:
                 seed=None if self.is_cpu else config.seed,
                 logprobs=0,  # the sampled token's own logprob
             )
-            for stop in {stop_strings(config, [p]) for p in prompts}
+            for stop in {context.stop for context in contexts}
         }
-        encoded = [self.tokenizer.encode(p.model_input, add_special_tokens=False) for p in prompts]
         outputs = self.llm.generate(
-            [TokensPrompt(prompt_token_ids=ids) for ids in encoded],
-            [params[stop_strings(config, [p])] for p in prompts],
+            [TokensPrompt(prompt_token_ids=context.ids) for context in contexts],
+            [params[context.stop] for context in contexts],
             use_tqdm=tqdm_class("sampling"),  # as a task: lines in a log, a bar on a terminal
         )
         return [
-            row
-            for prompt, ids, output in zip(prompts, encoded, outputs, strict=True)
-            for row in rollout_rows(
-                prompt,
-                ids,
-                [
-                    Completion(
-                        text=completion.text,
-                        token_ids=list(completion.token_ids),
-                        logprobs=[
-                            # a sampled position always has its logprob; vLLM types them optional
-                            step[token].logprob  # type: ignore[index]
-                            for token, step in zip(
-                                completion.token_ids, completion.logprobs or [], strict=True
-                            )
-                        ],
-                        finish_reason="length" if completion.finish_reason == "length" else "stop",
-                    )
-                    for completion in output.outputs
-                ],
-                temperature=config.temperature,
-                top_p=config.top_p,
-                max_tokens=config.max_tokens,
-                sampler=self.name,
-                sampler_weights=self.weights,
-                policy_version=policy_version,
-            )
+            [
+                Completion(
+                    text=completion.text,
+                    token_ids=list(completion.token_ids),
+                    logprobs=[
+                        # a sampled position always has its logprob; vLLM types them optional
+                        step[token].logprob  # type: ignore[index]
+                        for token, step in zip(
+                            completion.token_ids, completion.logprobs or [], strict=True
+                        )
+                    ],
+                    finish_reason="length" if completion.finish_reason == "length" else "stop",
+                )
+                for completion in output.outputs
+            ]
+            for output in outputs
         ]
 
     def failure(self) -> str | None:
@@ -502,28 +532,32 @@ class HFSampler:
     def sample(
         self, prompts: Sequence[Prompt], config: SamplingConfig, *, policy_version: int = 0
     ) -> list[dict[str, Any]]:
-        from .generate import generate_rollouts
+        return sample_prompts(self, self.tokenizer, prompts, config, policy_version)
 
-        # Each generate call holds a KV cache for all of its sequences: bound them.
+    def complete(
+        self, contexts: Sequence[Context], config: SamplingConfig
+    ) -> list[list[Completion]]:
+        """``config.num_generations`` completions of each context, a bounded number of
+        sequences per ``generate`` call (each holds a KV cache for all of its sequences)."""
+        from .generate import generate_completions
+
         per_call = max(1, self.engine_config.hf_max_sequences // config.num_generations)
-        return [
-            row
-            for start in range(0, len(prompts), per_call)
-            for row in generate_rollouts(
+        groups: list[list[Completion]] = []
+        for start in range(0, len(contexts), per_call):
+            chunk = contexts[start : start + per_call]
+            groups += generate_completions(
                 self.model,
                 self.tokenizer,
-                prompts[start : start + per_call],
+                [context.ids for context in chunk],
                 num_generations=config.num_generations,
                 max_new_tokens=config.max_tokens,
                 temperature=config.temperature,
                 top_p=config.top_p,
-                stop_strings=stop_strings(config, prompts[start : start + per_call]),
+                stop_strings=tuple(dict.fromkeys(s for c in chunk for s in c.stop)),
                 seed=config.seed + start,
-                policy_version=policy_version,
-                sampler_weights=self.weights,
                 tokens_per_forward=self.engine_config.hf_logprob_tokens,
             )
-        ]
+        return groups
 
     def probe_logprobs(self) -> list[float]:
         return trainer_probe_logprobs(self.model, self.model.config.vocab_size)

@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,11 +37,12 @@ from ...verifiers.serving import (
 )
 from ..command_line import EXIT_BAD_INPUT, settings_command
 from ..data.prompts import Prompt
+from ..data.rows import Context
 from ..model_config import ModelConfig, ModelNotFoundError
 from ..settings import load_config
 from .engines import close_samplers, get_sampler
-from .remote import MAX_PROMPTS, TOKEN_ENV, RefreshRequest, SampleRequest
-from .sampling import EngineConfig, WeightSyncError
+from .remote import MAX_PROMPTS, TOKEN_ENV, CompleteRequest, RefreshRequest, SampleRequest
+from .sampling import EngineConfig, SamplingConfig, WeightSyncError
 
 T = TypeVar("T")
 
@@ -141,6 +142,27 @@ def create_app(config: SampleServerConfig, sampler: Any) -> FastAPI:
             )
         return {"rows": rows}
 
+    @app.post("/complete")
+    def complete(request: CompleteRequest) -> dict[str, Any]:
+        check_sampling(request.sampling, len(request.contexts), config)
+        if len(request.stops) != len(request.contexts):
+            raise HTTPException(422, "stops: one list of stop strings per context")
+        for index, (ids, stop) in enumerate(zip(request.contexts, request.stops, strict=True)):
+            check_stops(stop, config, f"stops[{index}]")
+            if not 0 < len(ids) < config.engine.max_model_len:
+                raise HTTPException(
+                    400,
+                    f"contexts[{index}]: {len(ids)} tokens; a context has 1 to "
+                    f"{config.engine.max_model_len - 1} (no room for a completion beyond)",
+                )
+        contexts = [
+            Context(ids, tuple(stop))
+            for ids, stop in zip(request.contexts, request.stops, strict=True)
+        ]
+        with lock:
+            groups = served(lambda: sampler.complete(contexts, request.sampling))
+        return {"completions": [[list(completion) for completion in group] for group in groups]}
+
     @app.post("/refresh")
     def refresh(request: RefreshRequest) -> dict[str, Any]:
         checkpoint = checkpoint_folder(request.checkpoint, config.checkpoint_root)
@@ -180,37 +202,47 @@ def request_errors() -> tuple[type[Exception], ...]:
 def check_sample_request(request: SampleRequest, config: SampleServerConfig) -> None:
     """Refuse a request past the server's bounds before the engine sees it (200 stop strings
     once cost 210 s and 1 GB on the hf backend for 4 tokens)."""
-    if len(request.prompts) > config.max_prompts:
+    check_sampling(request.sampling, len(request.prompts), config, "prompts")
+
+
+def check_sampling(
+    sampling: SamplingConfig, count: int, config: SampleServerConfig, what: str = "contexts"
+) -> None:
+    """Refuse ``count`` prompts (or contexts) of ``sampling`` past the server's bounds."""
+    if count > config.max_prompts:
         raise HTTPException(
             413,
-            f"prompts: {len(request.prompts)}, over the server's max_prompts "
-            f"{config.max_prompts}: send them in batches",
+            f"{what}: {count}, over the server's max_prompts {config.max_prompts}: send them in "
+            "batches",
         )
-    completions = len(request.prompts) * request.sampling.num_generations
+    completions = count * sampling.num_generations
     if completions > config.max_completions:
         raise HTTPException(
             413,
-            f"{completions} completions (prompts x sampling.num_generations), over the "
+            f"{completions} completions ({what} x sampling.num_generations), over the "
             f"server's max_completions {config.max_completions}: send them in batches",
         )
-    if request.sampling.max_tokens > config.engine.max_model_len:
+    if sampling.max_tokens > config.engine.max_model_len:
         raise HTTPException(
             422,
-            f"sampling.max_tokens: {request.sampling.max_tokens}, over the engine's "
+            f"sampling.max_tokens: {sampling.max_tokens}, over the engine's "
             f"max_model_len {config.engine.max_model_len}",
         )
-    stop = request.sampling.stop
+    check_stops(sampling.stop, config, "sampling.stop")
+
+
+def check_stops(stop: Sequence[str], config: SampleServerConfig, field: str) -> None:
     if len(stop) > config.max_stop_strings:
         raise HTTPException(
             422,
-            f"sampling.stop: {len(stop)} strings, over the server's max_stop_strings "
+            f"{field}: {len(stop)} strings, over the server's max_stop_strings "
             f"{config.max_stop_strings}",
         )
     for index, text in enumerate(stop):
         if not text or len(text) > config.max_stop_chars:
             raise HTTPException(
                 422,
-                f"sampling.stop[{index}]: {len(text)} characters; a stop string has 1 to "
+                f"{field}[{index}]: {len(text)} characters; a stop string has 1 to "
                 f"{config.max_stop_chars} (the server's max_stop_chars)",
             )
 

@@ -31,7 +31,10 @@ class RolloutBatch:
     prompt_lengths: Tensor  # [B]
     completion_ids: Tensor  # [B, T] right-padded
     completion_lengths: Tensor  # [B]
-    sampling_logprobs: Tensor  # [B, T] float32, 0 on padding
+    # [B, T] float32: 1 where the model sampled the token, 0 for an episode's environment
+    # tokens (its replies, the chat template's turns: context that carries no loss) and padding
+    model_mask: Tensor
+    sampling_logprobs: Tensor  # [B, T] float32, 0 on padding and environment tokens
     rewards: Tensor  # [B] float32
     group_ids: Tensor  # [B] int64, one id per prompt_id
     truncated: Tensor  # [B] bool, finish_reason == "length"
@@ -45,7 +48,9 @@ class RolloutBatch:
 
     @property
     def response_mask(self) -> Tensor:
-        return response_mask_from_lengths(self.completion_lengths, self.completion_ids.shape[1])
+        """The tokens that train: the model's own, within each completion's length."""
+        width = self.completion_ids.shape[1]
+        return response_mask_from_lengths(self.completion_lengths, width) * self.model_mask
 
     def select(self, rows: Tensor) -> RolloutBatch:
         """The rows ``rows`` (index or bool mask), padding trimmed to their longest lengths."""
@@ -58,8 +63,8 @@ class RolloutBatch:
         picked["prompt_ids"] = picked["prompt_ids"][
             :, picked["prompt_ids"].shape[1] - prompt_width :
         ]
-        picked["completion_ids"] = picked["completion_ids"][:, :completion_width]
-        picked["sampling_logprobs"] = picked["sampling_logprobs"][:, :completion_width]
+        for name in ("completion_ids", "model_mask", "sampling_logprobs"):
+            picked[name] = picked[name][:, :completion_width]
         return RolloutBatch(**picked)
 
     def to(self, device: torch.device | str) -> RolloutBatch:
@@ -100,13 +105,15 @@ def collate_rollouts(rows: Iterable[Mapping[str, Any]], *, pad_token_id: int = 0
     group_of: dict[str, int] = {}
     prompt_ids = [torch.tensor(row["prompt_ids"], dtype=torch.long) for row in rows]
     completion_ids = [torch.tensor(row["completion_ids"], dtype=torch.long) for row in rows]
-    # vLLM can leave a logprob out (None): keep it as NaN, the mismatch metric skips NaN.
+    model_masks = [_model_mask(row) for row in rows]
+    # vLLM can leave a logprob out (None): keep it as NaN, the mismatch metric skips NaN. An
+    # environment token has none to keep: 0, as on padding.
     logprobs = [
         torch.tensor(
             [math.nan if lp is None else lp for lp in row["sampling_logprobs"]],
             dtype=torch.float32,
-        )
-        for row in rows
+        ).where(mask != 0, 0.0)
+        for row, mask in zip(rows, model_masks, strict=True)
     ]
     return RolloutBatch(
         prompt_ids=pad_sequence(
@@ -115,6 +122,7 @@ def collate_rollouts(rows: Iterable[Mapping[str, Any]], *, pad_token_id: int = 0
         prompt_lengths=torch.tensor([len(p) for p in prompt_ids]),
         completion_ids=pad_sequence(completion_ids, batch_first=True, padding_value=pad_token_id),
         completion_lengths=torch.tensor([len(c) for c in completion_ids]),
+        model_mask=pad_sequence(model_masks, batch_first=True, padding_value=0.0),
         sampling_logprobs=pad_sequence(logprobs, batch_first=True, padding_value=0.0),
         rewards=torch.tensor([float(row["reward"]) for row in rows], dtype=torch.float32),
         group_ids=torch.tensor(
@@ -143,6 +151,12 @@ def _check_row(row: Mapping[str, Any], seen: set[tuple[str, int]]) -> None:
         raise ValueError(f"{_describe(row)} has an empty prompt")
     if not row["completion_ids"]:
         raise ValueError(f"{_describe(row)} has an empty completion (no token to score)")
+    mask = row.get("model_mask")
+    if mask is not None and (len(mask) != len(row["completion_ids"]) or not any(mask)):
+        raise ValueError(
+            f"{_describe(row)} has a model_mask of {len(mask)} values, {sum(mask)} of them "
+            f"the model's, for {len(row['completion_ids'])} completion tokens"
+        )
     if len(row["sampling_logprobs"]) != len(row["completion_ids"]):
         raise ValueError(
             f"{_describe(row)} has {len(row['sampling_logprobs'])} sampling_logprobs for "
@@ -162,6 +176,14 @@ def _check_row(row: Mapping[str, Any], seen: set[tuple[str, int]]) -> None:
             f"{_describe(row)} has temperature {temperature!r}: only sampled rows (> 0) "
             "train; greedy ones have no sampling distribution"
         )
+
+
+def _model_mask(row: Mapping[str, Any]) -> Tensor:
+    """``[T]`` float32: which completion tokens the model sampled (all, in a single turn)."""
+    mask = row.get("model_mask")
+    if mask is None:
+        return torch.ones(len(row["completion_ids"]), dtype=torch.float32)
+    return torch.tensor(mask, dtype=torch.float32)
 
 
 def _numeric_columns(rows: list[Mapping[str, Any]]) -> dict[str, Tensor]:

@@ -1,0 +1,168 @@
+"""Episodes of several turns as rollout rows: the environment's turns rendered by the chat
+template between the model's answers, masked out of the loss; one turn is the single-turn row.
+
+A tiny random model with SmolLM2's tokenizer (its chat template) samples through the
+transformers engine; a scripted environment replies, so these run without Docker (the
+execution-feedback environment has tests of its own against the sandbox)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import torch
+from engines import recomputed_logprobs
+from tiny_models import tiny_causal_lm
+from update_cases import minibatch_gradients
+
+from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
+from codepost.pipeline.data.prompts import build_prompt
+from codepost.pipeline.inference.episodes import EpisodeConfig, EpisodeSampler, reply_turn
+from codepost.pipeline.inference.sampling import EngineConfig, HFSampler, SamplingConfig
+from codepost.pipeline.model_config import ModelConfig, load_tokenizer
+from codepost.pipeline.rl.algorithms import LossInputs, get_policy_loss
+from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
+from codepost.pipeline.rl.rollouts import collate_rollouts
+from codepost.verifiers import Problem
+from codepost.verifiers.environments import Environment, Episode, Reply
+
+PROBLEMS = load_problem_set(ProblemSet(limit=2))
+SAMPLING = SamplingConfig(num_generations=2, max_tokens=6, temperature=1.0, seed=3)
+
+
+class Scripted(Environment):
+    """Replies "turn k failed" to each answer; an episode is done after ``done_after``."""
+
+    name = "scripted"
+
+    def __init__(self, done_after: int = 100) -> None:
+        self.done_after = done_after
+
+    def reset(self, problem: Problem) -> Episode:
+        return Episode(problem, observation="solve it")
+
+    def feedback(self, episodes: Sequence[Episode], answers: Sequence[str]) -> list[Reply]:
+        replies = []
+        for episode, answer in zip(episodes, answers, strict=True):
+            episode.answers.append(answer)
+            episode.done = len(episode.answers) >= self.done_after
+            observation = None if episode.done else f"Turn {len(episode.answers)} failed."
+            replies.append(Reply(observation, episode.done, {"end": "passed"}))
+        return replies
+
+    def score(self, episodes: Sequence[Episode]) -> list[float]:
+        return [0.0 for _ in episodes]
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    """A tiny random Llama with SmolLM2's tokenizer and chat template, saved as a folder."""
+    folder = tmp_path_factory.mktemp("tiny-chat")
+    tokenizer = load_tokenizer(ModelConfig())
+    model = tiny_causal_lm(
+        len(tokenizer), hidden_size=32, eos_token_id=tokenizer.eos_token_id, pad_token_id=0
+    )
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    config = ModelConfig(name_or_path=str(folder))
+    return config, HFSampler(str(folder), config, EngineConfig(backend="hf")), tokenizer
+
+
+def episodes(chat_model, environment: Environment, **config) -> tuple[list[dict], list]:
+    _, sampler, tokenizer = chat_model
+    prompts = [build_prompt(problem, tokenizer) for problem in PROBLEMS.values()]
+    episode_sampler = EpisodeSampler(
+        sampler, tokenizer, PROBLEMS, environment, EpisodeConfig(**config)
+    )
+    return episode_sampler.sample(prompts, SAMPLING, policy_version=2), prompts
+
+
+def test_the_environments_turn_is_what_the_chat_template_puts_after_an_answer():
+    tokenizer = load_tokenizer(ModelConfig())
+    assert reply_turn(tokenizer, "Test 1 failed.", "```python\n") == (
+        "<|im_end|>\n<|im_start|>user\nTest 1 failed.<|im_end|>\n<|im_start|>assistant\n```python\n"
+    )
+
+
+def test_an_episode_holds_every_turn_with_the_environments_tokens_masked(chat_model):
+    _, sampler, tokenizer = chat_model
+    rows, prompts = episodes(chat_model, Scripted(), max_turns=3)
+    assert len(rows) == 4 and [r["group_index"] for r in rows] == [0, 1, 0, 1]
+    for row in rows:
+        assert row["turns"] == 3 and row["episode_end"] == "turns"
+        assert len(row["answers"]) == 3 and row["completion"] == row["answers"][-1]
+        assert row["observations"] == ["Turn 1 failed.", "Turn 2 failed."]
+        mask, ids = row["model_mask"], row["completion_ids"]
+        assert len(mask) == len(ids) == len(row["sampling_logprobs"])
+        # the environment's tokens, between the answers, are the chat template's reply turns
+        spans = "".join("1" if m else "0" for m in mask).strip("1").replace("1", " ").split()
+        assert len(spans) == 2
+        env_text = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if not m])
+        for observation in row["observations"]:
+            assert f"user\n{observation}<|im_end|>" in env_text
+        assert all(
+            lp is None for lp, m in zip(row["sampling_logprobs"], mask, strict=True) if not m
+        )
+        # the model's tokens were sampled from exactly the context the trainer scores
+        trainer = recomputed_logprobs(sampler.model, row, SAMPLING.temperature)
+        model_positions = torch.tensor(mask, dtype=torch.bool)
+        sampled = torch.tensor([lp for lp in row["sampling_logprobs"] if lp is not None])
+        torch.testing.assert_close(sampled, trainer[model_positions], atol=1e-4, rtol=0)
+        assert row["prompt_ids"] == tokenizer.encode(
+            prompts[0 if row["prompt_id"] == prompts[0].task_id else 1].model_input,
+            add_special_tokens=False,
+        )
+
+
+def test_an_episode_ends_when_the_environment_is_done_or_the_budget_is_spent(chat_model):
+    done_at_once, _ = episodes(chat_model, Scripted(done_after=1), max_turns=3)
+    assert {(r["turns"], r["episode_end"]) for r in done_at_once} == {(1, "passed")}
+    assert all(set(r["model_mask"]) == {1} for r in done_at_once)
+    no_room, _ = episodes(chat_model, Scripted(), max_turns=3, max_episode_tokens=64)
+    assert {(r["turns"], r["episode_end"]) for r in no_room} == {(1, "budget")}
+
+
+def scored(rows: list[dict]) -> list[dict]:
+    return [{**row, "reward": float(i % 2)} for i, row in enumerate(rows)]
+
+
+def test_one_turn_is_the_single_turn_row_and_its_update(chat_model):
+    """Same rows but the episode columns; the same loss and gradients."""
+    config, sampler, tokenizer = chat_model
+    prompts = [build_prompt(problem, tokenizer) for problem in PROBLEMS.values()]
+    single = sampler.sample(prompts, SAMPLING, policy_version=2)
+    episode, _ = episodes(chat_model, Scripted(), max_turns=1)
+    assert [{k: row[k] for k in single[0]} for row in episode] == single
+    assert all(row["model_mask"] == [1] * len(row["completion_ids"]) for row in episode)
+
+    update = UpdateConfig(drop_uniform_groups=False)
+    gradients, losses = [], []
+    for rows in (single, episode):
+        updater = PolicyUpdater(update, sampler.model, model_config=config)
+        gradients.append(minibatch_gradients(updater, collate_rollouts(scored(rows))))
+        losses.append(updater.update(collate_rollouts(scored(rows)))["update/policy_loss"])
+        sampler.refresh(config.resolve())  # the update moved the shared weights: back
+    assert gradients[0].keys() == gradients[1].keys()
+    assert all(torch.equal(gradients[0][n], gradients[1][n]) for n in gradients[0])
+    assert losses[0] == losses[1]
+
+
+def test_the_environments_tokens_carry_no_gradient(chat_model):
+    rows, _ = episodes(chat_model, Scripted(), max_turns=2)
+    batch = collate_rollouts(scored(rows))
+    width = batch.completion_ids.shape[1]
+    within = torch.arange(width)[None, :] < batch.completion_lengths[:, None]
+    environment, model = within & (batch.model_mask == 0), batch.response_mask != 0
+    assert environment.any() and model.any()
+    logprobs = torch.randn(batch.completion_ids.shape, requires_grad=True)
+    loss, _ = get_policy_loss("vanilla")(
+        LossInputs(
+            logprobs=logprobs,
+            old_logprobs=logprobs.detach() + 0.1,
+            advantages=torch.ones_like(logprobs),
+            response_mask=batch.response_mask,
+        )
+    )
+    loss.backward()
+    assert logprobs.grad is not None
+    assert (logprobs.grad[environment] == 0).all() and (logprobs.grad[model] != 0).all()
