@@ -1,8 +1,9 @@
 """A real series of nights on tiny models (evaluations on the hf engine, scoring in the Docker
 sandbox): night 1 gains the six problems its start cannot solve and is promoted (6 gained, 0
 lost: exact McNemar p = 0.03125); night 2 trains from that champion for real, gains nothing and
-keeps it; night 3's checkpoint is corrupted after it is published and is not promoted; night 4
-fails (its problems are gone) and keeps the champion.
+keeps it; night 3's checkpoint is corrupted after it is published: its evaluation refuses it,
+and the night fails and keeps the champion; night 4 fails (its problems are gone) and keeps the
+champion.
 
 Night 1's training is the one thing not real: its SFT publishes a model built to answer
 (``next_token_lm``), the same on any CPU, where a random tiny model fine-tuned for a fixed
@@ -90,7 +91,7 @@ def _answering(stage, config, inputs, out_dir, label, launch=None):
 
 def _corrupting(stage, config, inputs, out_dir, label, launch=None):
     """The run's executor, then the published checkpoint's weights file rewritten: the same
-    tensors (the evaluation cannot tell), other bytes (its manifest's sha256 can)."""
+    tensors, other bytes (its manifest's sha256 tells)."""
     outputs = execute_launched(stage, config, inputs, out_dir, label, launch)
     if outputs.checkpoint is not None:
         weights = Path(outputs.checkpoint) / "model.safetensors"
@@ -122,11 +123,10 @@ def test_a_series_promotes_a_significant_gain_only(tmp_path):
     assert (gate.champion, gate.night) == (1.0, 1.0)
     (night_2_checkpoint,) = (series_dir / "n2" / "sft").glob("*/manifest.json")
 
-    third = run_night(series, "n3", _corrupting).decision
-    assert third is not None and not third.promoted
-    assert third.reason == (
-        "its checkpoint does not verify: model.safetensors: sha256 differs from the manifest"
-    )
+    # the evaluation checks the checkpoint it reads first: the night fails before its gate
+    corrupt = "ManifestMismatch: .*/model.safetensors: sha256 differs from the manifest"
+    with pytest.raises(NightFailed, match=f"the night failed: {corrupt}"):
+        run_night(series, "n3", _corrupting)
     assert resolve(series_dir, "champion").folder == champion.folder
     # retention (keep_nights=1): night 2's checkpoint went, the champion (night 1's) stayed
     assert not night_2_checkpoint.exists() and champion.path.is_dir()
@@ -138,4 +138,5 @@ def test_a_series_promotes_a_significant_gain_only(tmp_path):
 
     report = (series_dir / REPORT_FILE).read_text()
     assert "4 night(s), 1 promotion(s)" in report and (series_dir / PLOT_FILE).is_file()
-    assert "+1.0000, +6/-0, p=0.0312" in report and "kept the champion: its checkpoint" in report
+    assert "+1.0000, +6/-0, p=0.0312" in report
+    assert "kept the champion: the night failed: ManifestMismatch" in report
