@@ -28,8 +28,8 @@ def nightly(
     night: str | None = None,
     config: NightlyConfig = NightlyConfig(),  # noqa: B008
 ) -> dict[str, Any] | State:
-    """A night of ``config.series``: train from the champion, promote only on a significant
-    gain.
+    """A night of ``config.series``: train from the champion, promote only on a gain
+    significant at the night's share of the series' alpha.
 
     Args:
         night: the night's folder in the series; default: today's UTC date (a night that has
@@ -69,8 +69,13 @@ def _publish(config: NightlyConfig, record: NightRecord) -> None:
         f"- started from: `{record.started_from}`",
         f"- the night's checkpoint: `{decision.candidate}`",
         f"- champion now: `{decision.champion}`",
-        f"- alpha: {decision.alpha}",
+        f"- alpha: {decision.alpha} over the series",
     ]
+    if (spend := decision.spend) is not None:
+        lines.append(
+            f"- level: {spend.level:.3g}, night {spend.test} tested against this champion "
+            f"({spend.spent:.3g} of alpha spent on it)"
+        )
     lines += [f"- gate: {decision.gate.summary()}"] if decision.gate else []
     lines += [f"- guard: {guard.summary()}" for guard in decision.guards]
     lines += [f"- read {d.count} problems of `{d.problems['source']}` ({d.fingerprint})"

@@ -1,9 +1,10 @@
 """Nights without a model, for the series' own logic (tags, records, retention, the gate's
-checks) in seconds: the night, its run, the stages' resume rule and the checkpoint registry are
-the real ones; only the stage executor is fake. Its ``sft`` publishes a checkpoint that knows
-the answers of the problems it trained on, as they were then; its ``evaluate`` scores a
-checkpoint on the problems as they are now (a model name knows nothing). The real series, with
-a model and the Docker sandbox: tests/test_nightly.py."""
+checks, the alpha each night spends) in seconds: the night, its run, the stages' resume rule
+and the checkpoint registry are the real ones; only the stage executor is fake. Its ``sft``
+publishes a checkpoint that knows the answers of the problems it trained on, as they were
+then; its ``evaluate`` scores a checkpoint on the problems as they are now (a model name knows
+nothing). The real series, with a model and the Docker sandbox: tests/test_nightly.py. Also
+the gate's comparison of two hand-made evaluations (:func:`greedy_comparison`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from evaluation_helpers import write_evaluation
+from evaluation_helpers import outcomes, write_evaluation
 
 from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish
 from codepost.pipeline.checkpoints.registry import Entry, tag
@@ -23,14 +24,38 @@ from codepost.pipeline.data.problem_sets import ProblemSet, fingerprint, load_pr
 from codepost.pipeline.inference.sampling import EngineConfig
 from codepost.pipeline.launch import LaunchConfig
 from codepost.pipeline.model_config import ModelConfig
-from codepost.pipeline.nightly import NightlyConfig, run_night, series
+from codepost.pipeline.nightly import Comparison, GateConfig, NightlyConfig, run_night, series
+from codepost.pipeline.nightly.gate import compare
 from codepost.pipeline.post_train import PostTrainConfig
+from codepost.pipeline.reporting.report import load_evaluation
 from codepost.pipeline.stages.evaluation import EvalConfig
 from codepost.pipeline.stages.registry import Artifacts, Stage
 from codepost.pipeline.stages.sft import SFTStageConfig
 
 ANSWERS = "answers.json"
-PROBLEMS = 6  # 6 gained, 0 lost: exact McNemar p = 2 / 2**6 = 0.03125 < 0.05
+PROBLEMS = 6  # 6 gained, 0 lost: one-sided exact McNemar p = 1/64 < 0.0205 (a first night)
+
+
+def greedy_comparison(
+    folder: Path,
+    gained: int,
+    lost: int,
+    both: int = 3,
+    neither: int = 3,
+    margin: float | None = None,
+) -> Comparison:
+    """The gate's comparison of evaluations of the champion and the night on the same
+    problems: ``gained`` solved by the night only, ``lost`` by the champion only (with a
+    guard's ``margin``, its non-inferiority test too)."""
+    n = gained + lost + both + neither
+    champion = set(range(gained, gained + lost + both))
+    night = set(range(gained)) | set(range(gained + lost, gained + lost + both))
+    folders = [
+        write_evaluation(folder / name, name, outcomes(solved, n))
+        for name, solved in (("champion", champion), ("night", night))
+    ]
+    evaluations = (load_evaluation(f) for f in folders)
+    return compare("bench", *evaluations, GateConfig(), margin=margin)
 
 
 def write_problems(path: Path, answer: int = 1) -> Path:

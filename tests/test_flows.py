@@ -199,19 +199,27 @@ def test_a_night_publishes_its_decision_and_a_locked_series_cancels_a_night(pref
     from prefect.artifacts import Artifact
 
     from codepost.flows.nightly import nightly
-    from codepost.pipeline.nightly import Decision, NightlyConfig, NightRecord
+    from codepost.pipeline.nightly import Decision, NightlyConfig, NightRecord, Spend
     from codepost.pipeline.nightly.history import write_history
     from codepost.pipeline.nightly.records import read_history
     from codepost.pipeline.run_lock import run_folder_lock
 
     config = NightlyConfig(root=str(tmp_path), series="s", run=PostTrainConfig(stages=[]))
-    decision = Decision(promoted=False, reason="no significant gain", champion="base", alpha=0.05)
+    decision = Decision(
+        promoted=False,
+        reason="no significant gain",
+        champion="base",
+        alpha=0.05,
+        spend=Spend.of(0.05, 2),
+    )
     record = NightRecord(series="s", night="n1", started_from="base", decision=decision)
     record.write(config.series_dir / "n1")
     write_history(config.series_dir, read_history(config.series_dir))
 
     assert nightly("n1", config) == record.model_dump(mode="json")
-    assert "# s, night n1: kept the champion" in Artifact.get("s-decision").data
+    published = Artifact.get("s-decision").data
+    assert "# s, night n1: kept the champion" in published
+    assert "- level: 0.00571, night 2 tested against this champion (0.0262 of alpha" in published
     assert "data:image/png;base64," in Artifact.get("s-history").data
     with run_folder_lock(config.series_dir):
         state = nightly("n2", config, return_state=True)

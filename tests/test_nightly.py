@@ -1,9 +1,9 @@
 """A real series of nights on tiny models (evaluations on the hf engine, scoring in the Docker
 sandbox): night 1 gains the six problems its start cannot solve and is promoted (6 gained, 0
-lost: exact McNemar p = 0.03125); night 2 trains from that champion for real, gains nothing and
-keeps it; night 3's checkpoint is corrupted after it is published: its evaluation refuses it,
-and the night fails and keeps the champion; night 4 fails (its problems are gone) and keeps the
-champion.
+lost: one-sided exact McNemar p = 1/64, below a champion's first level, 0.0205); night 2
+trains from that champion for real, gains nothing and keeps it; night 3's checkpoint is
+corrupted after it is published: its evaluation refuses it, and the night fails and keeps the
+champion; night 4 fails (its problems are gone) and keeps the champion.
 
 Night 1's training is the one thing not real: its SFT publishes a model built to answer
 (``next_token_lm``), the same on any CPU, where a random tiny model fine-tuned for a fixed
@@ -107,7 +107,8 @@ def test_a_series_promotes_a_significant_gain_only(tmp_path):
     first = run_night(series, "n1", _answering).decision
     assert first is not None and first.promoted, first
     assert first.gate is not None
-    assert (first.gate.gained, first.gate.lost, first.gate.p_value) == (PROBLEMS, 0, 0.03125)
+    assert (first.gate.gained, first.gate.lost, first.gate.p_gain) == (PROBLEMS, 0, 1 / 64)
+    assert first.spend is not None and first.spend.test == 1  # one-sided level 0.0205
     champion = resolve(series_dir, "champion")
     assert champion.folder.startswith("n1/sft/") and first.champion == str(champion.path)
     record = json.loads((series_dir / "n1" / "night.json").read_text())
@@ -117,7 +118,10 @@ def test_a_series_promotes_a_significant_gain_only(tmp_path):
     second = run_night(series, "n2")
     assert second.started_from == str(champion.path)
     assert second.decision is not None and not second.decision.promoted
-    assert second.decision.reason.startswith("no significant gain at alpha=0.05")
+    assert second.decision.reason.startswith(
+        "no significant gain: one-sided p=1 against level 0.0205 (night 1 tested against this "
+        "champion"
+    )
     gate = second.decision.gate
     assert gate is not None and (gate.gained, gate.lost, gate.p_value) == (0, 0, 1.0)
     assert (gate.champion, gate.night) == (1.0, 1.0)
@@ -138,5 +142,5 @@ def test_a_series_promotes_a_significant_gain_only(tmp_path):
 
     report = (series_dir / REPORT_FILE).read_text()
     assert "4 night(s), 1 promotion(s)" in report and (series_dir / PLOT_FILE).is_file()
-    assert "+1.0000, +6/-0, p=0.0312" in report
+    assert "+1.0000, +6/-0, p=0.0312" in report and "| 0.0156 vs 0.0205 (1) |" in report
     assert "kept the champion: the night failed: ManifestMismatch" in report

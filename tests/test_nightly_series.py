@@ -1,6 +1,7 @@
 """The series across nights, on nights without a model (tests/nightly_helpers.py): a promotion
 survives a stop between the gate and the tag, a champion gone or corrupt stops the next night,
-retention leaves every night askable again, and the gate refuses evaluations of other data."""
+retention leaves every night askable again, the gate refuses evaluations of other data, and
+each night tested against a champion spends the next share of alpha, once."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from nightly_helpers import (
     BEFORE_THE_TAG,
     fake_execute,
     fake_series,
+    greedy_comparison,
     stopping_tag,
     write_problems,
 )
@@ -25,9 +27,11 @@ from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish
 from codepost.pipeline.checkpoints.registry import read_tags, tag
 from codepost.pipeline.nightly import (
     ChampionUnusable,
+    Decision,
     NightFailed,
     NightlyConfig,
     NightRecord,
+    Spend,
     run_night,
     series,
 )
@@ -239,3 +243,77 @@ def test_a_night_gates_only_on_the_problems_it_read(tmp_path):
         run_night(config, "n1", editing)
     decision = _record(config, "n1").decision
     assert decision is not None and decision.gate is None and _champion(config) is None
+
+
+def _spent(config: NightlyConfig, night: str) -> int | None:
+    decision = _record(config, night).decision
+    assert decision is not None
+    return decision.spend.test if decision.spend is not None else None
+
+
+def test_each_night_against_a_champion_spends_the_next_share_of_alpha_once(tmp_path, monkeypatch):
+    """Nothing to gain (the benchmark's answers are 2, training teaches 1): every night is
+    tested against the run's model. A night that failed before its gate spent nothing; one
+    that failed after it keeps its number when asked again; the count outlives retention
+    (keep_nights=1). The fifth test then gains all six problems, p = 1/64: enough on a
+    champion's first night (level 0.0205), not on its fifth (0.00125)."""
+    config = fake_series(tmp_path, keep_nights=1)
+    write_problems(tmp_path / "ones.jsonl", answer=2)
+    run_night(config, "n1", fake_execute)
+    with monkeypatch.context() as crash:
+        crash.setattr(series, "compare", _gate_crashes)
+        with pytest.raises(NightFailed, match="the gate crashed"):
+            run_night(config, "n2", fake_execute)
+    run_night(config, "n3", fake_execute)
+    with monkeypatch.context() as crash:
+        crash.setattr(series, "_metrics", _gate_crashes)  # after the gate decided
+        with pytest.raises(NightFailed, match="the gate crashed"):
+            run_night(config, "n4", fake_execute)
+    assert [_spent(config, night) for night in ("n1", "n2", "n3", "n4")] == [1, None, 2, 3]
+    run_night(config, "n2", fake_execute)
+    run_night(config, "n4", fake_execute)
+    assert [_spent(config, night) for night in ("n2", "n4")] == [4, 3]
+
+    write_problems(tmp_path / "train.jsonl", answer=2)  # training now teaches the answers
+    fifth = run_night(config, "n5", fake_execute).decision
+    assert fifth is not None and fifth.spend == Spend.of(0.05, 5) and not fifth.promoted
+    assert fifth.gate is not None and (fifth.gate.gained, fifth.gate.p_gain) == (6, 1 / 64)
+    assert fifth.reason.startswith(
+        "no significant gain: one-sided p=0.0156 against level 0.00125 (night 5 tested"
+    )
+    assert _champion(config) is None
+    decisions = [r.decision for r in read_history(config.series_dir)]
+    assert all(d is not None and not d.promoted and d.failed is None for d in decisions)
+
+
+def test_the_count_restarts_with_each_champion(tmp_path):
+    """The night that wins moves the champion; the next night is the new champion's first
+    test, at alpha's largest share again."""
+    config = fake_series(tmp_path)
+    first = run_night(config, "n1", fake_execute).decision
+    assert first is not None and first.promoted and first.spend == Spend.of(0.05, 1)
+    second = run_night(config, "n2", fake_execute)
+    assert second.started_from == first.champion
+    assert second.decision is not None and second.decision.spend == Spend.of(0.05, 1)
+    third = run_night(config, "n3", fake_execute).decision
+    assert third is not None and third.spend == Spend.of(0.05, 2)
+
+
+def test_a_night_recorded_before_nights_spent_alpha_counts_as_one_test(tmp_path):
+    """A series older than the count: its nights gated against the champion have no number,
+    and each spent alpha all the same. Six problems gained (p = 1/64) promote a first test
+    (level 0.0205), not this second one (0.0057)."""
+    config = fake_series(tmp_path)
+    legacy = Decision(
+        promoted=False,
+        reason="no significant gain",
+        champion="blank",
+        alpha=0.05,
+        gate=greedy_comparison(tmp_path / "legacy", 0, 0),
+    )
+    NightRecord(series="ones", night="n0", started_from="blank", decision=legacy).write(
+        config.series_dir / "n0"
+    )
+    first = run_night(config, "n1", fake_execute).decision
+    assert first is not None and first.spend == Spend.of(0.05, 2) and not first.promoted
+    assert first.reason.startswith("no significant gain: one-sided p=0.0156 against level 0.00571")

@@ -2,7 +2,7 @@
 series' champion, a paired test deciding whether the night's checkpoint replaces it, a history
 across nights and retention (docs/nightly.md)."""
 
-from .gate import Comparison, GateConfig, StaleEvaluation, decide
+from .gate import Comparison, GateConfig, Spend, StaleEvaluation, decide
 from .records import Decision, NightRecord
 from .series import (
     CHAMPION,
@@ -22,6 +22,7 @@ __all__ = [
     "NightFailed",
     "NightRecord",
     "NightlyConfig",
+    "Spend",
     "StaleEvaluation",
     "champion",
     "decide",

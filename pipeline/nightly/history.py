@@ -25,18 +25,22 @@ def write_history(series_dir: Path, records: list[NightRecord]) -> Path:
         "",
         f"{len(records)} night(s), {sum(_promoted(r) for r in records)} promotion(s). The gate "
         "compares each night's checkpoint with the champion it started from, on the same "
-        "problems (paired test).",
+        "problems (paired test), one-sided at the night's share of the series' alpha.",
         "",
         f"![pass@1 over the nights]({PLOT_FILE})",
         "",
         "| night | started from | gate: champion -> night (95% CI) | Δ, +gained/-lost, p "
-        "| guards | decision |",
-        "|---|---|---|---|---|---|",
+        "| one-sided p vs level (n-th night against the champion) | guards: Δ, p of worse by "
+        "the margin | decision |",
+        "|---|---|---|---|---|---|---|",
     ]
     for record in records:
         decision = record.decision
         gate = decision.gate if decision else None
-        scores = changes = ""
+        spend = decision.spend if decision else None
+        scores = changes = tested = ""
+        if gate is not None and spend is not None:
+            tested = f"{gate.p_gain:.3g} vs {spend.level:.3g} ({spend.test})"
         if gate is not None:
             scores = f"{gate.champion:.4f} {_ci(gate.champion_ci95)} -> {gate.night:.4f} " + _ci(
                 gate.night_ci95
@@ -45,15 +49,15 @@ def write_history(series_dir: Path, records: list[NightRecord]) -> Path:
             changes = f"{gate.difference:+.4f}{counts}, p={format_p_value(gate.p_value)}"
         guards = (
             "; ".join(
-                f"{g.benchmark} {g.difference:+.4f} p={format_p_value(g.p_value)}"
+                f"{g.benchmark} {g.difference:+.4f} p={_p(g.noninferiority_p)}"
                 for g in decision.guards
             )
             if decision
             else ""
         )
         lines.append(
-            f"| {record.night} | `{record.started_from}` | {scores} | {changes} | {guards} "
-            f"| {_cell(_verdict(decision))} |"
+            f"| {record.night} | `{record.started_from}` | {scores} | {changes} | {tested} "
+            f"| {guards} | {_cell(_verdict(decision))} |"
         )
     champion = next((r.decision.champion for r in reversed(records) if r.decision), None)
     if champion is not None:
@@ -97,6 +101,10 @@ def _verdict(decision: Decision | None) -> str:
 
 def _promoted(record: NightRecord) -> bool:
     return record.decision is not None and record.decision.promoted
+
+
+def _p(p_value: float | None) -> str:
+    return "-" if p_value is None else format_p_value(p_value)
 
 
 def _ci(interval: tuple[float, float] | None) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..atomic import write_text
-from .gate import Comparison
+from .gate import Comparison, Spend
 
 NIGHT_RECORD = "night.json"
 
@@ -46,7 +46,10 @@ class Decision(BaseModel):
     reason: str
     champion: str = Field(description="the champion after the night (so far, when promoting)")
     candidate: str | None = Field(None, description="the night's checkpoint")
-    alpha: float
+    alpha: float = Field(description="the series' false-promotion rate")
+    spend: Spend | None = Field(
+        None, description="the night's share of alpha; None: it tested nothing (or predates it)"
+    )
     gate: Comparison | None = None
     guards: list[Comparison] = Field(default_factory=list)
     failed: str | None = Field(None, description="the error that ended a failed night")

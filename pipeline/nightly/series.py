@@ -36,7 +36,15 @@ from ..reporting.report import load_evaluation
 from ..run_lock import run_folder_lock
 from ..settings import Settings
 from ..tracking import RunTracking
-from .gate import Comparison, GateConfig, check_evaluation, compare, decide, same_checkpoint
+from .gate import (
+    Comparison,
+    GateConfig,
+    Spend,
+    check_evaluation,
+    compare,
+    decide,
+    same_checkpoint,
+)
 from .history import write_history
 from .records import NIGHT_RECORD, Decision, NightRecord, ProblemsRead, now, read_history
 from .retention import prune_nights
@@ -177,7 +185,7 @@ def run_night(
         decided: list[Decision] = []
 
         def gate(result: RunResult, trackers: RunTracking) -> None:
-            decided.append(_gate(config, record, result))
+            decided.append(_gate(config, record, result, previous))
             record.model_copy(update={"decision": decided[0]}).write(night_dir)
             trackers.log_metrics(_metrics(decided[0]))
             trackers.log_artifacts([done])
@@ -231,7 +239,7 @@ def _failed(
     kept = {
         "promoted": False,
         "promoting": False,
-        "reason": decide(config.gate.alpha, None, [], failed=failed)[1],
+        "reason": decide(config.gate, None, None, [], failed=failed)[1],
         "champion": record.started_from,
         "failed": failed,
     }
@@ -278,27 +286,55 @@ def _unverified(checkpoint: Path) -> list[str]:
     return verify(checkpoint) if is_published(checkpoint) else [f"{checkpoint}: no {MANIFEST}"]
 
 
-def _gate(config: NightlyConfig, record: NightRecord, result: RunResult) -> Decision:
+def _gate(
+    config: NightlyConfig, record: NightRecord, result: RunResult, previous: NightRecord | None
+) -> Decision:
     """Compare the night's checkpoint with the champion and decide (the tag moves once the
     run has ended)."""
-    alpha, candidate, start = config.gate.alpha, result.checkpoint, record.started_from
+    candidate, start = result.checkpoint, record.started_from
     trained = candidate != start
     problems = _unverified(Path(candidate)) if trained else []
-    gate, guards = None, []
+    gate, guards, spend = None, [], None
     if trained and not problems:
         gate = _compare(config.benchmark, config, record, result)
-        guards = [_compare(name, config, record, result) for name in config.gate.guards]
-    promoted, reason = decide(alpha, gate, guards, trained=trained, verify_problems=problems)
+        margin = config.gate.margin
+        guards = [_compare(name, config, record, result, margin) for name in config.gate.guards]
+        spend = _spend(config, record, previous)
+    promoted, reason = decide(
+        config.gate, spend, gate, guards, trained=trained, verify_problems=problems
+    )
     return Decision(
         promoted=False,
         promoting=promoted,
         reason=reason,
         champion=start,
         candidate=candidate if trained else None,
-        alpha=alpha,
+        alpha=config.gate.alpha,
+        spend=spend,
         gate=gate,
         guards=guards,
     )
+
+
+def _spend(config: NightlyConfig, record: NightRecord, previous: NightRecord | None) -> Spend:
+    """The night's share of alpha: the test number it had when it is asked again against the
+    same champion (a night never spends twice), else the next after every night of the series
+    tested against that champion, whenever they ran (the records outlive retention). A night
+    recorded before nights spent alpha counts as one test."""
+    if previous is not None and same_checkpoint(previous.started_from, record.started_from):
+        had = previous.decision.spend if previous.decision is not None else None
+        if had is not None:
+            return Spend.of(config.gate.alpha, had.test)
+    reign = [
+        r.decision
+        for r in read_history(config.series_dir)
+        if r.night != record.night
+        and r.decision is not None
+        and same_checkpoint(r.started_from, record.started_from)
+    ]
+    numbered = [d.spend.test for d in reign if d.spend is not None]
+    unnumbered = sum(d.spend is None and d.gate is not None for d in reign)
+    return Spend.of(config.gate.alpha, 1 + max([*numbered, unnumbered]))
 
 
 def _in_series(config: NightlyConfig, checkpoint: str) -> str:
@@ -307,10 +343,15 @@ def _in_series(config: NightlyConfig, checkpoint: str) -> str:
 
 
 def _compare(
-    benchmark: str, config: NightlyConfig, record: NightRecord, result: RunResult
+    benchmark: str,
+    config: NightlyConfig,
+    record: NightRecord,
+    result: RunResult,
+    margin: float | None = None,
 ) -> Comparison:
-    """The night's checkpoint against its base (the champion) on ``benchmark``, each
-    evaluation checked to be of that checkpoint on the problems the night read."""
+    """The night's checkpoint against its base (the champion) on ``benchmark`` (with a
+    guard's ``margin``), each evaluation checked to be of that checkpoint on the problems the
+    night read."""
     folders = result.evaluations[benchmark]
     made_by = next(
         s["name"] for s in reversed(result.stages) if s.get("checkpoint") == result.checkpoint
@@ -322,7 +363,7 @@ def _compare(
         )
         for label, checkpoint in (("base", record.started_from), (made_by, result.checkpoint))
     )
-    return compare(benchmark, champion, night, config.gate)
+    return compare(benchmark, champion, night, config.gate, margin=margin)
 
 
 def _fingerprint_read(config: NightlyConfig, record: NightRecord, benchmark: str) -> str | None:
@@ -340,9 +381,12 @@ def _fingerprint_read(config: NightlyConfig, record: NightRecord, benchmark: str
 
 def _metrics(decision: Decision) -> dict[str, float]:
     metrics = {"gate/promoted": float(decision.promoting)}  # the verdict: the tag moves next
+    if decision.spend is not None:
+        metrics |= {"gate/level": decision.spend.level, "gate/spent": decision.spend.spent}
     for comparison in [decision.gate] if decision.gate else []:
         metrics |= {
             "gate/p_value": comparison.p_value,
+            "gate/p_gain": comparison.p_gain,
             "gate/difference": comparison.difference,
             "gate/champion": comparison.champion,
             "gate/night": comparison.night,
@@ -352,6 +396,8 @@ def _metrics(decision: Decision) -> dict[str, float]:
             f"gate/guard/{guard.benchmark}/p_value": guard.p_value,
             f"gate/guard/{guard.benchmark}/difference": guard.difference,
         }
+        if guard.noninferiority_p is not None:
+            metrics[f"gate/guard/{guard.benchmark}/noninferiority_p"] = guard.noninferiority_p
     return metrics
 
 
