@@ -35,7 +35,7 @@ class Scripted(Environment):
 
     name = "scripted"
 
-    def __init__(self, done_after: int = 100) -> None:
+    def __init__(self, done_after: int = 100) -> None:  # runs nothing: no executor
         self.done_after = done_after
 
     def reset(self, problem: Problem) -> Episode:
@@ -166,3 +166,45 @@ def test_the_environments_tokens_carry_no_gradient(chat_model):
     loss.backward()
     assert logprobs.grad is not None
     assert (logprobs.grad[environment] == 0).all() and (logprobs.grad[model] != 0).all()
+
+
+def test_each_turns_answers_are_scored_once_and_an_ended_episode_keeps_its_last():
+    from fake_executors import InProcessExecutor
+
+    from codepost.pipeline.data.prompts import reference_answer
+    from codepost.pipeline.stages.scoring import ScoreConfig, score_rollouts, score_turns
+
+    task = "HumanEval/0"
+    right = reference_answer(PROBLEMS[task])
+    wrong, other = (f"```python\ndef f():\n    return {n}\n```" for n in (0, 1))
+    episodes_rows = [
+        {"prompt_id": task, "completion_style": "chat", "answers": [wrong, right]},
+        {"prompt_id": task, "completion_style": "chat", "answers": [other, wrong]},
+        {"prompt_id": task, "completion_style": "chat", "answers": [right]},  # ended at turn 1
+    ]
+    rows = [{**row, "completion": row["answers"][-1]} for row in episodes_rows]
+    executor = InProcessExecutor()
+    scored = score_rollouts(rows, PROBLEMS, ScoreConfig(), executor=executor)
+    executor.jobs.clear()
+    by_turn = score_turns(scored, PROBLEMS, ScoreConfig(), 3, executor=executor)
+    assert [[row["passed"] for row in turn] for turn in by_turn] == [
+        [False, False, True],
+        [True, False, True],
+        [True, False, True],
+    ]
+    assert len(executor.jobs) == 1  # `other`: every other answer is some episode's last
+
+
+def test_pass_at_1_turn_by_turn_the_repair_rate_and_turn_1_against_turn_t():
+    from codepost.pipeline.reporting.evaluations import turns_result
+
+    def turn(passes: list[bool]) -> list[dict]:
+        return [{"prompt_id": f"t{i}", "passed": p} for i, p in enumerate(passes)]
+
+    first = [False] * 8 + [True] * 2
+    last = [True] * 7 + [False] + [True] * 2  # 7 of the 8 first-turn failures repaired
+    result = turns_result([turn(first), turn([*first[:6], True, True, False, False]), turn(last)])
+    assert result.pass_at_1[0] == 0.2 and result.pass_at_1[-1] == 0.9
+    assert (result.failed_first, result.repaired, result.repair_rate) == (8, 7, 7 / 8)
+    assert result.repair_ci95 is not None and result.repair_ci95[0] < 7 / 8 < result.repair_ci95[1]
+    assert result.first_vs_last_p == pytest.approx(2 * 0.5**7)  # McNemar: 7 gained, 0 lost

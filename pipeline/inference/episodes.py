@@ -30,7 +30,7 @@ from ...verifiers import Problem
 from ...verifiers.environments import Environment, Episode
 from ..data.prompts import Prompt
 from ..data.rows import Completion, Context, EpisodeEnd, rollout_rows
-from .sampling import Sampler, SamplingConfig, stop_strings
+from .sampling import EngineConfig, Sampler, SamplingConfig, stop_strings
 
 # Stands in for an answer while the chat template renders what follows it.
 _ANSWER = "\u2063codepost-answer\u2063"
@@ -53,6 +53,21 @@ class EpisodeConfig(BaseModel):
         description="the prompt and every turn together; a turn that would not fit (its reply "
         "and max_tokens) ends the episode (episode_end: budget)",
     )
+
+
+def check_episodes(config: EpisodeConfig, prompt_style: str, engine: EngineConfig) -> None:
+    """Refuse episodes a run could not sample, before it starts."""
+    if config.max_turns > 1 and prompt_style == "continuation":
+        raise ValueError(
+            f"episodes.max_turns={config.max_turns} needs a chat prompt style (the environment "
+            "replies in a user turn): prompt_style 'chat' or 'chat-free'"
+        )
+    if config.max_turns > 1 and config.max_episode_tokens > engine.max_model_len:
+        raise ValueError(
+            f"episodes.max_episode_tokens={config.max_episode_tokens} is more than the engine's "
+            f"context holds (engine.max_model_len={engine.max_model_len}): lower it or raise "
+            "engine.max_model_len"
+        )
 
 
 def reply_turn(tokenizer: Any, observation: str, answer_prefix: str) -> str:

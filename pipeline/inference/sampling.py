@@ -157,8 +157,11 @@ def check_room(max_tokens: int, engine: EngineConfig, setting: str = "max_tokens
 
 
 class Sampler(Protocol):
-    name: str
-    weights: str  # the checkpoint whose weights it serves
+    @property
+    def name(self) -> str: ...  # the engine, e.g. vllm-0.32.0
+
+    @property
+    def weights(self) -> str: ...  # the checkpoint whose weights it serves
 
     def sample(
         self, prompts: Sequence[Prompt], config: SamplingConfig, *, policy_version: int = 0

@@ -67,6 +67,65 @@ class RunResult(BaseModel):
         return {**flat, **data}
 
 
+class TurnsResult(BaseModel):
+    """A run of episodes turn by turn (``max_turns`` > 1): pass@1 of the answer each episode
+    holds after turn 1, 2, ..., T (its final one, once it ended), with its 95% interval; the
+    repair rate (of the samples whose first answer failed, the share whose last passes) with
+    its interval; and the paired test of turn 1 against turn T over problems (exact McNemar for
+    greedy, the sign-flip test for sampled)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pass_at_1: list[float]
+    ci95: list[tuple[float, float] | None]
+    failed_first: int = Field(description="samples whose turn-1 answer failed")
+    repaired: int = Field(description="of them, those whose last answer passed")
+    repair_rate: float = Field(description="repaired / failed_first; NaN when none failed")
+    repair_ci95: tuple[float, float] | None
+    first_vs_last_p: float = Field(description="paired test of turn 1 against turn T")
+
+
+def turns_result(rows_by_turn: list[list[dict[str, Any]]]) -> TurnsResult:
+    """:class:`TurnsResult` of scored rows, one list per turn, the same samples in the same
+    order in each (``prompt_id``, ``passed``)."""
+    from .stats import compare_greedy, compare_sampled
+
+    first, last = rows_by_turn[0], rows_by_turn[-1]
+    scores = [pass_at_k_of_rows(rows, [1]) for rows in rows_by_turn]
+    counts = [problem_counts(rows) for rows in (first, last)]
+    greedy = all(n == 1 for n, _ in counts[0].values())
+    failed: dict[str, int] = {}
+    repaired: dict[str, int] = {}
+    for before, after in zip(first, last, strict=True):
+        if not before["passed"]:
+            task = before["prompt_id"]
+            failed[task] = failed.get(task, 0) + 1
+            repaired[task] = repaired.get(task, 0) + bool(after["passed"])
+    failed_first, repaired_total = sum(failed.values()), sum(repaired.values())
+    if not failed_first:
+        interval = None
+    elif greedy:
+        interval = wilson_interval(repaired_total, failed_first)
+    else:  # several samples a problem: the problems are the units
+        interval = bootstrap_interval({t: repaired[t] / failed[t] for t in failed})
+    if greedy:
+        p_value = compare_greedy(
+            {t: bool(c) for t, (_, c) in counts[0].items()},
+            {t: bool(c) for t, (_, c) in counts[1].items()},
+        ).p_value
+    else:
+        p_value = compare_sampled(counts[0], counts[1], 1).p_value
+    return TurnsResult(
+        pass_at_1=[score["pass@1"] for score in scores],
+        ci95=[score["pass@1_ci95"] for score in scores],
+        failed_first=failed_first,
+        repaired=repaired_total,
+        repair_rate=repaired_total / failed_first if failed_first else math.nan,
+        repair_ci95=interval,
+        first_vs_last_p=p_value,
+    )
+
+
 class EvaluationResults(BaseModel):
     """What ``evaluation.json`` holds: the checkpoint, its problems and settings, and each run's
     scores. The problems and settings stay plain records, so a file written with other
@@ -81,6 +140,9 @@ class EvaluationResults(BaseModel):
     config: dict[str, Any] = Field(default_factory=dict, description="the EvalConfig")
     greedy: RunResult | None = None
     sampled: RunResult | None = None
+    turns: dict[str, TurnsResult] | None = Field(
+        None, description="episodes: each run turn by turn (the run's own scores are turn T's)"
+    )
 
     def runs(self) -> dict[str, RunResult]:
         """The runs this evaluation made, greedy first."""
@@ -91,9 +153,12 @@ class EvaluationResults(BaseModel):
         return sum(r.sandbox_errors for name, r in self.runs().items() if run in (None, name))
 
     def to_json(self) -> dict[str, Any]:
-        """The record on disk: runs not made left out, a NaN pass@k kept NaN (not null), as
-        ``json.dumps`` wrote it before this model."""
-        return self.model_dump(mode="json", exclude={n for n in RUNS if n not in self.runs()})
+        """The record on disk: runs not made (and single turns' ``turns``) left out, a NaN pass@k
+        kept NaN (not null), as ``json.dumps`` wrote it before this model."""
+        absent = {n for n in RUNS if n not in self.runs()} | (
+            {"turns"} if self.turns is None else set()
+        )
+        return self.model_dump(mode="json", exclude=absent)
 
     @classmethod
     def read(cls, path: Path) -> EvaluationResults:

@@ -40,6 +40,12 @@ class Data:
     }
     SCHEDULE_BATCHES: Final = "data/schedule_batches"  # prompt batches drawn so far (resume)
     EPOCH: Final = "data/epoch"  # passes over the problems so far
+    # Episodes (``episodes.max_turns`` > 1): answers per episode, the episodes whose public
+    # tests passed before their last turn, and the share of completion tokens that are the
+    # environment's (context, no loss)
+    TURNS_MEAN: Final = "data/turns/mean"
+    EPISODES_PASSED_PUBLIC: Final = "data/episodes_passed_public"
+    ENVIRONMENT_TOKEN_SHARE: Final = "data/environment_token_share"
 
 
 class Reward:

@@ -20,6 +20,7 @@ from ..atomic import staged
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle, build_prompt
 from ..inference.engines import get_sampler
+from ..inference.episodes import EpisodeConfig, check_episodes
 from ..inference.sampling import EngineConfig, SamplingConfig, check_room
 from ..model_config import ModelConfig, load_tokenizer
 from ..reporting.evaluations import (
@@ -28,12 +29,14 @@ from ..reporting.evaluations import (
     SAMPLES_FILE,
     EvaluationResults,
     RunResult,
+    TurnsResult,
     pass_at_k_of_rows,
+    turns_result,
     write_per_problem,
 )
 from ..settings import Settings
 from .registry import Artifacts, Stage, filtered_problem_set, register
-from .scoring import ScoreConfig, score_rollouts
+from .scoring import ScoreConfig, score_rollouts, score_turns, with_episodes
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +84,12 @@ class EvalConfig(Settings):
         description="k of sampled pass@k; default: 1 and 8, where num_generations allows",
     )
     exclude_sandbox_errors: bool = Field(False, description="leave them out of n (reported)")
+    episodes: EpisodeConfig = Field(
+        default_factory=EpisodeConfig,
+        description="answers over several turns, the environment's feedback between them: "
+        "each run's scores are its answers after the last turn, and evaluation.json's `turns` "
+        "has pass@1 after each turn, the repair rate and turn 1 against turn T",
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig)
     scoring: ScoreConfig = Field(default_factory=ScoreConfig)
 
@@ -97,6 +106,7 @@ class EvalConfig(Settings):
                 f"pass@k for k={too_large} needs sampling.num_generations >= {max(too_large)}"
             )
         check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
+        check_episodes(self.episodes, self.prompt_style, self.engine)
         return self
 
     def runs(self) -> dict[str, SamplingConfig]:
@@ -127,13 +137,21 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> Evaluati
     model = ModelConfig(name_or_path=checkpoint)
     tokenizer = load_tokenizer(model)
     prompts = [build_prompt(p, tokenizer, config.prompt_style) for p in problems.values()]
-    sampler = get_sampler(model, config.engine)
+    sampler = with_episodes(
+        get_sampler(model, config.engine), tokenizer, problems, config.episodes, config.scoring
+    )
+    turns = config.episodes.max_turns
 
     scores: dict[str, RunResult] = {}
+    by_turn: dict[str, TurnsResult] = {}
     all_rows = []
     for name, sampling in config.runs().items():
         rows = sampler.sample(prompts, sampling)
         scored = score_rollouts(rows, problems, config.scoring, description=f"scoring {name}")
+        if turns > 1:
+            by_turn[name] = turns_result(
+                score_turns(scored, problems, config.scoring, turns, description=f"scoring {name}")
+            )
         ks = [1] if name == "greedy" else config.ks
         errors = sum(row["status"] == "sandbox_error" for row in scored)
         scores[name] = RunResult.model_validate(
@@ -155,6 +173,7 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> Evaluati
         problems_fingerprint=fingerprint(problems),
         num_problems=len(problems),
         config=settings,
+        turns=by_turn or None,
         **scores,
     )
     with staged(out_dir / SAMPLES_FILE) as staging, staging.open("w") as stream:

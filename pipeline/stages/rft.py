@@ -79,8 +79,8 @@ def round_dir(out_dir: Path, number: int) -> Path:
 
 
 def passing_examples(
-    rows: list[dict[str, Any]], taken: list[dict[str, str]], max_per_problem: int
-) -> list[dict[str, str]]:
+    rows: list[dict[str, Any]], taken: list[dict[str, Any]], max_per_problem: int
+) -> list[dict[str, Any]]:
     """The prompt/completion examples of ``rows`` that ``taken`` (earlier rounds' examples)
     lacks: completions that passed and stopped on their own, each text once, at most
     ``max_per_problem`` per problem counting ``taken``."""
@@ -97,14 +97,26 @@ def passing_examples(
             continue
         seen.add(key)
         per_problem[row["prompt_id"]] = per_problem.get(row["prompt_id"], 0) + 1
-        new.append(
-            {
-                "prompt_id": row["prompt_id"],
-                "prompt": row["prompt"],
-                "completion": row["completion"],
-            }
-        )
+        new.append(_example(row))
     return new
+
+
+def _example(row: dict[str, Any]) -> dict[str, Any]:
+    """A passing row as training data: its prompt and completion; an episode's tokens as they
+    were sampled, with the mask that trains the model's turns only (the environment's replies
+    are context, as in RL)."""
+    example = {
+        "prompt_id": row["prompt_id"],
+        "prompt": row["prompt"],
+        "completion": row["completion"],
+    }
+    if row.get("model_mask") is not None:
+        example.update(
+            input_ids=row["prompt_ids"] + row["completion_ids"],
+            completion_mask=[0] * len(row["prompt_ids"]) + row["model_mask"],
+            turns=row["turns"],
+        )
+    return example
 
 
 def run_rft(config: RFTConfig, out_dir: Path, scored: Path | None = None) -> Path:
@@ -113,7 +125,7 @@ def run_rft(config: RFTConfig, out_dir: Path, scored: Path | None = None) -> Pat
     ``config.first_round`` is "scored"."""
     out_dir = Path(out_dir)
     start = config.model.name_or_path
-    examples: list[dict[str, str]] = []
+    examples: list[dict[str, Any]] = []
     metrics: list[dict[str, Any]] = []
     checkpoint = start
     for number in range(1, config.rounds + 1):
@@ -148,6 +160,7 @@ def run_rft(config: RFTConfig, out_dir: Path, scored: Path | None = None) -> Pat
             "new_examples": len(new),
             "examples": len(examples),
             "problems_in_examples": len({ex["prompt_id"] for ex in examples}),
+            "repair_examples": sum(ex.get("turns", 1) > 1 for ex in examples),
         }
         began = time.perf_counter()
         # The round's config says how many rounds it is the last of: more rounds reuse it.
@@ -170,7 +183,7 @@ def run_rft(config: RFTConfig, out_dir: Path, scored: Path | None = None) -> Pat
 def _fine_tune(
     config: RFTConfig,
     start: str,
-    examples: list[dict[str, str]],
+    examples: list[dict[str, Any]],
     out: Path,
     counts: dict[str, Any],
 ) -> dict[str, Any]:
@@ -187,9 +200,10 @@ def _fine_tune(
         prompt_style=config.prompt_style,
         training=config.training,
     )
-    dataset = Dataset.from_list(
-        [{"prompt": e["prompt"], "completion": e["completion"]} for e in examples]
+    fields = (
+        ("input_ids", "completion_mask") if "input_ids" in examples[0] else ("prompt", "completion")
     )
+    dataset = Dataset.from_list([{field: e[field] for field in fields} for e in examples])
     with tempfile.TemporaryDirectory(prefix="codepost-rft-") as scratch:
         trainer = sft_trainer(sft, dataset, load_tokenizer(sft.model), Path(scratch))
         result = trainer.train()
@@ -204,7 +218,7 @@ def _fine_tune(
     return trained
 
 
-def _write_examples(path: Path, examples: list[dict[str, str]]) -> None:
+def _write_examples(path: Path, examples: list[dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_text(path, "".join(json.dumps(e) + "\n" for e in examples))
 

@@ -60,6 +60,7 @@ from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import Prompt, PromptStyle, build_prompt
 from ..data.rows import SCORED_COLUMNS, TO_TRAIN, read_rows, read_table, write_rows, write_table
 from ..inference.engines import get_sampler
+from ..inference.episodes import EpisodeConfig, check_episodes
 from ..inference.sampling import (
     EngineConfig,
     SamplingConfig,
@@ -76,7 +77,7 @@ from ..settings import Seed, Settings
 from ..tracking import log_stage_metrics
 from ..training import already_published
 from .registry import Artifacts, Stage, StaleOutputError, kept_problems, register, with_weights
-from .scoring import ScoreConfig, score_rollouts, summarize
+from .scoring import ScoreConfig, score_rollouts, summarize, with_episodes
 
 if TYPE_CHECKING:  # torch, accelerate and the updater load when the stage runs
     from accelerate import Accelerator
@@ -139,6 +140,12 @@ class RLConfig(Settings):
         "rounds); an iteration that finds no informative group publishes unchanged weights",
     )
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    episodes: EpisodeConfig = Field(
+        default_factory=EpisodeConfig,
+        description="each sample an episode of answers and the environment's feedback: only "
+        "the model's tokens train, and the group of a problem is its episodes, rewarded on "
+        "their final answers",
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig)
     samplers: Literal["main_process", "every_rank"] = Field(
         "main_process",
@@ -187,6 +194,7 @@ class RLConfig(Settings):
                 "per prompt"
             )
         check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
+        check_episodes(self.episodes, self.prompt_style, self.engine)
         return self
 
     def num_iterations(self, num_problems: int) -> int:
@@ -351,7 +359,13 @@ def _start(config: RLConfig, out_dir: Path) -> _Run:
         atomic.write_text(out_dir / "config.json", config.model_dump_json(indent=2))
         _metrics_of_published(out_dir, start)
     sampler = (
-        get_sampler(config.model, config.engine, checkpoint=parent)
+        with_episodes(
+            get_sampler(config.model, config.engine, checkpoint=parent),
+            tokenizer,
+            problems,
+            config.episodes,
+            config.scoring,
+        )
         if main or config.samplers == "every_rank"
         else None
     )

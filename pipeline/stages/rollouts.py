@@ -12,11 +12,12 @@ from ..data.problem_sets import ProblemSet, load_problem_set
 from ..data.prompts import PromptStyle, build_prompt
 from ..data.rows import write_rows
 from ..inference.engines import get_sampler
+from ..inference.episodes import EpisodeConfig, check_episodes
 from ..inference.sampling import EngineConfig, SamplingConfig, check_room
 from ..model_config import ModelConfig, load_tokenizer
 from ..settings import Settings
 from .registry import Artifacts, Stage, kept_problems, register, with_weights
-from .scoring import ScoreConfig, run_score
+from .scoring import ScoreConfig, run_score, with_episodes
 
 
 class SampleStageConfig(Settings):
@@ -28,25 +29,40 @@ class SampleStageConfig(Settings):
     )
     prompt_style: PromptStyle = "chat"
     sampling: SamplingConfig = Field(default_factory=lambda: SamplingConfig(max_tokens=256))
+    episodes: EpisodeConfig = Field(
+        default_factory=EpisodeConfig,
+        description="each sample an episode of answers and the environment's feedback "
+        "(RFT then trains on the passing episodes, the model's turns only)",
+    )
     engine: EngineConfig = Field(default_factory=EngineConfig)
 
     @model_validator(mode="after")
     def _fits(self) -> SampleStageConfig:
         check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
+        check_episodes(self.episodes, self.prompt_style, self.engine)
         return self
 
 
-def run_sample(config: SampleStageConfig, out_dir: Path) -> Path:
+def run_sample(
+    config: SampleStageConfig, out_dir: Path, scoring: ScoreConfig | None = None
+) -> Path:
     """Sample ``config.problems`` with the model; writes and returns ``rollouts.parquet``
-    (reused when it is already there: the stage is resumable)."""
+    (reused when it is already there: the stage is resumable). Episodes' answers run under
+    ``scoring``'s sandbox settings."""
     target = Path(out_dir) / "rollouts.parquet"
     if target.is_file():
         return target
     problems = load_problem_set(config.problems)
     tokenizer = load_tokenizer(config.model)
     prompts = [build_prompt(p, tokenizer, config.prompt_style) for p in problems.values()]
-    rows = get_sampler(config.model, config.engine).sample(prompts, config.sampling)
-    return write_rows(rows, target)
+    sampler = with_episodes(
+        get_sampler(config.model, config.engine),
+        tokenizer,
+        problems,
+        config.episodes,
+        scoring or ScoreConfig(),
+    )
+    return write_rows(sampler.sample(prompts, config.sampling), target)
 
 
 class RolloutsConfig(SampleStageConfig):
@@ -57,7 +73,7 @@ class RolloutsConfig(SampleStageConfig):
 
 def run_rollouts(config: RolloutsConfig, out_dir: Path) -> Path:
     """Sample and score ``config.problems``; returns ``scored.parquet`` in ``out_dir``."""
-    rollouts = run_sample(config, out_dir)
+    rollouts = run_sample(config, out_dir, config.scoring)
     return run_score(config.scoring, rollouts, config.problems, out_dir)
 
 

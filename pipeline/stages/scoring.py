@@ -25,16 +25,20 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ...sandbox import DEFAULT_IMAGE, Limits, PoolConfig, SandboxPool, connect_hosts
 from ...sandbox.runner import source_version
 from ...verifiers import CompletionStyle, Problem, RewardConfig, Verdict, VerdictStatus, Verifier
+from ...verifiers.environments import environments
 from ..config_walk import OutsideInput
 from ..data.problem_sets import ProblemSet, load_problem_set
 from ..data.rows import (
     REWARD_COMPONENT_PREFIX,
+    SCORE_COLUMNS,
     SCORE_OUTPUT,
     TO_SCORE,
     read_table,
     write_rows,
     write_table,
 )
+from ..inference.episodes import EpisodeConfig, EpisodeSampler
+from ..inference.sampling import Sampler
 from ..progress import track
 from ..resources import on_close
 from ..rl.metric_names import Data, Reward, reward_component, status_count
@@ -139,6 +143,26 @@ def get_pool(config: PoolConfig) -> SandboxPool:
         return pool
 
 
+def with_episodes(
+    sampler: Sampler,
+    tokenizer: Any,
+    problems: Mapping[str, Problem],
+    episodes: EpisodeConfig,
+    config: ScoreConfig,
+) -> Sampler:
+    """``sampler``, or, for episodes of more than one turn, one whose rows are episodes in
+    their environment, which runs the answers on this process's warm pool under the scoring's
+    limits."""
+    if episodes.max_turns == 1:
+        return sampler
+    environment = environments()[episodes.environment](
+        get_pool(config.sandbox.pool_config(config.workers)),
+        limits=config.limits(),
+        reward_config=config.reward,
+    )
+    return EpisodeSampler(sampler, tokenizer, problems, environment, episodes)
+
+
 def check_sandbox(settings: SandboxSettings | None = None) -> None:
     """Raise :class:`SandboxUnavailable` now if scoring could not run (a Docker engine not
     reachable, or without the sandbox image), rather than after the samples it would score
@@ -230,6 +254,59 @@ def score_rollouts(
     return done
 
 
+def score_turns(
+    rows: Sequence[Mapping[str, Any]],
+    problems: Mapping[str, Problem],
+    config: ScoreConfig,
+    turns: int,
+    *,
+    executor: Any | None = None,
+    description: str = "scoring",
+) -> list[list[dict[str, Any]]]:
+    """Episodes scored turn by turn: for each turn t up to ``turns``, ``rows`` (scored on their
+    final answers) with the scores of the answer each held after turn t (its final one, once
+    it ended). Each distinct answer is run once."""
+
+    def answer(row: Mapping[str, Any], turn: int) -> str:
+        answers = row.get("answers") or [row["completion"]]
+        return answers[min(turn, len(answers)) - 1]
+
+    earlier = {
+        (row["prompt_id"], row["completion_style"], answer(row, turn))
+        for row in rows
+        for turn in range(1, turns)
+    } - {(row["prompt_id"], row["completion_style"], row["completion"]) for row in rows}
+    unique = [
+        {"prompt_id": task, "completion_style": style, "completion": text}
+        for task, style, text in sorted(earlier)
+    ]
+    scored = score_rollouts(
+        unique, problems, config, executor=executor, description=f"{description}, earlier turns"
+    )
+    scores = {
+        (row["prompt_id"], row["completion_style"], row["completion"]): row
+        for row in [*scored, *rows]
+    }
+    columns = (
+        [key for key in rows[0] if key in SCORE_COLUMNS or key.startswith(REWARD_COMPONENT_PREFIX)]
+        if rows
+        else []
+    )
+    return [
+        [
+            {
+                **row,
+                **{
+                    key: scores[(row["prompt_id"], row["completion_style"], answer(row, turn))][key]
+                    for key in columns
+                },
+            }
+            for row in rows
+        ]
+        for turn in range(1, turns + 1)
+    ]
+
+
 def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Reward mean, pass rate, components and status counts of scored rows (the ``data/`` and
     ``reward/`` metrics). Sandbox errors are counted and named; the means are over the rows
@@ -247,6 +324,16 @@ def summarize(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         name = column.removeprefix(REWARD_COMPONENT_PREFIX)
         summary[reward_component(name)] = _mean([row[column] for row in kept])
     summary.update({status_count(status): float(n) for status, n in statuses.items()})
+    if any(row.get("model_mask") is not None for row in rows):  # episodes
+        masks = [row.get("model_mask") or [1] * len(row["completion_ids"]) for row in rows]
+        tokens = sum(len(mask) for mask in masks)
+        summary[Data.TURNS_MEAN] = _mean([float(row.get("turns", 1)) for row in rows])
+        summary[Data.EPISODES_PASSED_PUBLIC] = float(
+            sum(row.get("episode_end") == "passed" for row in rows)
+        )
+        summary[Data.ENVIRONMENT_TOKEN_SHARE] = (
+            sum(mask.count(0) for mask in masks) / tokens if tokens else math.nan
+        )
     return summary
 
 

@@ -24,7 +24,10 @@ from pydantic import BaseModel, ConfigDict
 from ..registry import Registry
 
 if TYPE_CHECKING:
+    from ...sandbox import Limits
     from ..problems import Problem
+    from ..rewards import RewardConfig
+    from ..verifier import Executor
 
 # Loaded by name (the registry imports every module here on the first look-up): a stage that
 # runs episodes runs them all, so its resume key holds them all (pipeline/code_version.py).
@@ -61,10 +64,22 @@ class EnvironmentConfig(BaseModel):
 
 
 class Environment(ABC):
-    """How episodes of one kind run."""
+    """How episodes of one kind run: on ``executor`` (a sandbox pool), under ``limits``, with
+    ``reward_config``'s rewards, and the environment's own ``config``."""
 
     name: ClassVar[str]
     config_model: ClassVar[type[EnvironmentConfig]] = EnvironmentConfig
+
+    def __init__(
+        self,
+        executor: Executor,
+        *,
+        limits: Limits,
+        reward_config: RewardConfig,
+        config: EnvironmentConfig | None = None,
+    ) -> None:
+        self.executor, self.limits, self.reward_config = executor, limits, reward_config
+        self.config = config or self.config_model()
 
     @abstractmethod
     def reset(self, problem: Problem) -> Episode:
