@@ -290,8 +290,8 @@ def score_flow(
     out_dir: str = "runs/score",
     fan_out: FanOut = FanOut(),  # noqa: B008
 ) -> str:
-    """Score a rollouts file across ``fan_out``'s task runner (threads here, or a Dask cluster:
-    several machines); reused when it is already scored."""
+    """Score a rollouts file across ``fan_out``'s task runner (threads here, or a Dask or Ray
+    cluster: several machines); reused when it is already scored."""
     config, fan_out = _validated(config, ScoreConfig), _validated(fan_out, FanOut)
     scored = scored_path(Path(out_dir))
     if scored.is_file():

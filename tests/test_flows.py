@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import threading
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 import torch
 from engines import saved_tiny_model
+from processes import wait_until
 from safetensors.torch import load_file
 
 from codepost.pipeline.data.problem_sets import ProblemSet
@@ -155,42 +160,129 @@ def test_invalid_parameters_are_refused_naming_the_field(prefect_api):
         post_train({"model": {"name_or_path": "/nonexistent/model"}, "stages": []})
 
 
-@pytest.mark.docker
-@pytest.mark.parametrize("task_runner", ["threads", "dask"])
-def test_scoring_fans_out_in_shards_and_merges_them_in_order(prefect_api, tmp_path, task_runner):
+def _fenced(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def _score(rollouts: list[tuple[Any, str]], out_dir: Path, fan_out: Any, timeout_s: float) -> list:
+    """The rows of ``rollouts`` (problem, completion) scored by the ``score`` flow."""
     from datasets import Dataset
 
     from codepost.flows.post_train import score_flow
+
+    rows = [{"prompt_id": problem.task_id, "group_index": i, "completion": text,
+             "completion_style": "chat"} for i, (problem, text) in enumerate(rollouts)]  # fmt: skip
+    out_dir.mkdir(parents=True)
+    Dataset.from_list(rows).to_parquet(str(out_dir / "rollouts.parquet"))
+    config = ScoreConfig(workers=1, timeout_s=timeout_s)
+    scored = score_flow(str(out_dir / "rollouts.parquet"), ProblemSet(limit=2), config,
+                        str(out_dir / "scored"), fan_out)  # fmt: skip
+    return Dataset.from_parquet(scored).to_list()
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_scoring_gives_the_same_verdicts_on_threads_dask_and_ray(prefect_api, tmp_path):
+    """The same rows, in shards on each task runner (Dask's and Ray's on local clusters of 2
+    worker processes, each scoring on a warm pool of its own): the same verdicts, in order."""
     from codepost.flows.task_runners import FanOut
     from codepost.pipeline.data.problem_sets import load_problem_set
     from codepost.pipeline.data.prompts import reference_answer
 
     first, second = load_problem_set(ProblemSet(limit=2)).values()
-    failing = "```python\ndef nothing():\n    return None\n```"
-    answers = [(first, reference_answer(first)), (second, failing),
-               (second, reference_answer(second)), (first, failing), (first, reference_answer(first))]  # fmt: skip
-    rows = [
-        {
-            "prompt_id": problem.task_id,
-            "group_index": i,
-            "completion": text,
-            "completion_style": "chat",
-        }
-        for i, (problem, text) in enumerate(answers)
+    rollouts = [
+        (first, reference_answer(first)),
+        (second, _fenced("def nothing():\n    return None")),
+        (second, reference_answer(second)),
+        (first, _fenced("def has_close_elements(:")),
+        (first, _fenced("def has_close_elements(numbers, threshold):\n    raise KeyError(1)")),
+        (second, _fenced("def separate_paren_groups(s):\n    while True:\n        pass")),
+        (first, reference_answer(first)),
     ]
-    Dataset.from_list(rows).to_parquet(str(tmp_path / "rollouts.parquet"))
-    fan_out = FanOut(task_runner=task_runner, workers=2, shards=3)
-    scored_file = score_flow(
-        str(tmp_path / "rollouts.parquet"),
-        ProblemSet(limit=2),
-        ScoreConfig(workers=1),
-        str(tmp_path / "out"),
-        fan_out,
+    verdicts = {}
+    for runner in ("threads", "dask", "ray"):
+        fan_out = FanOut(task_runner=runner, workers=2, shards=3)
+        scored = _score(rollouts, tmp_path / runner, fan_out, timeout_s=2)
+        assert [row["group_index"] for row in scored] == list(range(len(rollouts)))
+        shards = list((tmp_path / runner / "scored" / "shards").glob("scored-*-of-0003.parquet"))
+        assert len(shards) == 3
+        verdicts[runner] = [
+            (row["status"], row["passed"], row["pass_fraction"], row["reward"]) for row in scored
+        ]
+    statuses = [verdict[0] for verdict in verdicts["threads"]]
+    assert statuses == ["passed", "failed", "passed", "syntax_error", "runtime_error", "timeout",
+                        "passed"]  # fmt: skip
+    assert verdicts["dask"] == verdicts["threads"]
+    assert verdicts["ray"] == verdicts["threads"]
+
+
+def _kill_a_shard_mid_batch(killed: list[int]) -> None:
+    """Wait for a Ray worker to run a shard on its sandbox pool, then SIGKILL it."""
+    import docker
+
+    client = docker.from_env()
+
+    def scoring_worker() -> psutil.Process | None:
+        for process in psutil.process_iter(["cmdline"]):
+            if "ray::score-shard" in " ".join(process.info["cmdline"] or []):
+                owner = f"codepost.owner={socket.gethostname()}:{process.pid}"
+                if client.containers.list(filters={"label": owner}):
+                    return process
+        return None
+
+    assert wait_until(lambda: scoring_worker() is not None, 300)
+    worker = scoring_worker()
+    assert worker is not None
+    worker.kill()
+    killed.append(worker.pid)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_ray_worker_killed_mid_shard_loses_no_verdict_and_its_shard_runs_again(
+    prefect_api, tmp_path
+):
+    """A Ray worker process SIGKILLed while its shard runs programs: Ray runs the shard again
+    on another worker, as the same task run; every row gets the verdict it would have had,
+    none of them a sandbox error, and the dead worker's containers are removed."""
+    import docker
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
+
+    from codepost.flows.task_runners import FanOut
+    from codepost.pipeline.data.problem_sets import load_problem_set
+    from codepost.pipeline.data.prompts import reference_answer
+
+    first, second = load_problem_set(ProblemSet(limit=2)).values()
+    # each program sleeps 2 s before it answers: a shard of 3 runs 6 s on its pool of 1
+    sleep = "```python\nimport time\ntime.sleep(2)\n"
+    slow = [(p, reference_answer(p).replace("```python\n", sleep)) for p in [first, second] * 3]
+    killed: list[int] = []
+    killer = threading.Thread(target=_kill_a_shard_mid_batch, args=(killed,), daemon=True)
+    killer.start()
+    fan_out = FanOut(task_runner="ray", workers=2, shards=2)
+    scored = _score(slow, tmp_path / "killed", fan_out, timeout_s=10)
+    killer.join()
+
+    assert len(killed) == 1
+    assert [(row["group_index"], row["status"]) for row in scored] == [
+        (i, "passed") for i in range(6)
+    ]
+    with get_client(sync_client=True) as client:
+        shards = client.read_task_runs(
+            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="score-shard"))
+        )
+        runs = {
+            run.name: [s.type.value for s in client.read_task_run_states(run.id)]
+            for run in shards
+            if not run.name.startswith("score-shards")  # the subflow's own task run
+        }
+    assert len(runs) == 2 and all(states[-1] == "COMPLETED" for states in runs.values()), runs
+    assert sorted(states.count("RUNNING") for states in runs.values()) == [1, 2], runs
+    owner = f"codepost.owner={socket.gethostname()}:{killed[0]}"
+    assert wait_until(
+        lambda: not docker.from_env().containers.list(all=True, filters={"label": owner}), 30
     )
-    scored = Dataset.from_parquet(scored_file).to_list()
-    assert [row["group_index"] for row in scored] == [0, 1, 2, 3, 4]
-    assert [row["passed"] for row in scored] == [True, False, True, False, True]
-    assert len(list((tmp_path / "out" / "shards").glob("scored-*-of-0003.parquet"))) == 3
 
 
 def test_a_night_publishes_its_decision_and_a_locked_series_cancels_a_night(prefect_api, tmp_path):
