@@ -137,6 +137,13 @@ class Problem(BaseModel):
     def test_form(self) -> str:
         return self.tests.form
 
+    def public_view(self) -> Problem | None:
+        """The problem with only the tests a model may see (its form's ``public`` rule), which
+        run and are judged as any problem's; None when it has none. What an episode's feedback
+        runs: all the tests still score the final answer."""
+        public = self.tests.public()
+        return None if public is None else self.model_copy(update={"tests": public})
+
     def in_language(self, language: str) -> Problem:
         """The problem posed in ``language`` (its reference solution in that language, if it
         has one); ValueError when its tests do not run programs in that language."""

@@ -68,6 +68,19 @@ class FormTests(BaseModel):
         longest inputs); forms whose tests are one module run it whole."""
         return self
 
+    def public(self) -> FormTests | None:
+        """The tests a model may see (an episode's feedback runs them), as tests of this form;
+        None when there are none. Each form's rule is declared (docs/test-forms.md), never a
+        random draw: the data set's own public tests where it ships them, else the first test.
+        """
+        return None
+
+    def shown(self, index: int) -> tuple[tuple[str, str], ...]:
+        """Test ``index`` as a person reading it sees it, ``(label, text)`` pairs (an assert
+        line; a case's input and expected output): what feedback quotes of a failing public
+        test, so it is only asked of the tests :meth:`public` gave."""
+        return ()
+
 
 class Form(ABC):
     """How problems with tests of one form are run and judged."""
@@ -181,6 +194,14 @@ def validated(form: Form, fields: Mapping[str, Any]) -> FormTests:
         return form.tests_model.model_validate(dict(fields))
     except ValidationError as exc:
         raise ValueError(describe_validation(exc)) from None
+
+
+def without_none(fields: dict[str, Any], key: str) -> dict[str, Any]:
+    """A form's dumped fields without ``key`` when it is None: a field added later leaves the
+    records (and the fingerprints of the problem sets) that do not use it as they were."""
+    if fields.get(key, 0) is None:
+        del fields[key]
+    return fields
 
 
 def describe_validation(exc: ValidationError) -> str:

@@ -59,6 +59,13 @@ class AssertsTests(FormTests):
         kept = longest_first(self.test_list, max_tests, len)
         return self.model_copy(update={"test_list": kept})
 
+    def public(self) -> AssertsTests:
+        """The first assert: MBPP's prompt shows it already."""
+        return self.model_copy(update={"test_list": self.test_list[:1]})
+
+    def shown(self, index: int) -> tuple[tuple[str, str], ...]:
+        return (("Test", self.test_list[index].strip()),)
+
 
 class AssertsForm(JudgedForm):
     tests_model = AssertsTests

@@ -29,12 +29,19 @@ import json
 import string
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from ...sandbox import Job, JudgeSpec, Limits
 from ..extraction import future_imports, parse
 from ..judges import longest_first, short_name
-from . import FormTests, JudgedForm, register
+from . import FormTests, JudgedForm, register, without_none
 
 if TYPE_CHECKING:
     from ..problems import Problem
@@ -152,6 +159,9 @@ class CallTests(FormTests):
     call: tuple[CallCase, ...]
     compare: Literal["value", "apps"] = "value"
     starter_code: str = ""  # shown in the prompt (a signature, a ``class Solution``)
+    # The cases a model may see, where the data set ships them (LiveCodeBench's
+    # public_test_cases); () when it ships none; None: the first case is.
+    public_call: tuple[CallCase, ...] | None = None
 
     @field_validator("fn_name")
     @classmethod
@@ -164,8 +174,13 @@ class CallTests(FormTests):
     def _has_cases(self) -> CallTests:
         if not self.call:
             raise ValueError("call has no cases")
-        json.dumps([(case.args, case.expected) for case in self.call])  # JSON values only
+        cases = (*self.call, *(self.public_call or ()))
+        json.dumps([(case.args, case.expected) for case in cases])  # JSON values only
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_unset_split(self, write: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_none(write(self), "public_call")
 
     def count(self) -> int:
         return len(self.call)
@@ -173,6 +188,14 @@ class CallTests(FormTests):
     def capped(self, max_tests: int) -> CallTests:
         kept = longest_first(self.call, max_tests, lambda case: len(json.dumps(case.args)))
         return self.model_copy(update={"call": kept})
+
+    def public(self) -> CallTests | None:
+        cases = self.call[:1] if self.public_call is None else self.public_call
+        return self.model_copy(update={"call": cases, "public_call": None}) if cases else None
+
+    def shown(self, index: int) -> tuple[tuple[str, str], ...]:
+        case = self.call[index]
+        return (("Call", call_text(self.fn_name, case)), ("Expected", json.dumps(case.expected)))
 
 
 class CallForm(JudgedForm):
@@ -197,10 +220,7 @@ class CallForm(JudgedForm):
         setup = JUDGE_SETUP.substitute(
             cases=repr(json.dumps(cases)), fn_name=repr(tests.fn_name), compare=repr(tests.compare)
         )
-        names = tuple(
-            short_name(f"{tests.fn_name}({json.dumps(list(case.args))[1:-1]})")
-            for case in tests.call
-        )
+        names = tuple(short_name(call_text(tests.fn_name, case)) for case in tests.call)
         return Job(
             program=future + prelude(rest) + rest,
             judge=JudgeSpec(
@@ -213,3 +233,8 @@ class CallForm(JudgedForm):
 
 
 register(CallForm())
+
+
+def call_text(fn_name: str, case: CallCase) -> str:
+    """A case as the call it makes: ``f(1, [2, 3])``."""
+    return f"{fn_name}({json.dumps(list(case.args))[1:-1]})"

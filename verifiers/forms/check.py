@@ -26,6 +26,14 @@ class CheckTests(FormTests):
     def count(self) -> int:
         return len(checks_of(self))
 
+    def public(self) -> CheckTests:
+        """``check(candidate)`` up to its first assert (with the statements that set it up),
+        the rest of the module (imports, helpers, METADATA) as it is."""
+        return first_check(self)
+
+    def shown(self, index: int) -> tuple[tuple[str, str], ...]:
+        return (("Test", checks_of(self)[index][1].strip()),)
+
 
 class CheckForm(JudgedForm):
     tests_model = CheckTests
@@ -96,6 +104,26 @@ def values_of(tests: CheckTests) -> tuple[ValueCase, ...] | None:
 @kept_with_tests
 def checks_of(tests: CheckTests) -> tuple[tuple[str, str], ...]:
     return split_check(tests.test)
+
+
+@kept_with_tests
+def first_check(tests: CheckTests) -> CheckTests:
+    module = parse_problem_code(tests.test, "test")
+    check = next(
+        node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == "check"
+    )
+    first = next(
+        (
+            index
+            for index, statement in enumerate(check.body)
+            if any(isinstance(node, ast.Assert) for node in ast.walk(statement))
+        ),
+        None,
+    )
+    if first is None or first == len(check.body) - 1:  # one test: the module as it is
+        return tests
+    check.body = check.body[: first + 1]
+    return tests.model_copy(update={"test": ast.unparse(module)})
 
 
 def split_check(test: str) -> tuple[tuple[str, str], ...]:

@@ -32,14 +32,22 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from ...sandbox import CaseOutcome, ExecStatus, ExecutionResult, Job, Limits
 from ...sandbox.api import check_path
 from ..judges import longest_first
 from ..languages import PYTHON, canonical_language
 from ..verdicts import Assessment, VerdictStatus, assess_cases, case_error, clip, conclude
-from . import Form, FormTests, register
+from . import Form, FormTests, register, without_none
 
 if TYPE_CHECKING:
     from ..problems import Problem
@@ -130,12 +138,19 @@ class IOTests(FormTests):
     form: Literal["io"] = "io"
     io: tuple[IOCase, ...]
     checker: Checker = Field(default_factory=ExactOutput)
+    # The cases a model may see, where the data set ships them (CodeContests' public_tests,
+    # LiveCodeBench's public_test_cases); () when it ships none; None: the first case is.
+    public_io: tuple[IOCase, ...] | None = None
 
     @model_validator(mode="after")
     def _has_cases(self) -> IOTests:
         if not self.io:
             raise ValueError("io has no cases")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_unset_split(self, write: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_none(write(self), "public_io")
 
     def count(self) -> int:
         return len(self.io)
@@ -145,6 +160,14 @@ class IOTests(FormTests):
             update={"io": longest_first(self.io, max_tests, lambda case: len(case.input))}
         )
 
+    def public(self) -> IOTests | None:
+        cases = self.io[:1] if self.public_io is None else self.public_io
+        return self.model_copy(update={"io": cases, "public_io": None}) if cases else None
+
+    def shown(self, index: int) -> tuple[tuple[str, str], ...]:
+        case = self.io[index]
+        return (("Input", case.input), ("Expected output", case.output))
+
 
 class IOForm(Form):
     tests_model = IOTests
@@ -153,7 +176,11 @@ class IOForm(Form):
     per_case_limits = True
 
     def instructions(self, problem: Problem) -> list[str]:
-        example = problem.io[0]
+        """The first public case as the example (never one the data set keeps hidden)."""
+        public = problem.tests.public()
+        if public is None:
+            return ["Read from standard input and write to standard output."]
+        example = public.io[0]  # type: ignore[attr-defined]
         return [
             "Read from standard input and write to standard output.\n"
             f"Example input:\n{example.input.rstrip()}\n"

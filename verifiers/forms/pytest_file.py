@@ -17,6 +17,7 @@ files it reads from the test's ``tmp_path``, and exception classes it defines
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from pydantic import field_validator, model_validator
@@ -58,6 +59,17 @@ class PytestTests(FormTests):
 
     def count(self) -> int:
         return len(names_of(self).functions)
+
+    def public(self) -> PytestTests:
+        """The first test function pytest collects, with the file's imports, fixtures and
+        helpers; the other test functions (and test classes) left out."""
+        return first_test(self)
+
+    def shown(self, index: int) -> tuple[tuple[str, str], ...]:
+        key = names_of(self).functions[index]
+        module = parse_problem_code(self.test_file, "test_file")
+        sources = [ast.unparse(node) for name, node in test_definitions(module) if name == key]
+        return (("Test", "\n\n".join(sources)),)
 
 
 class PytestForm(JudgedForm):
@@ -121,19 +133,36 @@ def pytest_functions(module: ast.Module) -> tuple[str, ...]:
     """The test functions pytest collects from a module, by its default rules: ``test*``
     functions, and ``test*`` methods of ``Test*`` classes without ``__init__`` or of
     ``unittest.TestCase`` subclasses (``Class::method``)."""
-    keys: dict[str, None] = {}
+    return tuple(dict.fromkeys(key for key, _ in test_definitions(module)))
+
+
+TestDefinition = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def test_definitions(module: ast.Module) -> Iterator[tuple[str, TestDefinition]]:
+    """``(key, definition)`` of each test function pytest collects, in the file's order."""
+    functions = (ast.FunctionDef, ast.AsyncFunctionDef)
     for node in module.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith(
-            "test"
-        ):
-            keys[node.name] = None
+        if isinstance(node, functions) and node.name.startswith("test"):
+            yield node.name, node
         elif isinstance(node, ast.ClassDef) and _collected(node):
             for item in node.body:
-                if isinstance(
-                    item, ast.FunctionDef | ast.AsyncFunctionDef
-                ) and item.name.startswith("test"):
-                    keys[f"{node.name}::{item.name}"] = None
-    return tuple(keys)
+                if isinstance(item, functions) and item.name.startswith("test"):
+                    yield f"{node.name}::{item.name}", item
+
+
+@kept_with_tests
+def first_test(tests: PytestTests) -> PytestTests:
+    first, *others = names_of(tests).functions
+    if not others:
+        return tests
+    module = parse_problem_code(tests.test_file, "test_file")
+    left_out = {id(node) for key, node in test_definitions(module) if key != first}
+    module.body = [node for node in module.body if id(node) not in left_out]
+    for node in module.body:
+        if isinstance(node, ast.ClassDef):
+            node.body = [item for item in node.body if id(item) not in left_out] or [ast.Pass()]
+    return tests.model_copy(update={"test_file": ast.unparse(module)})
 
 
 def _collected(node: ast.ClassDef) -> bool:

@@ -137,24 +137,49 @@ def _leading_number(text: Any) -> float | None:
 
 
 def call_tests(
-    fn_name: str, cases: list[tuple[Any, Any]], compare: str, starter_code: str = ""
+    fn_name: str,
+    cases: list[tuple[Any, Any]],
+    compare: str,
+    starter_code: str = "",
+    public: list[tuple[Any, Any]] | None = None,
 ) -> dict[str, Any]:
     """The fields of a call problem: ``(arguments, expected)`` cases compared by ``compare``;
-    a chat answer must define ``Solution`` for a LeetCode method, else the function."""
+    a chat answer must define ``Solution`` for a LeetCode method, else the function.
+    ``public``: the cases a model may see, where the data set ships them."""
+    tests: dict[str, Any] = {
+        "form": "call",
+        "fn_name": fn_name,
+        "call": _call_cases(cases),
+        "compare": compare,
+        "starter_code": starter_code,
+    }
+    if public is not None:
+        tests["public_call"] = _call_cases(public)
     return {
         "entry_point": "Solution" if "class Solution" in starter_code else fn_name,
-        "tests": {
-            "form": "call",
-            "fn_name": fn_name,
-            "call": [{"args": arguments, "expected": expected} for arguments, expected in cases],
-            "compare": compare,
-            "starter_code": starter_code,
-        },
+        "tests": tests,
     }
 
 
-def stdin_tests(cases: list[tuple[Any, Any]]) -> dict[str, Any]:
+def _call_cases(cases: list[tuple[Any, Any]]) -> list[dict[str, Any]]:
+    return [{"args": arguments, "expected": expected} for arguments, expected in cases]
+
+
+def stdin_tests(
+    cases: list[tuple[Any, Any]], public: list[tuple[Any, Any]] | None = None
+) -> dict[str, Any]:
     """The fields of a stdin/stdout problem, compared as rllm compares these data sets: with
-    LiveCodeBench's ``grade_stdio`` (each line equal as text or as decimals)."""
-    io = [{"input": given, "output": expected} for given, expected in cases]
-    return {"tests": {"form": "io", "io": io, "checker": {"kind": "tokens", "by_line": True}}}
+    LiveCodeBench's ``grade_stdio`` (each line equal as text or as decimals). ``public``: the
+    cases a model may see, where the data set ships them."""
+    tests: dict[str, Any] = {
+        "form": "io",
+        "io": _io_cases(cases),
+        "checker": {"kind": "tokens", "by_line": True},
+    }
+    if public is not None:
+        tests["public_io"] = _io_cases(public)
+    return {"tests": tests}
+
+
+def _io_cases(cases: list[tuple[Any, Any]]) -> list[dict[str, Any]]:
+    return [{"input": given, "output": expected} for given, expected in cases]

@@ -1,5 +1,6 @@
 """CodeContests: ``name``, ``description``, ``public_tests`` / ``private_tests`` /
-``generated_tests`` (``{"input": [...], "output": [...]}``), ``solutions`` (``{"language":
+``generated_tests`` (``{"input": [...], "output": [...]}``: all of them score, the public
+ones are what a model may see between turns), ``solutions`` (``{"language":
 [...], "solution": [...]}``, language 2 is C++, 3 is Python 3), ``time_limit`` (``{"seconds",
 "nanos"}``) and ``memory_limit_bytes``: the problem's limits. Outputs are compared as rllm
 compares CodeContests (LiveCodeBench's line rule).
@@ -16,16 +17,17 @@ from typing import Any
 from . import ProblemFormatError, Schema, first, register, stdin_tests, zip_cases
 
 TEST_KEYS = ("public_tests", "private_tests", "generated_tests")
+PUBLIC = TEST_KEYS[0]  # the examples of the statement: what a model may see
 CPP, PYTHON3 = 2, 3  # CodeContests' Language enum
 
 
 def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
-    cases: list[tuple[Any, Any]] = []
+    cases: dict[str, list[tuple[Any, Any]]] = {}
     for key in TEST_KEYS:
         tests = record.get(key) or {"input": [], "output": []}
         if not isinstance(tests, Mapping):
             raise ProblemFormatError(f"field {key!r}: needs 'input' and 'output' lists")
-        cases += zip_cases(key, tests.get("input"), tests.get("output"))
+        cases[key] = zip_cases(key, tests.get("input"), tests.get("output"))
     limit = record.get("time_limit")
     seconds = (
         limit.get("seconds", 0) + limit.get("nanos", 0) / 1e9
@@ -40,7 +42,10 @@ def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
         "references": _references(record.get("solutions")),
         "time_limit_s": seconds or None,
         "memory_limit_mb": int(memory) >> 20 if memory else None,
-        **stdin_tests(cases),
+        **stdin_tests(
+            [case for key in TEST_KEYS for case in cases[key]],
+            public=cases[PUBLIC] if PUBLIC in record else None,
+        ),
     }
 
 

@@ -1,6 +1,7 @@
 """LiveCodeBench (``code_generation_lite``): ``question_id``, ``question_content``,
 ``starter_code``, ``public_test_cases`` and ``private_test_cases`` (``{"input", "output",
-"testtype"}`` lists), ``metadata`` (``func_name`` for functional problems).
+"testtype"}`` lists: all of them score, the public ones are what a model may see between
+turns), ``metadata`` (``func_name`` for functional problems).
 
 The private tests come as LiveCodeBench's loader reads them (``benchmarks/code_generation.py``):
 a JSON string, or base64 of zlib of a pickled JSON string. The pickle is read by an unpickler
@@ -76,7 +77,8 @@ def private_tests(text: str) -> Any:
 
 
 def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
-    tests = list(json_field(record, "public_test_cases"))
+    public = list(json_field(record, "public_test_cases"))
+    tests = list(public)
     private = record.get("private_test_cases")
     if private:
         tests += private_tests(private) if isinstance(private, str) else private
@@ -94,8 +96,10 @@ def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
         fn_name = metadata.get("func_name") if isinstance(metadata, Mapping) else None
         if not fn_name:
             raise ProblemFormatError("field 'metadata': functional tests need a func_name")
-        return {**out, **call_tests(fn_name, [_call_case(t) for t in tests], "value", starter)}
-    return {**out, **stdin_tests([(t["input"], t["output"]) for t in tests])}
+        calls = [_call_case(t) for t in tests]
+        return {**out, **call_tests(fn_name, calls, "value", starter, calls[: len(public)])}
+    cases = [(t["input"], t["output"]) for t in tests]
+    return {**out, **stdin_tests(cases, cases[: len(public)])}
 
 
 def _call_case(test: Mapping[str, Any]) -> tuple[list[Any], Any]:
