@@ -8,8 +8,10 @@ all of them on its final answer, scored as a single answer is. The trainer's epi
 two callers: both advance many episodes a turn at a time, so :meth:`Environment.feedback`
 and :meth:`Environment.score` take a batch, which the sandbox pool runs at once.
 
-The built-in environments are this package's modules (``execution_feedback``); another module
-that calls :func:`register` adds one, and no other code names it.
+Every environment is built the same way, so that its callers name it only by its registered
+name: ``environments()[name](executor, limits=..., reward_config=..., config=...)``. The built-in
+environments are this package's modules (``execution_feedback``); another module that calls
+:func:`register` adds one, and no other code names it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from ..registry import Registry
 
 if TYPE_CHECKING:
     from ...sandbox import Limits
+    from ..extraction import CompletionStyle
     from ..problems import Problem
     from ..rewards import RewardConfig
     from ..verifier import Executor
@@ -50,7 +53,9 @@ class Episode:
 @dataclass(frozen=True)
 class Reply:
     """What the environment says to one answer: the next user turn (None when the episode is
-    done), whether it is done and why, and what it saw (the public tests' verdict)."""
+    done), whether it is done, and what it saw. ``info["end"]`` says why an episode ended:
+    ``passed`` (its public tests), ``turns``, ``no_public_tests``, or ``sandbox_error`` (its
+    answer could not be run, no fault of the model's)."""
 
     observation: str | None
     done: bool
@@ -65,7 +70,8 @@ class EnvironmentConfig(BaseModel):
 
 class Environment(ABC):
     """How episodes of one kind run: on ``executor`` (a sandbox pool), under ``limits``, with
-    ``reward_config``'s rewards, and the environment's own ``config``."""
+    ``reward_config``'s rewards, answers read in ``completion_style`` (what a sample's
+    ``completion`` is to the verifier), and the environment's own ``config``."""
 
     name: ClassVar[str]
     config_model: ClassVar[type[EnvironmentConfig]] = EnvironmentConfig
@@ -77,9 +83,16 @@ class Environment(ABC):
         limits: Limits,
         reward_config: RewardConfig,
         config: EnvironmentConfig | None = None,
+        completion_style: CompletionStyle = "auto",
     ) -> None:
         self.executor, self.limits, self.reward_config = executor, limits, reward_config
         self.config = config or self.config_model()
+        if not isinstance(self.config, self.config_model):
+            raise TypeError(
+                f"environment {self.name!r} takes its config as {self.config_model.__name__}, "
+                f"not {type(self.config).__name__}"
+            )
+        self.completion_style = completion_style
 
     @abstractmethod
     def reset(self, problem: Problem) -> Episode:
@@ -91,8 +104,9 @@ class Environment(ABC):
         built from what the environment ran, never from the program's own claims."""
 
     @abstractmethod
-    def score(self, episodes: Sequence[Episode]) -> list[float]:
-        """Each finished episode's outcome: its final answer against every test."""
+    def score(self, episodes: Sequence[Episode]) -> list[float | None]:
+        """Each episode's outcome: its final answer against every test, rewarded as a single
+        answer is (None: a sandbox error, which the reward config may exclude)."""
 
 
 _ENVIRONMENTS: Registry[type[Environment]] = Registry("environment", __name__)
