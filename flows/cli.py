@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "codepost.verifiers.server:register",
         "serve the sandbox over HTTP: SandboxFusion's /run_code, codepost's /verify",
     ),
+    "env-server": (
+        "codepost.verifiers.env_server:register",
+        "serve the environments (multi-turn episodes) over HTTP and WebSocket, OpenEnv's shape",
+    ),
     "sample-server": (
         "codepost.pipeline.inference.server:register",
         "serve a sampling engine over HTTP, for stages whose engine.server_url names it",

@@ -28,8 +28,8 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator, MutableMapping
-from typing import Any
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import PlainTextResponse
@@ -99,33 +99,30 @@ MAX_DEPTH = 32  # lists and objects nested in one sample or inline problem
 # tests) may unpack to: zlib and base64 pack test data 1.5-4.5x (large numbers 1.5x, a grid of
 # '.' and '#' 4.5x), so honest tests fit, and a request holds at most 4x its body in them.
 UNPACKED_PER_PROBLEM_BYTE = 4
+Config = TypeVar("Config", bound="PoolServerConfig")
 
 
-class ServerConfig(HTTPLimits):
-    """What the server listens on, how many containers it runs, and what it accepts."""
+class PoolServerConfig(HTTPLimits):
+    """What a server of the sandbox pool listens on, how many containers it runs, the limits
+    of its jobs, and the problems it accepts inline (``verify-server``, ``env-server``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     host: str = Field("127.0.0.1", description="address to bind; only this machine by default")
     port: int = Field(8080, ge=0, le=65535, description="TCP port (SandboxFusion's is 8080)")
     workers: int = Field(4, ge=1, description="sandbox containers: jobs running at once")
-    max_pending: int = Field(
-        256,
-        ge=1,
-        description="jobs accepted and not answered yet (running or queued); past it, 429 at "
-        "once. Keep a trainer's own concurrency (verl's max_concurrent) within it",
+    max_timeout_s: float = Field(
+        60.0, gt=0, description="cap on a request's run time-out and a problem's own time limit"
     )
-    max_code_bytes: int = Field(1 << 20, ge=1, description="largest program of /run_code")
-    max_timeout_s: float = Field(60.0, gt=0, description="cap on a request's run time-out")
     max_job_s: float = Field(
         120.0,
         gt=0,
-        description="cap on one job's whole time: a /verify sample's compile and all its tests "
-        "or cases together, a /run_code compile and run",
+        description="cap on one job's whole time: a program's compile and all its tests or "
+        "cases together (a /run_code compile and run)",
     )
     max_memory_mb: int = Field(1024, ge=16, description="cap on a program's memory")
     max_problem_bytes: int = Field(
-        1 << 20, ge=1024, description="largest inline problem of /verify (its JSON record)"
+        1 << 20, ge=1024, description="largest inline problem (its JSON record)"
     )
     max_problem_tests: int = Field(
         1024, ge=1, description="most tests (asserts, cases, test functions) per inline problem"
@@ -143,6 +140,18 @@ class ServerConfig(HTTPLimits):
         description="after SIGTERM, how long accepted requests may take to finish before the "
         "server stops anyway (a body being sent slowly would otherwise keep it up)",
     )
+
+
+class ServerConfig(PoolServerConfig):
+    """``verify-server``'s: its pool, and the work it holds at once."""
+
+    max_pending: int = Field(
+        256,
+        ge=1,
+        description="jobs accepted and not answered yet (running or queued); past it, 429 at "
+        "once. Keep a trainer's own concurrency (verl's max_concurrent) within it",
+    )
+    max_code_bytes: int = Field(1 << 20, ge=1, description="largest program of /run_code")
 
 
 class Admission:
@@ -446,19 +455,25 @@ def request_problems(request: VerifyRequest, config: ServerConfig) -> dict[str, 
     except ProblemFormatError as exc:
         raise HTTPException(422, f"language: {exc}") from None
     problems = cap_tests(problems, request.max_tests)
-    for task_id, problem in problems.items():
-        count = problem.tests.count()
-        if isinstance(request.problems, list) and count > config.max_problem_tests:
-            raise HTTPException(
-                413,
-                f"problem {task_id!r} has {count} tests, over the server's max_problem_tests "
-                f"{config.max_problem_tests}: send fewer, or set max_tests",
-            )
+    if isinstance(request.problems, list):
+        check_test_counts(problems, config, "send fewer, or set max_tests")
     return within_caps(problems, config)
 
 
+def check_test_counts(problems: dict[str, Problem], config: PoolServerConfig, advice: str) -> None:
+    """413 naming an inline problem with more tests than the server's ``max_problem_tests``."""
+    for task_id, problem in problems.items():
+        count = problem.tests.count()
+        if count > config.max_problem_tests:
+            raise HTTPException(
+                413,
+                f"problem {task_id!r} has {count} tests, over the server's max_problem_tests "
+                f"{config.max_problem_tests}: {advice}",
+            )
+
+
 def named_or_inline(
-    problems: str | list[dict[str, Any]], config: ServerConfig
+    problems: str | list[dict[str, Any]], config: PoolServerConfig
 ) -> dict[str, Problem]:
     """Problems by name (the sets shipped with codepost) or inline, each inline record at most
     ``max_problem_bytes``; never a path or a hub id, so no request makes the server read its
@@ -490,7 +505,7 @@ def named_or_inline(
         raise HTTPException(422, f"problems: {exc}") from None
 
 
-def within_caps(problems: dict[str, Problem], config: ServerConfig) -> dict[str, Problem]:
+def within_caps(problems: dict[str, Problem], config: PoolServerConfig) -> dict[str, Problem]:
     """The problems with their own time and memory limits (a request's inline records may
     carry any) no higher than the server's caps."""
     return {
@@ -509,25 +524,34 @@ def within_caps(problems: dict[str, Problem], config: ServerConfig) -> dict[str,
 # -- the app
 
 
-def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
-    """The server's app over a started ``pool``, which stays the caller's to close."""
-    admission = Admission(config.max_pending, config.retry_after_s, config.max_pending_bytes)
-    metrics = Metrics(config, admission)
-    app = FastAPI(
-        title="codepost verify-server",
-        summary="SandboxFusion-compatible /run_code and codepost's /verify",
-        default_response_class=JSONAnswer,
-    )
-    app.state.admission = admission
-    # The last added runs first: counted, then the token and body limits, then the bodies held.
-    app.add_middleware(HeldBodies, budget=admission.bodies)
+def pool_app(title: str, summary: str, config: PoolServerConfig, bodies: BodyBudget) -> FastAPI:
+    """A pool server's app: JSON answers; the token and body limits, then the bodies held
+    (``bodies``), before any route; refusals in one line; 503 while the sandbox is away."""
+    app = FastAPI(title=title, summary=summary, default_response_class=JSONAnswer)
+    # The last added runs first: the token and body limits, then the bodies held.
+    app.add_middleware(HeldBodies, budget=bodies)
     app.add_middleware(Guard, limits=config)
-    app.add_middleware(Counted, metrics=metrics)
     answer_errors_plainly(app)
 
     @app.exception_handler(SandboxUnavailable)
     async def unavailable(request: Request, exc: SandboxUnavailable) -> JSONAnswer:
         return JSONAnswer({"detail": f"sandbox unavailable: {exc}"}, status_code=503)
+
+    return app
+
+
+def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
+    """The server's app over a started ``pool``, which stays the caller's to close."""
+    admission = Admission(config.max_pending, config.retry_after_s, config.max_pending_bytes)
+    metrics = Metrics(config, admission)
+    app = pool_app(
+        "codepost verify-server",
+        "SandboxFusion-compatible /run_code and codepost's /verify",
+        config,
+        admission.bodies,
+    )
+    app.state.admission = admission
+    app.add_middleware(Counted, metrics=metrics)  # around the others: refusals are counted
 
     @app.post("/run_code")
     async def run_code(request: RunCodeRequest) -> JSONAnswer:
@@ -604,9 +628,11 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``verify-server`` subcommand to a ``codepost``-style subparsers object."""
-    fields = ServerConfig.model_fields
-    parser = subparsers.add_parser(
+    return add_server_command(
+        subparsers,
         "verify-server",
+        ServerConfig,
+        run,
         help="serve the sandbox over HTTP: SandboxFusion's /run_code, /verify, /health, /metrics",
         description=(
             "Serve the warm sandbox pool over HTTP: POST /run_code (SandboxFusion's schema, "
@@ -615,10 +641,25 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "accepted requests finish, then removes the containers."
         ),
     )
-    for name, field in fields.items():
-        if name not in ("token", "retry_after_s"):
+
+
+def add_server_command(
+    subparsers: Any,
+    name: str,
+    config_model: type[PoolServerConfig],
+    run: Callable[[argparse.Namespace], int],
+    *,
+    help: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """A server's subcommand: one flag per field of its config, the token from the
+    environment by default."""
+    fields = config_model.model_fields
+    parser = subparsers.add_parser(name, help=help, description=description)
+    for field_name, field in fields.items():
+        if field_name not in ("token", "retry_after_s"):
             parser.add_argument(
-                "--" + name.replace("_", "-"),
+                "--" + field_name.replace("_", "-"),
                 type=type(field.default),
                 default=field.default,
                 help=f"{field.description} (default {field.default})",
@@ -632,28 +673,56 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def run(args: argparse.Namespace) -> int:
+def config_from(args: argparse.Namespace, config_model: type[Config]) -> Config | None:
+    """The server's config from its flags; None, the error printed, when they are wrong."""
     try:
-        config = ServerConfig(
+        return config_model(
             **{
                 name: getattr(args, name)
-                for name in ServerConfig.model_fields
+                for name in config_model.model_fields
                 if hasattr(args, name)
             }
         )
     except ValidationError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return serve(config)
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from(args, ServerConfig)
+    return EXIT_BAD_INPUT if config is None else serve(config)
 
 
 def serve(config: ServerConfig) -> int:
     """Start the pool, serve until SIGTERM or Ctrl-C, then close the pool."""
+
+    def stopped(app: FastAPI) -> str:
+        admission: Admission = app.state.admission
+        return f"{admission.accepted} requests accepted, {admission.answered} answered"
+
+    return serve_pool(
+        "verify-server",
+        config,
+        functools.partial(create_app, config),
+        f"up to {config.max_pending} jobs pending",
+        stopped,
+    )
+
+
+def serve_pool(
+    name: str,
+    config: PoolServerConfig,
+    create: Callable[[SandboxPool], FastAPI],
+    serving: str,
+    stopped: Callable[[FastAPI], str],
+) -> int:
+    """Start a pool and the app ``create`` makes over it, serve until SIGTERM or Ctrl-C, then
+    close the pool; ``serving`` and ``stopped`` say what it holds and what it did."""
     # SIGTERM as Ctrl-C: it stops a start-up cleanly, and uvicorn, which drains the server on
     # either, raises the signal again once done: both end here, with the pool closed.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     pool = SandboxPool(PoolConfig(size=config.workers))
-    app = create_app(config, pool)
+    app = create(pool)
     server = http_server(
         app,
         host=config.host,
@@ -664,9 +733,8 @@ def serve(config: ServerConfig) -> int:
     try:
         pool.start()
         print(
-            f"codepost verify-server: http://{config.host}:{config.port} ({config.workers} "
-            f"containers, up to {config.max_pending} jobs pending"
-            f"{', bearer token required' if config.token else ''})",
+            f"codepost {name}: http://{config.host}:{config.port} ({config.workers} "
+            f"containers, {serving}{', bearer token required' if config.token else ''})",
             file=sys.stderr,
             flush=True,
         )
@@ -678,10 +746,8 @@ def serve(config: ServerConfig) -> int:
         pass
     finally:
         pool.close()
-    admission: Admission = app.state.admission
     print(
-        f"codepost verify-server: stopped; {admission.accepted} requests accepted, "
-        f"{admission.answered} answered; the sandbox containers are removed",
+        f"codepost {name}: stopped; {stopped(app)}; the sandbox containers are removed",
         file=sys.stderr,
         flush=True,
     )

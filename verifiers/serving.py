@@ -1,12 +1,14 @@
-"""What both of codepost's HTTP servers (``verify-server``, ``sample-server``) do before a
-request reaches a route: the bearer token, checked before the body is read; the body's size
-and the time it takes to arrive; and, below HTTP, a cap on open connections and a time-out on
-the headers of each request, so idle or slow-dripping connections (slowloris) cannot hold the
-server's file descriptors or its shutdown."""
+"""What codepost's HTTP servers (``verify-server``, ``sample-server``, ``env-server``) do before
+a request reaches a route: the bearer token, checked before the body is read (and before a
+WebSocket is accepted); the body's size and the time it takes to arrive; and, below HTTP, a cap
+on open connections and a time-out on the headers of each request, so idle or slow-dripping
+connections (slowloris) cannot hold the server's file descriptors or its shutdown."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import hmac
 import json
 import time
@@ -85,6 +87,20 @@ def bearer_token_matches(authorization: bytes, token: str) -> bool:
     """Whether an ``Authorization`` header's bytes carry ``token`` (compared in constant time)."""
     scheme, _, given = authorization.partition(b" ")
     return scheme.lower() == b"bearer" and hmac.compare_digest(given, token.encode())
+
+
+def basic_password_matches(authorization: bytes, token: str) -> bool:
+    """Whether an ``Authorization: Basic`` header's password is ``token``: what a WebSocket
+    client that sets no headers of its own sends for a URL's credentials
+    (``ws://codepost:TOKEN@host/ws``; OpenEnv's client, a browser's)."""
+    scheme, _, encoded = authorization.partition(b" ")
+    if scheme.lower() != b"basic":
+        return False
+    try:
+        _, _, password = base64.b64decode(encoded, validate=True).partition(b":")
+    except binascii.Error:
+        return False
+    return hmac.compare_digest(password, token.encode())
 
 
 class HTTPLimits(BaseModel):
@@ -204,12 +220,16 @@ class Guard:
     """ASGI middleware in front of a server's routes: the bearer token (before the body is
     read), the body's size (a declared length refused before the body is read, a chunked body
     as soon as it passes the limit: 413) and its time (408 when it has not arrived whole
-    within ``body_timeout_s``)."""
+    within ``body_timeout_s``). A WebSocket handshake needs the token too, as a bearer token or
+    as its URL's password, or is answered 401 instead of accepted."""
 
     def __init__(self, app: ASGIApp, *, limits: HTTPLimits) -> None:
         self.app, self.limits = app, limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self.handshake(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -218,6 +238,33 @@ class Guard:
             await refusal(scope, receive, send)
         else:
             await self.app(scope, self.limited(receive), send)
+
+    async def handshake(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = self.limits.token
+        authorization = dict(scope["headers"]).get(b"authorization", b"")
+        if token is None or any(
+            matches(authorization, token)
+            for matches in (bearer_token_matches, basic_password_matches)
+        ):
+            await self.app(scope, receive, send)
+            return
+        await receive()  # websocket.connect
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": 1008})  # 403: all the server can say
+            return
+        body = json.dumps({"detail": BEARER_REFUSED}).encode()
+        await send(
+            {
+                "type": "websocket.http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b"Bearer"),
+                ],
+            }
+        )
+        await send({"type": "websocket.http.response.body", "body": body})
 
     def refusal(self, scope: Scope) -> JSONAnswer | None:
         headers = dict(scope["headers"])
@@ -299,7 +346,9 @@ def _guarded_protocol(limits: HTTPLimits) -> type[asyncio.Protocol]:
             if idle:
                 self.arm_header_timer()
             super().data_received(data)
-            if self.cycle is not before:  # a request began: its headers were whole
+            if self.transport.get_protocol() is not self:  # upgraded to a WebSocket's protocol
+                self.disarm_header_timer()
+            elif self.cycle is not before:  # a request began: its headers were whole
                 self.header_bytes = 0
             elif idle and not self.transport.is_closing():
                 self.header_bytes += len(data)
@@ -311,9 +360,13 @@ def _guarded_protocol(limits: HTTPLimits) -> type[asyncio.Protocol]:
                     )
 
         def connection_lost(self, exc: Exception | None) -> None:
+            self.disarm_header_timer()
+            super().connection_lost(exc)
+
+        def disarm_header_timer(self) -> None:
             if self.header_timer is not None:
                 self.header_timer.cancel()
-            super().connection_lost(exc)
+                self.header_timer = None
 
         def arm_header_timer(self) -> None:
             if self.header_timer is None:
@@ -332,7 +385,8 @@ def _guarded_protocol(limits: HTTPLimits) -> type[asyncio.Protocol]:
 def http_server(
     app: ASGIApp, *, host: str, port: int, limits: HTTPLimits, shutdown_timeout_s: int | None
 ) -> uvicorn.Server:
-    """A uvicorn server for ``app`` with ``limits`` on its connections."""
+    """A uvicorn server for ``app`` with ``limits`` on its connections (a WebSocket message
+    at most ``max_body_bytes``, as a request body)."""
     return uvicorn.Server(
         uvicorn.Config(
             app,
@@ -340,6 +394,7 @@ def http_server(
             port=port,
             access_log=False,
             http=_guarded_protocol(limits),
+            ws_max_size=limits.max_body_bytes,
             timeout_graceful_shutdown=shutdown_timeout_s,
         )
     )
