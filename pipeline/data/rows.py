@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # Arrow loads where a table is read or written: a config is r
     import pyarrow as pa
 
 FinishReason = Literal["stop", "length"]
-EpisodeEnd = Literal["passed", "turns", "budget", "no_public_tests"]
+EpisodeEnd = Literal["passed", "turns", "budget", "no_public_tests", "sandbox_error"]
 # Each reward component is a column of its own, ``reward_<name>`` (NaN where it was not scored).
 REWARD_COMPONENT_PREFIX = "reward_"
 
@@ -76,7 +76,9 @@ class RolloutRow(BaseModel):
         None, description="the environment's reply to each answer but the last"
     )
     episode_end: EpisodeEnd | None = Field(
-        None, description="why the episode ended: passed (its public tests), turns, budget"
+        None,
+        description="why the episode ended: passed (its public tests), turns, budget, "
+        "no_public_tests, sandbox_error (its answer could not be run)",
     )
 
 

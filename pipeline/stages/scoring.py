@@ -159,6 +159,7 @@ def with_episodes(
         get_pool(config.sandbox.pool_config(config.workers)),
         limits=config.limits(),
         reward_config=config.reward,
+        completion_style="chat",  # episodes are chat: the environment replies in a user turn
     )
     return EpisodeSampler(sampler, tokenizer, problems, environment, episodes)
 
