@@ -12,7 +12,7 @@ import pytest
 from fake_executors import CannedExecutor
 
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
-from codepost.pipeline.data.prompts import reference_answer, user_message
+from codepost.pipeline.data.prompts import reference_answer
 from codepost.pipeline.stages.scoring import ScoreConfig
 from codepost.sandbox import CaseOutcome, CompileOutcome, ExecStatus, ExecutionResult, Job, Limits
 from codepost.verifiers import (
@@ -26,6 +26,7 @@ from codepost.verifiers import (
     load_problems,
     pass_at_k,
 )
+from codepost.verifiers.chat import user_message
 from codepost.verifiers.forms.io import (
     TESTLIB_HARNESS,
     CheckerProgram,

@@ -7,6 +7,7 @@ execution-feedback environment has tests of its own against the sandbox)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import pytest
@@ -208,3 +209,34 @@ def test_pass_at_1_turn_by_turn_the_repair_rate_and_turn_1_against_turn_t():
     assert (result.failed_first, result.repaired, result.repair_rate) == (8, 7, 7 / 8)
     assert result.repair_ci95 is not None and result.repair_ci95[0] < 7 / 8 < result.repair_ci95[1]
     assert result.first_vs_last_p == pytest.approx(2 * 0.5**7)  # McNemar: 7 gained, 0 lost
+
+
+@pytest.mark.docker
+def test_an_evaluation_over_turns_in_the_execution_feedback_environment(chat_model, tmp_path):
+    """The real environment on the sandbox: a random model's first answers fail their public
+    tests, so every episode gets a reply and a second turn; evaluation.json has each turn."""
+    from codepost.pipeline.stages.evaluation import EvalConfig, run_evaluate
+
+    config, _, _ = chat_model
+    evaluation = EvalConfig(
+        problems=ProblemSet(limit=2),
+        sampled=True,
+        sampling=SamplingConfig(num_generations=2, max_tokens=8, temperature=1.0),
+        ks=[1],
+        episodes=EpisodeConfig(max_turns=2, max_episode_tokens=1024),
+        engine=EngineConfig(backend="hf", max_model_len=1024),
+    )
+    results = run_evaluate(evaluation, config.name_or_path, tmp_path)
+    assert results.turns is not None and set(results.turns) == {"greedy", "sampled"}
+    for turns in results.turns.values():
+        assert turns.pass_at_1 == [0.0, 0.0] and turns.failed_first > 0
+        assert (turns.repaired, turns.first_vs_last_p) == (0, 1.0)
+    rows = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert {row["turns"] for row in rows} == {2} and {row["episode_end"] for row in rows} == {
+        "turns"
+    }
+    for row in rows:  # each reply ends asking for the whole solution again
+        (observation,) = row["observations"]
+        assert "public test" in observation and observation.rstrip().endswith("code block."), (
+            observation
+        )

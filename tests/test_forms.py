@@ -12,10 +12,10 @@ import zlib
 import pytest
 from fake_executors import InProcessExecutor
 
-from codepost.pipeline.data.prompts import user_message
 from codepost.sandbox import Limits
 from codepost.sandbox.runner.pytest_judge import run_test_file
 from codepost.verifiers import Problem, ProblemFormatError, Verifier, load_problems
+from codepost.verifiers.chat import user_message
 from codepost.verifiers.forms import form_of, forms
 from codepost.verifiers.forms.call import prelude
 from codepost.verifiers.forms.io import TokenOutput, outputs_match

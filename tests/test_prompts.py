@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from codepost.pipeline.data.problem_sets import ProblemSet, fingerprint, load_problem_set
-from codepost.pipeline.data.prompts import ANSWER_END, build_prompt, reference_answer, user_message
+from codepost.pipeline.data.prompts import ANSWER_END, build_prompt, reference_answer
 from codepost.verifiers import Problem, build_program
+from codepost.verifiers.chat import user_message
 from codepost.verifiers.problems import MBPP
 
 CHAT_TEMPLATE = (

@@ -23,20 +23,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ...verifiers import Problem
-from ...verifiers.forms import form_of
+from ...verifiers.chat import user_message
 from ...verifiers.languages import source_language
 
 PromptStyle = Literal["chat", "chat-free", "continuation"]
 # Ends a ``chat`` answer: the closing fence of the block its prefix opened (a fence is a line
 # of its own, so the code before it ends with a newline).
 ANSWER_END = "\n```"
-
-
-def answer_format(problem: Problem) -> str:
-    """The last line of a chat request: the whole solution in one block of its language."""
-    language = source_language(problem.language)
-    what = "solution" if language.name == "python" else f"{language.title} program"
-    return f"Answer with the complete {what} in one ```{language.fences[0]} code block."
 
 
 @dataclass(frozen=True)
@@ -60,21 +53,6 @@ class Prompt:
     def stop(self) -> tuple[str, ...]:
         """Where the answer ends besides EOS: the closing fence of a block the prefix opened."""
         return (ANSWER_END,) if self.answer_prefix else ()
-
-
-def user_message(problem: Problem) -> str:
-    """The chat request for ``problem``: its statement, the interface to honour, the format."""
-    if problem.prompt_is_code:
-        return (
-            "Complete the following Python function.\n\n"
-            f"```python\n{problem.prompt.rstrip()}\n```\n\n{answer_format(problem)}"
-        )
-    parts = [
-        problem.prompt.strip(),
-        *form_of(problem).instructions(problem),
-        answer_format(problem),
-    ]
-    return "\n\n".join(parts)
 
 
 def build_prompt(problem: Problem, tokenizer: Any, style: PromptStyle = "chat") -> Prompt:
