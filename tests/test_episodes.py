@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from update_cases import minibatch_gradients
 
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
 from codepost.pipeline.data.prompts import build_prompt
+from codepost.pipeline.data.rows import read_rows
 from codepost.pipeline.inference.episodes import EpisodeConfig, EpisodeSampler, reply_turn
 from codepost.pipeline.inference.sampling import EngineConfig, HFSampler, SamplingConfig
 from codepost.pipeline.model_config import ModelConfig, load_tokenizer
@@ -240,3 +242,85 @@ def test_an_evaluation_over_turns_in_the_execution_feedback_environment(chat_mod
         assert "public test" in observation and observation.rstrip().endswith("code block."), (
             observation
         )
+
+
+@pytest.mark.docker
+def test_rl_trains_on_episodes_rewarded_on_their_final_answers(chat_model, tmp_path):
+    """One GRPO iteration on two-turn episodes in the real environment: the rows trained are
+    episodes, their environment tokens masked, and the metrics count the turns."""
+    from stage_helpers import small_rl_config
+
+    from codepost.pipeline.stages.rl import METRICS_FILE, iteration_dir, run_rl
+
+    config, _, _ = chat_model
+    rl = small_rl_config(config, EngineConfig(backend="hf", max_model_len=1024)).model_copy(
+        update={
+            "prompt_style": "chat",
+            "iterations": 1,
+            "episodes": EpisodeConfig(max_turns=2, max_episode_tokens=1024),
+        }
+    )
+    run_rl(rl, tmp_path)
+    assert (iteration_dir(tmp_path, 1) / "manifest.json").is_file()
+    (metrics,) = map(json.loads, (tmp_path / METRICS_FILE).read_text().splitlines())
+    assert metrics["data/turns/mean"] == 2.0 and 0 < metrics["data/environment_token_share"] < 1
+    rows = read_rows(next(tmp_path.rglob("iteration-0001.parquet")))
+    assert all(row["turns"] == 2 and 0 in row["model_mask"] for row in rows)
+
+
+def test_rft_trains_an_episode_on_the_models_turns_only(chat_model):
+    """A passing episode is a pre-tokenized example whose environment turns carry no label."""
+    from datasets import Dataset
+
+    from codepost.pipeline.stages.rft import passing_examples
+    from codepost.pipeline.stages.sft import SFTStageConfig, sft_trainer
+
+    config, _, tokenizer = chat_model
+    rows, _ = episodes(chat_model, Scripted(), max_turns=2)
+    passing = [{**row, "passed": True, "finish_reason": "stop"} for row in rows]
+    examples = passing_examples(passing, [], max_per_problem=1)
+    assert len(examples) == 2 and all(example["turns"] == 2 for example in examples)
+    example = examples[0]
+    row = next(r for r in passing if r["prompt_id"] == example["prompt_id"])
+    assert example["input_ids"] == row["prompt_ids"] + row["completion_ids"]
+    dataset = Dataset.from_list(
+        [{"input_ids": e["input_ids"], "completion_mask": e["completion_mask"]} for e in examples]
+    )
+    trainer = sft_trainer(SFTStageConfig(model=config), dataset, tokenizer, Path("unused"))
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    labels = batch["labels"][0].tolist()
+    trained = [label != -100 for label in labels]
+    expected = [False] * len(row["prompt_ids"]) + [bool(m) for m in row["model_mask"]]
+    assert trained == expected
+
+
+@pytest.mark.slow
+def test_vllm_continues_an_episode_from_exactly_the_tokens_the_trainer_scores():
+    """SmolLM2 on vLLM's CPU engine: the second turn's tokens were sampled after the first
+    answer and the environment's turn as token ids, and the trainer's logprobs of them, given
+    that whole context, are the engine's."""
+    from engines import TEST_ENGINE
+
+    from codepost.pipeline.inference.engines import get_sampler
+    from codepost.pipeline.model_config import load_causal_lm
+
+    model = ModelConfig()
+    tokenizer = load_tokenizer(model)
+    sampler = get_sampler(model, TEST_ENGINE, checkpoint=model.resolve())
+    prompts = [build_prompt(problem, tokenizer) for problem in PROBLEMS.values()]
+    episode_sampler = EpisodeSampler(
+        sampler,
+        tokenizer,
+        PROBLEMS,
+        Scripted(),
+        EpisodeConfig(max_turns=2, max_episode_tokens=1024),
+    )
+    sampling = SamplingConfig(num_generations=1, max_tokens=16, temperature=0.7)
+    rows = episode_sampler.sample(prompts, sampling)
+    assert [row["turns"] for row in rows] == [2, 2] and rows[0]["sampler"].startswith("vllm-")
+    policy = load_causal_lm(model.model_copy(update={"name_or_path": model.resolve()}))
+    for row in rows:
+        trainer = recomputed_logprobs(policy, row, sampling.temperature)
+        mask = torch.tensor(row["model_mask"], dtype=torch.bool)
+        sampled = torch.tensor([lp for lp in row["sampling_logprobs"] if lp is not None])
+        torch.testing.assert_close(sampled, trainer[mask], atol=2e-3, rtol=0)
