@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from .reporting.stats import (
     compare_greedy,
     compare_sampled,
     pass_at_k_per_problem,
+    sign_flip_p_value,
     wilson_interval,
 )
 from .settings import load_config
@@ -151,6 +153,7 @@ def compare(a: Path, b: Path) -> int:
         _print_greedy_comparison(before, after, console)
     if "sampled" in runs:
         _print_sampled_comparison(before, after, console)
+    _print_repair_comparison(before, after, console)
     for evaluation, name in ((before, "A"), (after, "B")):
         errors = {run: evaluation.results.sandbox_errors(run) for run in runs}
         if any(errors.values()):
@@ -219,6 +222,39 @@ def _print_sampled_comparison(before: Evaluation, after: Evaluation, console: An
         console.print(table)
     else:
         console.print("sampled: no pass@k that both evaluations report")
+
+
+def _print_repair_comparison(before: Evaluation, after: Evaluation, console: Any) -> None:
+    """Episodes: each run's repair rate (turn-1 failures passing by the last turn), paired on
+    the problems where both checkpoints failed some first answer: the per-problem rates'
+    difference, its bootstrap interval and the sign-flip test."""
+    runs = [run for run in ("greedy", "sampled") if run in before.repairs and run in after.repairs]
+    if not runs:
+        return
+    table = Table(title="repair rate over turns (problems both failed at turn 1; sign-flip test)")
+    for column in ("run", "problems", "A", "B", "B - A", "B - A 95% CI", "p"):
+        table.add_column(column)
+    for run in runs:
+        a, b = before.repairs[run], after.repairs[run]
+        tasks = sorted(t for t in a.keys() & b.keys() if a[t][0] and b[t][0])
+        if not tasks:
+            console.print(f"{run}: no problem whose first answer failed under both")
+            continue
+        differences = [Fraction(b[t][1], b[t][0]) - Fraction(a[t][1], a[t][0]) for t in tasks]
+        table.add_row(
+            run,
+            str(len(tasks)),
+            f"{sum(a[t][1] for t in tasks)}/{sum(a[t][0] for t in tasks)}",
+            f"{sum(b[t][1] for t in tasks)}/{sum(b[t][0] for t in tasks)}",
+            f"{float(sum(differences) / len(tasks)):+.4f}",
+            _interval(
+                bootstrap_interval(dict(zip(tasks, map(float, differences), strict=True))),
+                signed=True,
+            ),
+            format_p_value(sign_flip_p_value(differences)),
+        )
+    if table.row_count:
+        console.print(table)
 
 
 def _ks(results: EvaluationResults) -> list[int]:

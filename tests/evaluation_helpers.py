@@ -18,10 +18,12 @@ def write_evaluation(
     ks: tuple[int, ...] = (1, 4),
     fingerprint: str = "f" * 16,
     sandbox_errors: frozenset[str] = frozenset(),
+    episodes: dict[str, list[list[bool]]] | None = None,
 ) -> Path:
     """An evaluation folder as ``run_evaluate`` leaves it: ``samples.jsonl`` (greedy outcomes,
     sampled (n, c) counts), and ``per_problem.jsonl`` and ``evaluation.json`` made from those
-    rows. Tasks in ``sandbox_errors`` fail greedy with a sandbox error."""
+    rows. Tasks in ``sandbox_errors`` fail greedy with a sandbox error; ``episodes`` stand for
+    ``sampled`` with each sampled episode's outcome after each turn."""
     runs: dict[str, list[dict]] = {}
     if greedy is not None:
         runs["greedy"] = [
@@ -40,6 +42,13 @@ def write_evaluation(
             for task, (n, c) in sampled.items()
             for i in range(n)
         ]
+    if episodes is not None:  # sampled episodes: each one's answer passed after each turn
+        runs["sampled"] = [
+            {"prompt_id": task, "passed": turns[-1], "turn_passed": turns,
+             "status": "passed" if turns[-1] else "failed"}
+            for task, each in episodes.items()
+            for turns in each
+        ]  # fmt: skip
     tasks = {row["prompt_id"] for rows in runs.values() for row in rows}
     results: dict = {
         "checkpoint": checkpoint,

@@ -324,3 +324,25 @@ def test_vllm_continues_an_episode_from_exactly_the_tokens_the_trainer_scores():
         mask = torch.tensor(row["model_mask"], dtype=torch.bool)
         sampled = torch.tensor([lp for lp in row["sampling_logprobs"] if lp is not None])
         torch.testing.assert_close(sampled, trainer[mask], atol=2e-3, rtol=0)
+
+
+def test_a_repair_rate_is_compared_between_checkpoints_on_the_same_problems(tmp_path, capsys):
+    """Per problem, the share of first answers failed that the last turn repaired, paired
+    between two evaluations where both failed some first answer."""
+    from evaluation_helpers import write_evaluation
+
+    from codepost.pipeline.cli import compare
+    from codepost.pipeline.reporting.evaluations import read_per_problem
+
+    failed, repaired, kept = [False, False], [False, True], [True, True]
+    before = {f"t{i}": [failed, failed, kept] for i in range(6)}
+    after = {f"t{i}": [repaired, repaired, kept] for i in range(6)}
+    a = write_evaluation(tmp_path / "a", "sft", None, ks=(1,), episodes=before)
+    b = write_evaluation(tmp_path / "b", "grpo", None, ks=(1,), episodes=after)
+    (first, *_) = read_per_problem(b / "per_problem.jsonl")
+    assert (first.turn_passed, first.failed_first, first.repaired) == ([1, 3], 2, 2)
+    assert compare(a, b) == 0
+    shown = capsys.readouterr().out
+    assert "repair rate over turns" in shown
+    row = next(line for line in shown.splitlines() if line.startswith("│ sampled"))
+    assert "0/12" in row and "12/12" in row and "+1.0000" in row and "0.0312" in row

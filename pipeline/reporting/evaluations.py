@@ -217,6 +217,19 @@ class ProblemResult(BaseModel):
     n: int | None = Field(None, ge=1, description="sampled completions scored")
     passed: int | None = Field(None, ge=0, description="of them, those that passed")
     sandbox_errors: int | None = Field(None, ge=0, description="of them, sandbox errors")
+    # Episodes (``episodes.max_turns`` > 1): how each turn's answers did
+    greedy_turn_passed: list[bool] | None = Field(
+        None, description="episodes: the greedy episode's answer after each turn passed"
+    )
+    turn_passed: list[int] | None = Field(
+        None, description="episodes: of the sampled episodes, those passing after each turn"
+    )
+    failed_first: int | None = Field(
+        None, ge=0, description="episodes: sampled episodes whose first answer failed"
+    )
+    repaired: int | None = Field(
+        None, ge=0, description="episodes: of them, those whose last answer passed"
+    )
 
     @model_validator(mode="after")
     def _counts_fit(self) -> ProblemResult:
@@ -238,10 +251,12 @@ def per_problem_results(rows: list[dict[str, Any]]) -> list[ProblemResult]:
     sampled: dict[str, dict[str, Any]] = {}
     for row in rows:
         error = row["status"] == "sandbox_error"
+        turns = row.get("turn_passed")  # episodes: each turn's answer passed
         if row["run"] == "greedy":
             greedy[row["prompt_id"]] = {
                 "greedy_passed": bool(row["passed"]),
                 "greedy_sandbox_error": error,
+                **({"greedy_turn_passed": turns} if turns is not None else {}),
             }
         elif row["run"] == "sampled":
             counts = sampled.setdefault(
@@ -250,6 +265,11 @@ def per_problem_results(rows: list[dict[str, Any]]) -> list[ProblemResult]:
             counts["n"] += 1
             counts["passed"] += bool(row["passed"])
             counts["sandbox_errors"] += error
+            if turns is not None:
+                by_turn = counts.setdefault("turn_passed", [0] * len(turns))
+                counts["turn_passed"] = [a + bool(b) for a, b in zip(by_turn, turns, strict=True)]
+                counts["failed_first"] = counts.get("failed_first", 0) + (not turns[0])
+                counts["repaired"] = counts.get("repaired", 0) + (not turns[0] and turns[-1])
     return [
         ProblemResult(task_id=task, **greedy.get(task, {}), **sampled.get(task, {}))
         for task in sorted(greedy.keys() | sampled.keys())
@@ -279,6 +299,25 @@ def read_per_problem(path: Path) -> list[ProblemResult]:
             raise ValueError(f"{path} line {number}: task_id {result.task_id!r} again")
         results[result.task_id] = result
     return list(results.values())
+
+
+def run_repairs(results: list[ProblemResult]) -> dict[str, dict[str, tuple[int, int]]]:
+    """Episodes: (first answers that failed, of them repaired by the last turn) per problem of
+    each run made turn by turn ("greedy", "sampled"): the counts a repair rate is paired on."""
+    runs = {
+        "greedy": {
+            r.task_id: (int(not r.greedy_turn_passed[0]),
+                        int(not r.greedy_turn_passed[0] and r.greedy_turn_passed[-1]))
+            for r in results
+            if r.greedy_turn_passed
+        },
+        "sampled": {
+            r.task_id: (r.failed_first, r.repaired)
+            for r in results
+            if r.failed_first is not None and r.repaired is not None
+        },
+    }  # fmt: skip
+    return {run: repairs for run, repairs in runs.items() if repairs}
 
 
 def run_counts(results: list[ProblemResult]) -> dict[str, dict[str, tuple[int, int]]]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from .evaluations import (
     per_problem_results,
     read_per_problem,
     run_counts,
+    run_repairs,
 )
 from .plots import plot_curves
 from .stats import (
@@ -57,6 +58,8 @@ class Evaluation:
     folder: Path
     results: EvaluationResults
     counts: dict[str, dict[str, tuple[int, int]]]
+    # episodes: (first answers failed, repaired) per problem of each run made turn by turn
+    repairs: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
 
     @property
     def tasks(self) -> set[str]:
@@ -85,7 +88,7 @@ def load_evaluation(path: Path) -> Evaluation:
                 f"{source}: {len(problems) - len(counts.get(run, {}))} of {len(problems)} "
                 f"problems have no {run} result, though {results_file} has a {run} run"
             )
-    return Evaluation(folder=folder, results=results, counts=counts)
+    return Evaluation(folder=folder, results=results, counts=counts, repairs=run_repairs(problems))
 
 
 def _problem_results(folder: Path) -> tuple[list[ProblemResult], Path]:

@@ -149,9 +149,14 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> Evaluati
         rows = sampler.sample(prompts, sampling)
         scored = score_rollouts(rows, problems, config.scoring, description=f"scoring {name}")
         if turns > 1:
-            by_turn[name] = turns_result(
-                score_turns(scored, problems, config.scoring, turns, description=f"scoring {name}")
+            each_turn = score_turns(
+                scored, problems, config.scoring, turns, description=f"scoring {name}"
             )
+            by_turn[name] = turns_result(each_turn)
+            scored = [
+                {**row, "turn_passed": [bool(turn[i]["passed"]) for turn in each_turn]}
+                for i, row in enumerate(scored)
+            ]
         ks = [1] if name == "greedy" else config.ks
         errors = sum(row["status"] == "sandbox_error" for row in scored)
         scores[name] = RunResult.model_validate(
