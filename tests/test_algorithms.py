@@ -169,6 +169,44 @@ def test_seed_ppo_clip_example():
     assert loose.item() == pytest.approx(-0.27, abs=0.001)
 
 
+def test_seed_a2c_example():
+    # A2C's advantage, seed 001_7ed2394ec5ed1b91.txt section 5 "Simplified Advantage":
+    # A_t = r_t + gamma V(s_{t+1}) - V(s_t). Numbers of seed 004_f669fc39ec11cffa.txt, "Phase 3"
+    # LLM example: r_T = 0.5 on the last token, 0 before; V(s_T) = 0.3, V(s_{T-1}) = 0.25.
+    # So A_{T-1} = 0 + 0.3 - 0.25 = 0.05 and A_T = 0.5 + 0 - 0.3 = 0.2 (gamma = 1).
+    a2c = get_algorithm("a2c")
+    advantages, returns = estimate(
+        a2c.advantage.name, t([[0.0, 0.5]]), t([[1.0, 1.0]]), a2c.advantage, values=t([[0.25, 0.3]])
+    )
+    torch.testing.assert_close(advantages, t([[0.05, 0.2]]))
+    torch.testing.assert_close(returns, t([[0.3, 0.5]]))  # the critic's targets, A + V
+    # Seed 004, "Step 2": ratio e^(-1.8 + 2.1) = 1.35 and A = 0.2: A2C keeps the unclipped
+    # 0.27 where PPO's clip at 1.2 gives 0.24 (objectives; the losses are their negatives).
+    logprobs = t([[-1.8]]).requires_grad_()
+    args = (logprobs, t([[-2.1]]), t([[0.2]]), t([[1.0]]))
+    a2c_loss, metrics = policy_loss(*args, loss=a2c.policy_loss.name)
+    ppo_loss, _ = policy_loss(*args, loss="vanilla", clip_low=0.2, clip_high=0.2)
+    assert a2c_loss.item() == pytest.approx(-0.2 * math.exp(0.3), abs=1e-12)
+    assert a2c_loss.item() == pytest.approx(-0.27, abs=0.001)
+    assert ppo_loss.item() == pytest.approx(-0.24, abs=1e-12)
+    assert metrics["ratio_mean"].item() == pytest.approx(1.35, abs=0.001)
+    # Past the clip PPO's gradient is 0; A2C's is -A * ratio (the ratio's own derivative).
+    (grad,) = torch.autograd.grad(a2c_loss, logprobs)
+    assert grad.item() == pytest.approx(-0.2 * math.exp(0.3), abs=1e-12)
+
+
+def test_policy_gradient_loss_at_the_sampling_policy_is_minus_advantage_times_log_prob_grad():
+    # On-policy (ratio 1), A2C's actor gradient is -A * grad log pi per token, token-mean.
+    advantages = t([[0.5, -1.0, 2.0], [0.25, 0.0, PAD]])
+    mask = t([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    old = t([[-0.5, -1.5, -0.25], [-2.0, -0.75, PAD]])
+    logprobs = old.clone().requires_grad_()
+    loss, metrics = policy_loss(logprobs, old, advantages, mask, loss="pg")
+    (grad,) = torch.autograd.grad(loss, logprobs)
+    torch.testing.assert_close(grad, torch.where(mask.bool(), -advantages / 5, 0.0))
+    assert metrics["ratio_mean"].item() == 1.0 and metrics["approx_kl"].item() == 0.0
+
+
 # Shared by the two GAE vectors: rewards [0, 0, 1], V = [0.5, 0.6, 0.7], gamma = 0.9, and a
 # second, padded row (length 2) whose padding holds garbage.
 GAE_REWARDS = t([[0.0, 0.0, 1.0], [0.0, 2.0, PAD]])
@@ -338,7 +376,7 @@ def test_estimators_take_only_their_own_hyperparameters():
 
 
 def test_policy_loss_registry_names_each_loss_and_its_ratio():
-    assert set(POLICY_LOSSES) == {"vanilla", "gspo"}
+    assert set(POLICY_LOSSES) == {"vanilla", "gspo", "pg"}
     assert get_policy_loss("vanilla").ratio_level == "token"
     assert get_policy_loss("gspo").ratio_level == "sequence"
     with pytest.raises(ValueError, match="unknown ratio level 'word'"):
@@ -355,6 +393,7 @@ def test_algorithm_registry_names_registered_estimators_losses_and_models():
         "rloo",
         "reinforce++",
         "reinforce++_baseline",
+        "a2c",
         "ppo",
     }
     for algorithm in ALGORITHMS.values():
@@ -364,8 +403,8 @@ def test_algorithm_registry_names_registered_estimators_losses_and_models():
     critics = {
         n for n, a in ALGORITHMS.items() if ADVANTAGE_ESTIMATORS[a.advantage.name].needs_critic
     }
-    assert critics == {"ppo"}
-    assert ALGORITHMS["ppo"].advantage.name == "gae"
+    assert critics == {"ppo", "a2c"}
+    assert ALGORITHMS["ppo"].advantage.name == ALGORITHMS["a2c"].advantage.name == "gae"
     with pytest.raises(ValueError, match="unknown algorithm 'ppo2'"):
         get_algorithm("ppo2")
     with pytest.raises(ValueError, match="already registered"):

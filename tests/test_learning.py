@@ -40,6 +40,7 @@ CONFIGS = {
     "grpo": {"algorithm": "grpo"},
     "rloo": {"algorithm": "rloo"},
     "reinforce++": {"algorithm": "reinforce++", "kl_in": "reward", "kl_coef": 0.01},
+    "a2c": {"algorithm": "a2c"},
     "ppo": {
         "algorithm": "ppo",
         "kl_in": "reward",

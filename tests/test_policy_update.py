@@ -200,6 +200,8 @@ def test_generated_rows_follow_the_contract_and_their_logprobs_are_the_trainers(
         ({"policy_loss": "gspo"}, "as a mapping with its name"),
         ({"advantage": {"lam": 0.9}}, "needs its `name`"),
         ({"algorithm": "dapo", "kl_coef": 0.1}, "kl_in='none'"),
+        ({"algorithm": "a2c", "epochs": 2}, "one step on the whole batch"),
+        ({"policy_loss": {"name": "pg"}, "minibatch_size": 8}, "no clip"),
     ],
 )
 def test_config_rejects_bad_settings(kwargs, match):
@@ -472,6 +474,29 @@ def test_ppo_builds_kl_shaped_rewards_gae_targets_and_trains_actor_and_critic():
         "update/kl_ref",
     ):
         assert name in metrics
+    after = weights(updater)
+    for part in ("policy.", "critic."):
+        assert any(not torch.equal(after[n], before[n]) for n in after if n.startswith(part))
+
+
+def test_a2c_takes_one_step_on_one_step_td_advantages_and_trains_actor_and_critic():
+    updater, batch = tiny_case(UpdateConfig(algorithm="a2c", learning_rate=1e-2))
+    updater.update(batch)  # the critic's values move off their initial ones
+    prepared = updater.prepare(batch)
+    mask, values = prepared.batch.response_mask, prepared.old_values
+    assert values.abs().sum() > 0
+    # A_t = r_t + V(s_{t+1}) - V(s_t), V = 0 past the last token; the reward on the last one.
+    next_values = torch.zeros_like(values)
+    next_values[:, :-1] = values[:, 1:] * mask[:, 1:]
+    last = mask.sum(-1).long() - 1
+    rewards = torch.zeros_like(values)
+    rewards[torch.arange(len(last)), last] = prepared.batch.rewards
+    torch.testing.assert_close(prepared.advantages, (rewards + next_values - values) * mask)
+
+    before = weights(updater)
+    metrics = updater.update(batch)
+    assert metrics["update/optimizer_steps"] == 1
+    assert "update/clipfrac_high" not in metrics and "update/value_loss" in metrics
     after = weights(updater)
     for part in ("policy.", "critic."):
         assert any(not torch.equal(after[n], before[n]) for n in after if n.startswith(part))

@@ -13,9 +13,9 @@ with a pydantic model of its own hyperparameters (named by its ``name``, so a co
 by name: :func:`registered_params`); each function takes the batch as one object
 (:class:`AdvantageInputs`, :class:`LossInputs`), so one that needs more of the batch reads it
 there. :data:`ALGORITHMS` holds the named recipes users know (``grpo``, ``dr_grpo``, ``dapo``,
-``rloo``, ``reinforce++``, ``ppo``): an estimator and a loss with their hyperparameters, and the
-update settings their papers use. Adding an algorithm is a registration here; the trainer asks
-the registries, never an algorithm's name.
+``rloo``, ``reinforce++``, ``a2c``, ``ppo``): an estimator and a loss with their
+hyperparameters, and the update settings their papers use. Adding an algorithm is a
+registration here; the trainer asks the registries, never an algorithm's name.
 
 torch loads in the functions that compute, not with the module: a run's config (the
 hyperparameter models and the registries) is read, and its flags refused, without it.
@@ -817,6 +817,38 @@ def gspo_policy_loss(inputs: LossInputs, params: GSPOParams) -> tuple[Tensor, di
     return _clipped_surrogate(log_ratio, inputs, params)
 
 
+class PolicyGradientParams(Hyperparameters):
+    """No hyperparameters: without a clip there is no trust region, so the update takes one
+    step per batch (``UpdateConfig`` refuses more)."""
+
+    name: Literal["pg"] = "pg"
+
+
+@register_policy_loss(PolicyGradientParams)
+def policy_gradient_loss(
+    inputs: LossInputs, params: PolicyGradientParams
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The policy gradient without a trust region: ``-A * ratio`` per token, nothing clipped.
+
+    Its gradient at the sampling policy (ratio 1) is ``-A * grad log pi``, the actor's term of
+    A2C and REINFORCE; the ratio form keeps the value of PPO's unclipped term. Metrics:
+    ``approx_kl`` and ``ratio_mean``, as :func:`vanilla_policy_loss`'s.
+    """
+    import torch
+
+    log_ratio = importance_log_ratio(
+        inputs.logprobs, inputs.old_logprobs, inputs.response_mask, "token"
+    )
+    ratio = torch.exp(log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO))
+    loss = inputs.aggregate(-inputs.advantages * ratio)
+    with torch.no_grad():
+        metrics = {
+            "approx_kl": approx_kl(inputs.logprobs, inputs.old_logprobs, inputs.response_mask),
+            "ratio_mean": masked_mean(ratio, inputs.response_mask),
+        }
+    return loss, metrics
+
+
 def value_loss(
     values: Tensor,
     old_values: Tensor,
@@ -996,6 +1028,18 @@ register_algorithm(
     Algorithm(
         ReinforcePPBaselineParams(),
         description="REINFORCE++ with a group-mean baseline before the global whitening.",
+    ),
+)
+register_algorithm(
+    "a2c",
+    Algorithm(
+        GAEParams(lam=0.0),
+        PolicyGradientParams(),
+        description="A2C (Mnih et al. 2016, synchronous): the critic's one-step TD advantage "
+        "A_t = r_t + gamma V(s_{t+1}) - V(s_t) (GAE with lam 0), not whitened, and the policy "
+        "gradient without clipping, one optimizer step per batch; the critic trains beside it "
+        "(at one step on-policy its value clip does not bind). advantage.lam 1 gives the Monte "
+        "Carlo return minus V instead (Stable-Baselines3's default).",
     ),
 )
 register_algorithm(

@@ -13,6 +13,7 @@ from .algorithms import (
     AdvantageEstimator,
     AdvantageParams,
     Algorithm,
+    ClipParams,
     PolicyLoss,
     PolicyLossParams,
     get_advantage_estimator,
@@ -57,8 +58,8 @@ class UpdateConfig(BaseModel):
     algorithm: str = Field(
         "grpo",
         description="a preset of algorithms.ALGORITHMS (grpo, dr_grpo, dapo, rloo, reinforce++, "
-        "reinforce++_baseline, ppo): the defaults of advantage, policy_loss, loss_agg_mode and "
-        "mask_truncated",
+        "reinforce++_baseline, a2c, ppo): the defaults of advantage, policy_loss, loss_agg_mode "
+        "and mask_truncated",
     )
     advantage: AdvantageParams = Field(
         default_factory=lambda data: _preset(data).advantage,
@@ -138,6 +139,14 @@ class UpdateConfig(BaseModel):
             raise ValueError(f"kl_in={self.kl_in!r} needs kl_coef > 0")
         if self.kl_ratio_weighted and self.kl_in != "loss":
             raise ValueError("kl_ratio_weighted applies to the KL in the loss (kl_in='loss')")
+        if not isinstance(self.policy_loss, ClipParams) and (
+            self.epochs > 1 or self.minibatch_size is not None
+        ):
+            raise ValueError(
+                f"policy_loss {self.policy_loss.name!r} has no clip to bound a step away from "
+                f"the samples' policy: it takes one step on the whole batch (epochs 1, no "
+                f"minibatch_size), got epochs={self.epochs}, minibatch_size={self.minibatch_size}"
+            )
         return self
 
     @property
