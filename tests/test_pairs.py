@@ -71,6 +71,15 @@ def test_cap_per_prompt_and_reward_margin() -> None:
     assert mine_pairs(failing, PairMiningConfig(reward_margin=0.6))[0] == {}
 
 
+def test_tests_margin_prefers_more_tests_passed() -> None:
+    more, fewer = rollout("p3", WRONG, False, 0.0), rollout("p3", SYNTAX, False, 0.0)
+    more["pass_fraction"], fewer["pass_fraction"] = 0.75, 0.25
+    assert mine_pairs([more, fewer], PairMiningConfig())[0] == {}
+    pairs, _ = mine_pairs([more, fewer], PairMiningConfig(tests_margin=0.5))
+    assert {(r["chosen"], r["rejected"]) for r in pairs["p3"]} == {(WRONG, SYNTAX)}
+    assert mine_pairs([more, fewer], PairMiningConfig(tests_margin=0.6))[0] == {}
+
+
 def test_published_pairs_hold_out_whole_prompts(tmp_path: Path) -> None:
     rows = [row for i in range(10) for row in mixed_group(f"p{i}")]
     rollouts = write_rollouts(tmp_path / "rollouts.parquet", rows)

@@ -1,7 +1,8 @@
 """Pair mining: scored rollouts (Parquet) -> (prompt, chosen, rejected) pairs for DPO / IPO.
 
 Within each prompt's group, ``chosen`` beats ``rejected`` when it passes and the other does not,
-or (with ``reward_margin``) when its reward is higher by at least the margin. Strategies:
+or (with ``reward_margin``) when its reward is higher by at least the margin, or (with
+``tests_margin``) when it passes a larger share of the tests by at least the margin. Strategies:
 
 * ``best_vs_worst``: the highest-ranked completion against the lowest-ranked;
 * ``shortest_passing``: the shortest passing completion against a random failing one (teaches
@@ -62,6 +63,13 @@ class PairMiningConfig(BaseModel):
     reward_margin: float | None = Field(
         None, gt=0, description="also prefer a reward higher by this much; None = pass/fail only"
     )
+    tests_margin: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="also prefer a share of tests passed higher by this much (more against "
+        "fewer tests passed); None = pass/fail only",
+    )
     max_pairs_per_prompt: int = Field(4, ge=1, description="cap of all_pairs per prompt")
     held_out_fraction: float = Field(
         0.1, ge=0, lt=1, description="share of prompts (with pairs) held out for the eval loss"
@@ -105,29 +113,30 @@ def _rank(row: dict[str, Any]) -> tuple[bool, float, float]:
     return (bool(row["passed"]), reward, row.get("pass_fraction") or 0.0)
 
 
-def _prefers(a: dict[str, Any], b: dict[str, Any], margin: float | None) -> bool:
+def _prefers(a: dict[str, Any], b: dict[str, Any], config: PairMiningConfig) -> bool:
     if a["passed"] and not b["passed"]:
         return True
-    return margin is not None and _rank(a)[1] - _rank(b)[1] >= margin
+    if config.reward_margin is not None and _rank(a)[1] - _rank(b)[1] >= config.reward_margin:
+        return True
+    return config.tests_margin is not None and _rank(a)[2] - _rank(b)[2] >= config.tests_margin
 
 
 def _group_pairs(
     group: list[dict[str, Any]], strategy: Strategy, config: PairMiningConfig, rng: random.Random
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(chosen, rejected) rows of one prompt's deduplicated group under one strategy."""
-    margin = config.reward_margin
     if strategy == "best_vs_worst":
         best = max(group, key=lambda r: (_rank(r), -len(r["completion"])))
         worst = min(group, key=_rank)
-        return [(best, worst)] if _prefers(best, worst, margin) else []
+        return [(best, worst)] if _prefers(best, worst, config) else []
     if strategy == "shortest_passing":
         passing = [r for r in group if r["passed"]]
         if not passing:
             return []
         chosen = min(passing, key=lambda r: len(r["completion"]))
-        losers = [r for r in group if _prefers(chosen, r, margin)]
+        losers = [r for r in group if _prefers(chosen, r, config)]
         return [(chosen, rng.choice(losers))] if losers else []
-    pairs = [(a, b) for a in group for b in group if a is not b and _prefers(a, b, margin)]
+    pairs = [(a, b) for a in group for b in group if a is not b and _prefers(a, b, config)]
     rng.shuffle(pairs)
     return pairs[: config.max_pairs_per_prompt]
 
@@ -187,6 +196,15 @@ def _pair_row(
     }
 
 
+def split_prompts(prompt_ids: list[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """``prompt_ids`` shuffled and cut in two: those to train on and about ``fraction`` of them
+    held out (at least one is kept to train on)."""
+    shuffled = list(prompt_ids)
+    random.Random(seed).shuffle(shuffled)
+    held_out = min(round(len(shuffled) * fraction), len(shuffled) - 1)
+    return shuffled[held_out:], shuffled[:held_out]
+
+
 def load_rollouts(rollouts: Path) -> list[dict[str, Any]]:
     """Scored rollout rows from a Parquet file, checked (names the columns it lacks)."""
     return read_rows(rollouts, TO_PAIR)
@@ -234,10 +252,8 @@ def run_pair_mining(config: PairMiningConfig, rollouts: Path, out_dir: Path) -> 
         console.print(f"[yellow]pairs: {message}[/yellow]")
         return MinedPairs(path=None, counts=dict(counts), message=message)
 
-    prompt_ids = sorted(pairs_by_prompt)
-    random.Random(config.seed).shuffle(prompt_ids)
-    held_out = min(round(len(prompt_ids) * config.held_out_fraction), len(prompt_ids) - 1)
-    splits = {"test": prompt_ids[:held_out], "train": prompt_ids[held_out:]}
+    train, test = split_prompts(sorted(pairs_by_prompt), config.held_out_fraction, config.seed)
+    splits = {"test": test, "train": train}
     features = Features({name: Value(dtype) for name, dtype in PAIR_COLUMNS.items()})
     dataset = DatasetDict(
         {
