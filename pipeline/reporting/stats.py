@@ -13,8 +13,9 @@ Problems, not samples, are the unit resampled: samples of one problem are not in
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
+from typing import TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -27,6 +28,7 @@ SIGN_FLIP_EXACT_UP_TO = 20  # non-zero differences: all 2**20 sign patterns, in 
 _SUM_ROOM = 2**62  # every signed sum of the differences, on their integer grid, fits in int64
 
 Interval = tuple[float, float]
+T = TypeVar("T")
 
 
 def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> Interval:
@@ -57,6 +59,31 @@ def bootstrap_interval(
     means = _bootstrap_means(np.array(list(values.values()), dtype=float), resamples, seed)
     alpha = (1 - confidence) / 2
     return (float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha)))
+
+
+def bootstrap_statistic_interval(
+    values: Mapping[str, T],
+    statistic: Callable[[list[T]], float],
+    *,
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> Interval:
+    """Percentile bootstrap interval of ``statistic`` of the problems' ``values``, problems drawn
+    whole with replacement: for a statistic that pools the samples of many problems (an AUROC),
+    where :func:`bootstrap_interval`'s mean of one value per problem does not apply. Draws where
+    the statistic is undefined (NaN: one class missing) are left out."""
+    data = list(values.values())
+    if not data:
+        raise ValueError("no problems to resample")
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(data), size=(resamples, len(data)))
+    stats = np.array([statistic([data[i] for i in draw]) for draw in draws])
+    stats = stats[~np.isnan(stats)]
+    if stats.size == 0:
+        return (math.nan, math.nan)
+    alpha = (1 - confidence) / 2
+    return (float(np.quantile(stats, alpha)), float(np.quantile(stats, 1 - alpha)))
 
 
 class GreedyComparison(BaseModel):

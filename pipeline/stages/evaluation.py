@@ -34,6 +34,7 @@ from ..reporting.evaluations import (
     turns_result,
     write_per_problem,
 )
+from ..reporting.rerank import RERANK_FILE, RerankConfig, rerank
 from ..settings import Settings
 from .registry import Artifacts, Stage, filtered_problem_set, register
 from .scoring import ScoreConfig, score_rollouts, score_turns, with_episodes
@@ -92,11 +93,18 @@ class EvalConfig(Settings):
     )
     engine: EngineConfig = Field(default_factory=EngineConfig)
     scoring: ScoreConfig = Field(default_factory=ScoreConfig)
+    rerank: RerankConfig | None = Field(
+        None,
+        description="best-of-n: pass@1 of the sampled completion a reward model ranks first, "
+        "against a random pick, the likelihood's and the verifier's, in rerank.json",
+    )
 
     @model_validator(mode="after")
     def _something_to_do(self) -> EvalConfig:
         if not self.greedy and not self.sampled:
             raise ValueError("nothing to evaluate: greedy=False and sampled=False")
+        if self.rerank is not None and not self.sampled:
+            raise ValueError("rerank picks among the sampled completions: it needs sampled: true")
         if self.sampled and self.sampling.temperature == 0:
             raise ValueError("sampled pass@k needs sampling.temperature > 0 (0 is greedy)")
         n = self.sampling.num_generations
@@ -185,6 +193,9 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> Evaluati
         for row in all_rows:
             stream.write(json.dumps(row) + "\n")
     write_per_problem(out_dir / PER_PROBLEM_FILE, all_rows)
+    if config.rerank is not None:
+        sampled_rows = [row for row in all_rows if row["run"] == "sampled"]
+        rerank(config.rerank, sampled_rows, out_dir / RERANK_FILE)
     results.write(done)  # last: marks the stage finished
     log.info("evaluation of %s: %s", checkpoint, _headline(results))
     return results

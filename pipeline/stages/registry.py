@@ -43,7 +43,7 @@ from ..data.problem_sets import ProblemSet
 
 log = logging.getLogger("codepost.stages")
 
-Kind = Literal["checkpoint", "problems", "scored", "pairs", "evaluation"]
+Kind = Literal["checkpoint", "problems", "scored", "pairs", "reward_model", "evaluation"]
 # A problems artifact is a published folder with its problems in this file (those to train
 # on), and the problems a filter set aside in the other.
 PROBLEMS_FILE = "problems.jsonl"
@@ -60,6 +60,7 @@ class Artifacts(BaseModel):
     problems: str | None = None
     scored: str | None = None
     pairs: str | None = None
+    reward_model: str | None = None
     evaluation: str | None = None
 
     def present(self) -> dict[str, str]:

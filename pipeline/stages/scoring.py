@@ -2,12 +2,13 @@
 sandbox, all in flight at once.
 
 Rewards (test + format + rule components, each kept as a ``reward_<name>`` column) come from
-the verifier. A ``sandbox_error`` is the infrastructure's failure (a program that breaks its
-containers gets its own verdict): it is retried first, and one that persists is counted and
-named in the metrics and scored as the verifier's ``RewardConfig.sandbox_errors`` says: by
-default marked ``excluded`` (reward NaN) and left out of its group and the update, so that an
-engine that fails mid-batch trains nothing as a failure; ``"fail"`` scores it 0. A batch with
-more of them than ``max_sandbox_error_share`` stops the run: the sandbox is failing.
+the verifier; learned terms (``learned``: a reward model's score) are added to them after it.
+A ``sandbox_error`` is the infrastructure's failure (a program that breaks its containers gets
+its own verdict): it is retried first, and one that persists is counted and named in the
+metrics and scored as the verifier's ``RewardConfig.sandbox_errors`` says: by default marked
+``excluded`` (reward NaN) and left out of its group and the update, so that an engine that
+fails mid-batch trains nothing as a failure; ``"fail"`` scores it 0. A batch with more of them
+than ``max_sandbox_error_share`` stops the run: the sandbox is failing.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...sandbox import DEFAULT_IMAGE, Limits, PoolConfig, SandboxPool, connect_hosts
 from ...sandbox.runner import source_version
 from ...verifiers import CompletionStyle, Problem, RewardConfig, Verdict, VerdictStatus, Verifier
 from ...verifiers.environments import environments
+from ...verifiers.rewards import term_names
 from ..config_walk import OutsideInput
 from ..data.problem_sets import ProblemSet, load_problem_set
 from ..data.rows import (
@@ -41,6 +43,7 @@ from ..inference.episodes import EpisodeConfig, EpisodeSampler
 from ..inference.sampling import Sampler
 from ..progress import track
 from ..resources import on_close
+from ..reward_models import LearnedReward, add_learned_rewards
 from ..rl.metric_names import Data, Reward, reward_component, status_count
 from ..settings import Settings
 
@@ -106,6 +109,19 @@ class ScoreConfig(Settings):
         "above this stops with an error: the sandbox is failing, not the programs",
     )
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    learned: dict[str, LearnedReward] = Field(
+        default_factory=dict,
+        description="learned reward terms, name -> a reward model: its score of each "
+        "completion is the column reward_<name>, and reward gains weight x score",
+    )
+
+    @field_validator("learned")
+    @classmethod
+    def _own_names(cls, learned: dict[str, LearnedReward]) -> dict[str, LearnedReward]:
+        taken = sorted(set(learned) & set(term_names()))
+        if taken:
+            raise ValueError(f"learned reward {taken}: the verifier's term of that name has it")
+        return learned
 
     @model_validator(mode="after")
     def _room_for_the_program(self) -> ScoreConfig:
@@ -252,7 +268,7 @@ def score_rollouts(
             f"{config.max_sandbox_error_share}: the sandbox is failing (is the Docker engine "
             f"up? the log names each error); this batch is not kept"
         )
-    return done
+    return add_learned_rewards(done, config.learned)
 
 
 def score_turns(
