@@ -309,3 +309,34 @@ def test_a_night_recorded_before_nights_spent_alpha_counts_as_one_test(tmp_path)
     first = run_night(config, "n1", fake_execute).decision
     assert first is not None and first.spend == Spend.of(0.05, 2) and not first.promoted
     assert first.reason.startswith("no significant gain: one-sided p=0.0156 against level 0.00571")
+
+
+def test_a_night_cancelled_before_its_gate_records_it_and_runs_when_asked_again(tmp_path):
+    """Cancelled while it trains (Ctrl-C here; a flow run's cancel is Prefect's SIGTERM, as
+    tests/test_deployments.py checks): the record says cancelled, the champion kept, nothing
+    spent, and the series' report has the night. Asked again, the night runs, reusing the
+    base evaluation it made before the cancel, and is the champion's first test."""
+    config = fake_series(tmp_path)
+
+    def cancelled_at_sft(stage, config_, inputs, out_dir, label, launch=None):
+        if stage.name == "sft":
+            raise KeyboardInterrupt
+        return fake_execute(stage, config_, inputs, out_dir, label, launch)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_night(config, "n1", cancelled_at_sft)
+    record = _record(config, "n1")
+    decision = record.decision
+    assert decision is not None and decision.cancelled == "KeyboardInterrupt"
+    assert not decision.promoted and not decision.promoting and decision.failed is None
+    assert decision.champion == "blank" and decision.spend is None and _champion(config) is None
+    report = (config.series_dir / "report.md").read_text()
+    assert "| n1 |" in report and "kept the champion: the night was cancelled (Keyboard" in report
+    (base,) = config.series_dir.glob("n1/base/eval/ones/*/evaluation.json")
+    made = base.stat().st_mtime_ns
+
+    again = run_night(config, "n1", fake_execute)
+    assert again.started_at == record.started_at
+    assert again.decision is not None and again.decision.promoted
+    assert again.decision.spend == Spend.of(0.05, 1) and again.decision.cancelled is None
+    assert base.stat().st_mtime_ns == made

@@ -53,6 +53,9 @@ class Decision(BaseModel):
     gate: Comparison | None = None
     guards: list[Comparison] = Field(default_factory=list)
     failed: str | None = Field(None, description="the error that ended a failed night")
+    cancelled: str | None = Field(
+        None, description="what stopped a night before its gate (a cancel, Ctrl-C)"
+    )
     decided_at: str = Field(default_factory=now)
 
 

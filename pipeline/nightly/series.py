@@ -216,15 +216,25 @@ def run_night(
             record = _failed(config, record, decided[0] if decided else None, failed)
             _after_the_night(config)
             raise NightFailed(record) from exc
+        except BaseException as exc:  # cancelled (a flow run's SIGTERM, Ctrl-C): not a failure
+            if not decided:  # after the gate, its verdict stands (a promotion: see _settle)
+                _cancelled(config, record, type(exc).__name__)
+                _after_the_night(config)
+            raise
         _after_the_night(config)
     log.info("night %s: %s", night, record.decision.reason if record.decision else "")
     return record
 
 
 def _decided(record: NightRecord | None) -> bool:
-    """A night that is not run again: decided, neither failed nor still promoting."""
+    """A night that is not run again: decided, neither failed, cancelled nor still promoting."""
     decision = record.decision if record is not None else None
-    return decision is not None and decision.failed is None and not decision.promoting
+    return (
+        decision is not None
+        and decision.failed is None
+        and decision.cancelled is None
+        and not decision.promoting
+    )
 
 
 def _promoting(record: NightRecord) -> bool:
@@ -247,6 +257,19 @@ def _failed(
     record = record.model_copy(update={"decision": decision.model_copy(update=kept)})
     record.write(config.series_dir / record.night)
     return record
+
+
+def _cancelled(config: NightlyConfig, record: NightRecord, why: str) -> None:
+    """Record ``record``'s night cancelled by ``why`` before its gate: the champion kept, no
+    alpha spent; asked again, the night runs (resuming its folder)."""
+    decision = Decision(
+        promoted=False,
+        reason=f"the night was cancelled ({why}) before its gate; asked again, it runs",
+        champion=record.started_from,
+        alpha=config.gate.alpha,
+        cancelled=why,
+    )
+    record.model_copy(update={"decision": decision}).write(config.series_dir / record.night)
 
 
 def _promote(config: NightlyConfig, record: NightRecord) -> NightRecord:
