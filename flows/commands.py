@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..pipeline.command_line import EXIT_BAD_INPUT, settings_command
+from ..pipeline.command_line import EXIT_BAD_INPUT, refuse, settings_command
 from .ephemeral import allow_a_slow_first_start
 
 
@@ -67,10 +67,15 @@ def register_serve(subparsers: Any) -> argparse.ArgumentParser:
         help="serve the deployments (nightly series, every flow on demand) to a Prefect server",
         description="Register and serve the deployments against the Prefect server in "
         "PREFECT_API_URL (start one with `prefect server start`). Runs triggered from the UI "
-        "or the API, and the nightly schedule's, execute in this process.",
+        "or the API, and the nightly schedule's, execute on this machine, each in a process "
+        "this command starts, in the folder it was started in: relative paths in parameters "
+        "(runs/..., a series' root) resolve there. Each start registers the deployments "
+        "again: a schedule edited in the UI lasts until the next start.",
     )
-    parser.add_argument("--cron", default="0 2 * * *", help="post-train's schedule (cron)")
-    parser.add_argument("--timezone", default="UTC")
+    parser.add_argument(
+        "--cron", default="0 2 * * *", help="the nightly series' schedule (cron, in --timezone)"
+    )
+    parser.add_argument("--timezone", default="UTC", help="the schedule's time zone (IANA name)")
     parser.add_argument(
         "--accelerator-slots", type=int, default=1, help="accelerator-bound tasks at once"
     )
@@ -98,17 +103,19 @@ def serve(args: argparse.Namespace) -> int:
     _route_logs()
     from pydantic import ValidationError
 
+    from ..pipeline.data.problem_sets import check_problem_files
     from ..pipeline.nightly import NightlyConfig
     from ..pipeline.settings import SettingsError, load_config
     from .serve import serve_forever  # after the environment: it loads Prefect
 
     series = []
     for path in args.series:
-        try:
-            series.append(load_config(NightlyConfig, path, []))
-        except (ValidationError, SettingsError, OSError) as exc:
-            Console(stderr=True).print(f"[red]codepost serve: invalid series {path}[/red]: {exc}")
-            return EXIT_BAD_INPUT
+        try:  # what a scheduled night would refuse at its start, refused now
+            config = load_config(NightlyConfig, path, [])
+            check_problem_files(config)
+        except (ValidationError, SettingsError, ValueError, OSError) as exc:
+            return refuse("serve", f"invalid series {path}", exc)  # a line, however long
+        series.append(config)
     names = [config.series for config in series]
     if len(set(names)) < len(names):
         Console(stderr=True).print(f"[red]codepost serve[/red]: a series named twice: {names}")

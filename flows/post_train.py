@@ -5,9 +5,12 @@ Nothing here names a stage: each registered stage (``codepost.pipeline.stages``)
 with retries for transient failures (the sandbox or the engine), the ``accelerator`` tag (a
 concurrency limit of one keeps accelerator-bound work one at a time), and artifacts (a markdown
 summary with its plots, an evaluation's table); and a flow whose parameters are the inputs it
-needs, its pydantic config and an output folder. The UI renders the configs as forms; they are
-validated again when the flow starts (the UI cannot run validators). Resuming is the
-pipeline's: a finished output with the same key is reused (:mod:`codepost.pipeline.stages`).
+needs, its pydantic config and an output folder. The UI renders the configs as forms, and
+Prefect checks a submitted run's parameters against their JSON schema (types, bounds, unknown
+keys); what a schema cannot say (one field against another, a file that must be there) is
+checked when the flow starts, before any work, and a parameter that fails ends the run with one
+line naming it (:class:`ParameterError`). Resuming is the pipeline's: a finished output with
+the same key is reused (:mod:`codepost.pipeline.stages`).
 """
 
 from __future__ import annotations
@@ -18,18 +21,19 @@ import inspect
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prefect import flow, get_run_logger, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from ..pipeline.data.problem_sets import ProblemSet
+from ..pipeline.data.problem_sets import ProblemSet, check_problem_files
 from ..pipeline.inference.sampling import WeightSyncError
 from ..pipeline.launch import LaunchConfig, launch_stage, launches
-from ..pipeline.model_config import ModelNotFoundError
+from ..pipeline.model_config import ModelNotFoundError, resolve_model
 from ..pipeline.post_train import PostTrainConfig, run_post_train
 from ..pipeline.reporting.report import stage_rows
+from ..pipeline.settings import explain
 from ..pipeline.stages import STAGES, Artifacts, Stage, run_stage
 from ..pipeline.stages.scoring import (
     ScoreConfig,
@@ -50,6 +54,7 @@ from .stage_worker import (
 from .task_runners import FanOut
 
 ACCELERATOR = "accelerator"
+M = TypeVar("M", bound=BaseModel)
 # The stages log progress on `codepost.*` loggers; PREFECT_LOGGING_EXTRA_LOGGERS=codepost
 # (set by `codepost run` and `codepost serve`) sends them to the flow run's logs.
 logging.getLogger("codepost").setLevel(logging.INFO)
@@ -170,9 +175,36 @@ def _with_plots_inlined(markdown: str, folder: Path) -> str:
     return re.sub(r"!\[([^\]]*)\]\(([^)]+\.png)\)", inline, markdown)
 
 
-def _validated(config: Any, kind: type[BaseModel]) -> Any:
-    """The UI sends plain data and cannot run validators: validate here, naming the problem."""
-    return kind.model_validate(config if isinstance(config, dict) else config.model_dump())
+class ParameterError(ValueError):
+    """A flow run's parameter it cannot run with; one line, naming the parameter, the key in it
+    and the value where there is one: the failed run's message in the UI."""
+
+
+def _validated(value: Any, kind: type[M], parameter: str) -> M:
+    """``parameter`` as ``kind``, with every problem set it names there and readable."""
+    data = value if isinstance(value, dict) else value.model_dump()
+    try:
+        config = kind.model_validate(data)
+    except ValidationError as exc:
+        errors = explain(exc, kind, data, [], None).splitlines()
+        raise ParameterError(f"{parameter}: {'; '.join(errors)}") from None
+    try:
+        check_problem_files(config)
+    except (ValueError, OSError) as exc:
+        raise ParameterError(f"{parameter}: {exc}") from None
+    return config
+
+
+def _check_input(kind: str, value: str) -> None:
+    """An input artifact named by a flow's parameter: a checkpoint is a model folder or a
+    model's name; any other kind a file or folder that is there."""
+    try:
+        if kind == "checkpoint":
+            resolve_model(value)
+        elif not Path(value).exists():
+            raise FileNotFoundError(f"no such file or folder: {value}")
+    except FileNotFoundError as exc:  # ModelNotFoundError is one
+        raise ParameterError(f"{kind}: {exc}") from None
 
 
 def _worker_log(out_dir: str | Path) -> Path:
@@ -224,9 +256,13 @@ def _flow_for(stage: Stage) -> Any:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         given = bound.arguments
-        config = _validated(given["config"], stage.config)
+        config = _validated(given["config"], stage.config, "config")
+        launch = (
+            _validated(given["launch"], LaunchConfig, "launch") if stage.multi_process else None
+        )
         inputs = Artifacts(**{kind: given[kind] for kind in kinds})
-        launch = _validated(given["launch"], LaunchConfig) if stage.multi_process else None
+        for kind, path in inputs.present().items():
+            _check_input(kind, path)
         execute = functools.partial(execute_as_task, launch=launch)
         with stage_worker(_worker_log(given["out_dir"])):
             outputs = run_stage(stage, config, inputs, Path(given["out_dir"]), execute)
@@ -236,17 +272,19 @@ def _flow_for(stage: Stage) -> Any:
     run.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": str | None}
     run.__name__ = run.__qualname__ = f"{stage.name}_flow"
     run.__doc__ = f"The {stage.name} stage: {stage.description}."
-    return flow(name=stage.name, description=run.__doc__)(run)
+    return flow(name=stage.name, description=run.__doc__, validate_parameters=False)(run)
 
 
-@flow(name="post-train")
+# validate_parameters=False: each flow checks its parameters itself (_validated), to fail with
+# one line naming the parameter rather than Prefect's pydantic report.
+@flow(name="post-train", validate_parameters=False)
 def post_train(config: PostTrainConfig = PostTrainConfig()) -> dict[str, Any]:  # noqa: B008
     """The registered stages of ``config`` in order, with pass@k after every stage that trains."""
-    config = _validated(config, PostTrainConfig)
+    config = _validated(config, PostTrainConfig, "config")
     try:
         config.model.resolve()
     except ModelNotFoundError as exc:
-        raise ValueError(f"post-train: {exc}") from None
+        raise ParameterError(f"config: {exc}") from None
     with stage_worker(Path(config.run_dir) / "logs" / "stage-worker.log"):
         result = run_post_train(config, execute_as_task)
     report = Path(result.report)
@@ -282,7 +320,7 @@ def score_shards_flow(
     return str(merge_shards([Path(path) for path in futures.result()], Path(out_dir)))
 
 
-@flow(name="score")
+@flow(name="score", validate_parameters=False)
 def score_flow(
     rollouts: str,
     problems: ProblemSet = ProblemSet(),  # noqa: B008
@@ -292,7 +330,12 @@ def score_flow(
 ) -> str:
     """Score a rollouts file across ``fan_out``'s task runner (threads here, or a Dask or Ray
     cluster: several machines); reused when it is already scored."""
-    config, fan_out = _validated(config, ScoreConfig), _validated(fan_out, FanOut)
+    config, fan_out = (
+        _validated(config, ScoreConfig, "config"),
+        _validated(fan_out, FanOut, "fan_out"),
+    )
+    problems = _validated(problems, ProblemSet, "problems")
+    _check_input("rollouts", rollouts)
     scored = scored_path(Path(out_dir))
     if scored.is_file():
         return str(scored)

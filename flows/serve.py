@@ -1,9 +1,11 @@
 """Deployments: ``nightly/<series>`` on a cron schedule, one per series, every flow on demand.
 
 ``codepost serve`` registers them with the Prefect server in ``PREFECT_API_URL`` and serves
-them from this process: runs triggered from the UI (with the parameter form) or the API, and
-the scheduled ones, execute here. Parameters are checked against the flows' pydantic schemas
-when a run is created (``enforce_parameter_schema``), and validated again when it starts.
+them: runs triggered from the UI (with the parameter form) or the API, and the scheduled ones,
+each execute in a process it starts (``python -m prefect.engine``), in the folder it was started
+in. Parameters are checked against the flows' JSON schemas when a run is created
+(``enforce_parameter_schema``), and what a schema cannot say when the run starts. Each start
+registers the deployments again: schedules, and a pause, set in the UI last until then.
 """
 
 from __future__ import annotations

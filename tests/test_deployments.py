@@ -5,6 +5,7 @@ schedules future runs, and invalid parameters are refused."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -222,3 +223,122 @@ def _processes_of(run_id: str, serve_pid: int) -> list[psutil.Process]:
         except psutil.NoSuchProcess:
             continue
     raise AssertionError(f"no process runs flow run {run_id}")
+
+
+def _run_nightly(api: str, env: dict, parameters: dict) -> str:
+    """A run of nightly/nightly with ``parameters``, submitted; its id."""
+    code = f"""
+from prefect.deployments import run_deployment
+print(run_deployment("nightly/nightly", timeout=0, parameters={parameters!r}).id)
+"""
+    done = _run_in(api, env, code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()[-1]
+
+
+def _ended(api: str, run_id: str) -> str:
+    """The run's final state type, waiting for it."""
+    _wait(lambda: _state(api, run_id) in ("COMPLETED", "FAILED", "CANCELLED", "CRASHED"), 300,
+          Path("/dev/null"))  # fmt: skip
+    return _state(api, run_id)
+
+
+def test_a_night_refused_for_a_held_series_ends_cancelled_in_one_line(served, tmp_path):
+    """Another night holds the series: the run ends Cancelled, one line in its log and in the
+    serve terminal says why, and neither shows an error or a traceback."""
+    from codepost.pipeline.nightly import NightlyConfig
+    from codepost.pipeline.run_lock import run_folder_lock
+
+    api, env, home, _ = served
+    config = NightlyConfig(root=str(tmp_path), series="held")
+    terminal = home / "serve.log"
+    before = terminal.stat().st_size
+    with run_folder_lock(config.series_dir):
+        run_id = _run_nightly(api, env, {"night": "n1", "config": {"root": str(tmp_path),
+                                                                   "series": "held"}})  # fmt: skip
+        assert _ended(api, run_id) == "CANCELLED"
+    why = re.compile(r"night n1 of held did not run: .* in use by pid \d+ .*: another night of "
+                     r"this series is running")  # fmt: skip
+    assert sum(bool(why.search(message)) for message in _logs(api, run_id)) == 1
+    _wait(lambda: "Cancelled flow run" in terminal.read_text()[before:], 60, terminal)
+    printed = terminal.read_text()[before:]
+    assert len(why.findall(printed)) == 1, printed
+    assert "Traceback" not in printed and "ERROR" not in printed, printed
+    assert not (config.series_dir / "n1").exists()
+
+
+def test_a_gate_naming_no_evaluation_is_refused_when_the_night_starts(served, tmp_path):
+    """The form cannot compare the gate with the run's evaluations, so Prefect accepts the
+    run; it fails as it starts, before it takes the series' lock, in one line."""
+    api, env, *_ = served
+    config = {"root": str(tmp_path), "series": "s", "gate": {"benchmark": "held-out"}}
+    run_id = _run_nightly(api, env, {"night": "n1", "config": config})
+    assert _ended(api, run_id) == "FAILED"
+    message = httpx.get(f"{api}/flow_runs/{run_id}", timeout=5).json()["state"]["message"]
+    assert message == ("Flow run encountered an exception: ParameterError: config: gate: "
+                       "'held-out' is not one of run.evaluations (['humaneval'])")  # fmt: skip
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_night_cancelled_from_prefect_records_its_decision(served, tmp_path):
+    """Cancelled while its base evaluation runs: night.json says cancelled, the champion
+    kept; the series' report has the night, and the run published the decision."""
+    from codepost.pipeline.data.problem_sets import ProblemSet
+    from codepost.pipeline.inference.sampling import SamplingConfig
+    from codepost.pipeline.nightly import NightlyConfig
+    from codepost.pipeline.nightly.records import NIGHT_RECORD, NightRecord
+    from codepost.pipeline.post_train import PostTrainConfig
+    from codepost.pipeline.stages.evaluation import EvalConfig
+
+    api, env, *_ = served
+    model = saved_tiny_model(tmp_path / "tiny", hidden_size=128)
+    engine = TEST_ENGINE.model_copy(update={"max_model_len": 2048})
+    sampling = SamplingConfig(num_generations=16, temperature=0.8, max_tokens=512)
+    long = EvalConfig(problems=ProblemSet(limit=32), prompt_style="continuation",
+                      sampled=True, sampling=sampling, engine=engine)  # fmt: skip
+    run = PostTrainConfig(model=model, stages=[], evaluations={"tiny": long})
+    config = NightlyConfig(root=str(tmp_path / "series"), series="c", run=run)
+    run_id = _run_nightly(api, env, {"night": "n1", "config": config.model_dump(mode="json")})
+    _wait(
+        lambda: (
+            _running(api, run_id)
+            and any("Loading safetensors checkpoint shards" in m for m in _logs(api, run_id))
+        ),
+        600,  # the engine starts in minutes on a loaded 2-core machine
+        Path("/dev/null"),
+    )
+    httpx.post(f"{api}/flow_runs/{run_id}/set_state", timeout=5,
+               json={"state": {"type": "CANCELLING"}, "force": True})  # fmt: skip
+    assert _ended(api, run_id) == "CANCELLED"
+
+    decision = NightRecord.read(config.series_dir / "n1" / NIGHT_RECORD).decision
+    assert decision is not None and decision.cancelled == "TerminationSignal"
+    assert not decision.promoted and decision.champion == model.name_or_path
+    report = (config.series_dir / "report.md").read_text()
+    assert "| n1 |" in report and "the night was cancelled (TerminationSignal)" in report
+    body = {"artifacts": {"key": {"any_": ["c-decision"]}}}
+    (published,) = httpx.post(f"{api}/artifacts/filter", json=body, timeout=5).json()
+    assert published["flow_run_id"] == run_id
+    assert "# c, night n1: kept the champion" in published["data"]
+
+
+def test_serve_refuses_a_series_that_would_fail_when_its_night_starts(tmp_path):
+    """Checked at registration, as a night checks its config at its start: nothing served."""
+    series = tmp_path / "s.yaml"
+    missing = tmp_path / "gone.jsonl"
+    series.write_text(
+        f"series: s\nrun:\n  evaluations:\n    h: {{problems: {{source: {missing}}}}}\n"
+    )
+    codepost = str(Path(sys.executable).parent / "codepost")
+    refused = subprocess.run(
+        [codepost, "serve", "--series", str(series)],
+        env={**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api"},  # never reached
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert (
+        refused.stderr.strip()
+        == f"codepost serve: invalid series {series}: no problem file at {missing}"
+    )

@@ -151,13 +151,33 @@ def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_c
         torch.testing.assert_close(two[name], one[name], rtol=0, atol=0.05 * 1e-2)  # lr: 1e-2
 
 
-def test_invalid_parameters_are_refused_naming_the_field(prefect_api):
-    from codepost.flows.post_train import post_train
+def test_invalid_parameters_are_refused_in_one_line_naming_the_parameter(prefect_api, tmp_path):
+    """What a parameter's JSON schema cannot say (a gate's benchmark against the run's
+    evaluations, a file that must be there, one field against another) fails the run when it
+    starts, before any work, in one line naming the parameter, its key and value."""
+    from codepost.flows.nightly import nightly
+    from codepost.flows.post_train import post_train, score_flow
 
-    with pytest.raises(Exception, match="iterations"):
-        post_train({"stages": [{"stage": "rl", "config": {"iterations": 0}}]})
-    with pytest.raises(Exception, match="no such folder"):
-        post_train({"model": {"name_or_path": "/nonexistent/model"}, "stages": []})
+    series = {"root": str(tmp_path / "series")}
+    refused = {
+        "config: stages[0].config.iterations = 0: Input should be greater than or equal to 1": (
+            post_train, {"config": {"stages": [{"stage": "rl", "config": {"iterations": 0}}]}}),
+        "config: model '/nonexistent/model': no Hugging Face model folder there (no such folder)": (
+            post_train, {"config": {"model": {"name_or_path": "/nonexistent/model"}}}),
+        "config: gate: 'held-out' is not one of run.evaluations (['humaneval'])": (
+            nightly, {"config": {**series, "gate": {"benchmark": "held-out"}}}),
+        f"config: no problem file at {tmp_path / 'gone.jsonl'}": (nightly, {"config": {
+            **series, "run": {"evaluations": {"h": {"problems": {"source": str(tmp_path / "gone.jsonl")}}}}}}),
+        f"rollouts: no such file or folder: {tmp_path / 'r.parquet'}": (
+            score_flow, {"rollouts": str(tmp_path / "r.parquet")}),
+        "fan_out: ray_address='auto' is for task_runner='ray', not 'dask'": (score_flow, {
+            "rollouts": "r.parquet", "fan_out": {"task_runner": "dask", "ray_address": "auto"}}),
+    }  # fmt: skip
+    for message, (flow, parameters) in refused.items():
+        state = flow(**parameters, return_state=True)
+        assert state.is_failed()
+        assert state.message == f"Flow run encountered an exception: ParameterError: {message}"
+    assert not (tmp_path / "series").exists()  # no night started: no lock, no folder
 
 
 def _fenced(code: str) -> str:
