@@ -59,11 +59,26 @@ def t(values, dtype=F64) -> torch.Tensor:
 
 
 def policy_loss(
-    logprobs, old_logprobs, advantages, mask, *, loss="vanilla", agg_mode="token-mean", **params
+    logprobs,
+    old_logprobs,
+    advantages,
+    mask,
+    *,
+    loss="vanilla",
+    agg_mode="token-mean",
+    behaviour_logprobs=None,
+    **params,
 ):
     """A registered policy loss with its hyperparameters as keywords."""
     entry = get_policy_loss(loss)
-    inputs = LossInputs(logprobs, old_logprobs, advantages, mask, agg_mode=agg_mode)
+    inputs = LossInputs(
+        logprobs,
+        old_logprobs,
+        advantages,
+        mask,
+        agg_mode=agg_mode,
+        behaviour_logprobs=behaviour_logprobs,
+    )
     return entry(inputs, entry.params(**params))
 
 
@@ -376,9 +391,12 @@ def test_estimators_take_only_their_own_hyperparameters():
 
 
 def test_policy_loss_registry_names_each_loss_and_its_ratio():
-    assert set(POLICY_LOSSES) == {"vanilla", "gspo", "pg"}
+    assert set(POLICY_LOSSES) == {"vanilla", "gspo", "pg", "decoupled"}
     assert get_policy_loss("vanilla").ratio_level == "token"
     assert get_policy_loss("gspo").ratio_level == "sequence"
+    assert [name for name, entry in POLICY_LOSSES.items() if entry.behaviour_weighted] == [
+        "decoupled"
+    ]
     with pytest.raises(ValueError, match="unknown ratio level 'word'"):
         register_policy_loss(GSPOParams, ratio_level="word")
     with pytest.raises(ValueError, match="already registered"):
@@ -848,6 +866,40 @@ def test_sequence_ratio_is_exp_of_the_mean_token_log_ratio():
     mask = t([[1.0, 1.0, 0.0]])
     _, metrics = policy_loss(logp, torch.zeros_like(logp), t([[1.0, 1.0, 1.0]]), mask, loss="gspo")
     assert metrics["ratio_mean"].item() == pytest.approx(math.exp(0.1))
+
+
+@FAST
+@given(policy_batches())
+def test_the_decoupled_loss_on_fresh_rows_is_the_vanilla_loss(batch):
+    logp, old, advantages, mask = batch
+    results = []
+    for name in ("vanilla", "decoupled"):
+        leaf = logp.clone().requires_grad_(True)
+        loss, metrics = policy_loss(leaf, old, advantages, mask, loss=name, behaviour_logprobs=old)
+        results.append((loss, *torch.autograd.grad(loss, leaf)))
+    torch.testing.assert_close(results[1], results[0])
+    assert metrics["is_weight_mean"].item() == 1.0 and metrics["is_truncated_fraction"] == 0
+
+
+def test_the_decoupled_loss_weighs_each_token_by_proximal_over_behaviour_and_drops_past_the_cap():
+    """Three tokens at the proximal policy (ratio 1, no clip), advantage 1: the sampler found
+    them 2, 1 and 8 times less likely than pi_old; with behaviour_cap 4 the third is left out
+    but still counts in the token mean's denominator (AReaL's behav_imp_weight_cap)."""
+    old = t([[-1.0, -1.0, -1.0]])
+    behaviour = old - torch.log(t([[2.0, 1.0, 8.0]]))
+    logp = old.clone().requires_grad_(True)
+    loss, metrics = policy_loss(
+        logp, old, t([[1.0, 1.0, 1.0]]), torch.ones(1, 3, dtype=F64),
+        loss="decoupled", behaviour_logprobs=behaviour, behaviour_cap=4.0,
+    )  # fmt: skip
+    assert loss.item() == pytest.approx(-(2.0 + 1.0 + 0.0) / 3)
+    (grad,) = torch.autograd.grad(loss, logp)
+    torch.testing.assert_close(grad, t([[-2.0, -1.0, 0.0]]) / 3)
+    assert metrics["is_weight_mean"].item() == pytest.approx(1.0)  # (2 + 1 + 0) / 3
+    assert metrics["is_ratio_max"].item() == pytest.approx(8.0)
+    assert metrics["is_truncated_fraction"].item() == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="sampler's logprobs"):
+        policy_loss(logp, old, t([[1.0, 1.0, 1.0]]), torch.ones(1, 3), loss="decoupled")
 
 
 @pytest.mark.parametrize(

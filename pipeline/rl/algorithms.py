@@ -612,14 +612,21 @@ def approx_kl(logprobs: Tensor, old_logprobs: Tensor, mask: Tensor) -> Tensor:
 
 
 def truncated_is_weights(
-    old_logprobs: Tensor, sampling_logprobs: Tensor, mask: Tensor, cap: float
+    old_logprobs: Tensor,
+    sampling_logprobs: Tensor,
+    mask: Tensor,
+    cap: float,
+    beyond_cap: Literal["truncate", "drop"] = "truncate",
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Token-level truncated importance weights ``min(pi_old / pi_sampler, cap)``.
+    """Token-level importance weights ``pi_old / pi_sampler``, truncated to ``cap`` or, with
+    ``beyond_cap="drop"``, 0 past it (AReaL's ``behav_imp_weight_cap``).
 
-    The sampler (vLLM kernels, bf16, a stale refresh) and the trainer disagree slightly, so
-    "on-policy" rollouts are off-policy; weighing each token by this ratio corrects it, and the
-    cap bounds the variance (TRL's ``vllm_importance_sampling_correction``, verl's
-    ``rollout_correction``). Positions without a sampling logprob (NaN) weigh 1.
+    The sampler (vLLM kernels, bf16, a stale refresh, or weights versions behind in the
+    asynchronous loop) and the trainer disagree, so its rollouts are off-policy; weighing each
+    token by this ratio corrects it, and the cap bounds the variance (TRL's
+    ``vllm_importance_sampling_correction``, verl's ``rollout_correction``). Positions without a
+    sampling logprob (NaN) weigh 1. ``is_truncated_fraction`` is the share of tokens past the
+    cap, truncated or dropped.
     """
     import torch
 
@@ -627,7 +634,12 @@ def truncated_is_weights(
     valid = (mask != 0) & ~torch.isnan(sampling_logprobs)
     log_ratio = torch.where(valid, old_logprobs - sampling_logprobs, 0.0)
     ratio = torch.exp(log_ratio.clamp(max=20.0))
-    weights = ratio.clamp(max=cap)
+    if beyond_cap == "truncate":
+        weights = ratio.clamp(max=cap)
+    elif beyond_cap == "drop":
+        weights = torch.where(ratio > cap, 0.0, ratio)
+    else:
+        raise ValueError(f"beyond_cap={beyond_cap!r}: truncate or drop")
     metrics = {
         "is_weight_mean": masked_mean(weights, valid.float()),
         "is_ratio_max": torch.where(valid, ratio, 0.0).max(),
@@ -663,6 +675,8 @@ class LossInputs:
     num_seqs: float | None = None
     # Every numeric column of the rollout rows, ``[B]``: see :class:`AdvantageInputs`.
     columns: Mapping[str, Tensor] = field(default_factory=dict)
+    # The sampler's logprobs of the same tokens (the behaviour policy; NaN where it kept none)
+    behaviour_logprobs: Tensor | None = None
 
     def aggregate(self, per_token: Tensor) -> Tensor:
         """``per_token`` reduced as :func:`aggregate_loss` does, over the response mask."""
@@ -688,10 +702,12 @@ class PolicyLossFn(Protocol):
 @dataclass(frozen=True)
 class PolicyLoss(_Entry):
     """A policy loss; ``ratio_level`` is the importance ratio it uses, which the ratio-weighted
-    KL to the reference uses too."""
+    KL to the reference uses too; ``behaviour_weighted``: it weighs each token by
+    ``pi_old / pi_sampler`` itself (off-policy rows need no other correction)."""
 
     fn: PolicyLossFn
     ratio_level: str = "token"
+    behaviour_weighted: bool = False
 
     def __call__(
         self, inputs: LossInputs, params: Hyperparameters | None = None
@@ -712,7 +728,7 @@ PolicyLossParams = registered_params(POLICY_LOSSES)
 
 
 def register_policy_loss(
-    params: type[Hyperparameters], *, ratio_level: str = "token"
+    params: type[Hyperparameters], *, ratio_level: str = "token", behaviour_weighted: bool = False
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Decorator adding a policy loss, with the model of its hyperparameters, under the name
     that model carries."""
@@ -720,7 +736,7 @@ def register_policy_loss(
         raise ValueError(f"unknown ratio level {ratio_level!r}; known: {list(RATIO_LEVELS)}")
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
-        entry = PolicyLoss(params=params, fn=fn, ratio_level=ratio_level)
+        entry = PolicyLoss(params, fn, ratio_level, behaviour_weighted)
         POLICY_LOSSES.add(_registered_name(params), entry)
         return fn
 
@@ -744,9 +760,10 @@ class ClipParams(Hyperparameters):
 
 
 def _clipped_surrogate(
-    log_ratio: Tensor, inputs: LossInputs, params: ClipParams
+    log_ratio: Tensor, inputs: LossInputs, params: ClipParams, weights: Tensor | None = None
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """The clipped surrogate for a given log-ratio; the losses differ only in the ratio."""
+    """The clipped surrogate for a given log-ratio, each token's loss times its ``weights``
+    (none: 1); the losses differ only in the ratio and the weights."""
     import torch
 
     advantages, mask = inputs.advantages, inputs.response_mask
@@ -758,7 +775,7 @@ def _clipped_surrogate(
     if params.dual_clip is not None:
         capped = torch.minimum(losses, -advantages * params.dual_clip)
         losses = torch.where(advantages < 0, capped, losses)
-    loss = inputs.aggregate(losses)
+    loss = inputs.aggregate(losses if weights is None else losses * weights)
 
     with torch.no_grad():
         metrics = {
@@ -847,6 +864,54 @@ def policy_gradient_loss(
             "ratio_mean": masked_mean(ratio, inputs.response_mask),
         }
     return loss, metrics
+
+
+class DecoupledParams(ClipParams):
+    name: Literal["decoupled"] = "decoupled"
+    behaviour_cap: float = Field(
+        5.0,
+        gt=1,
+        description="tokens whose pi_old / pi_sampler exceeds it are left out of the loss "
+        "(AReaL's behav_imp_weight_cap; 5 in its asynchronous recipes)",
+    )
+
+
+@register_policy_loss(DecoupledParams, behaviour_weighted=True)
+def decoupled_policy_loss(
+    inputs: LossInputs, params: DecoupledParams
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """AReaL's decoupled PPO objective (Fu et al. 2025) for rows sampled by older weights: the
+    trust region is taken around the proximal policy ``pi_old`` (the weights before this
+    update), not around the behaviour policy that sampled the tokens, and each token's clipped
+    loss is weighed by ``pi_old / pi_sampler`` (no gradient), so that the update is an unbiased
+    step from stale samples whose clip still bounds how far one update moves.
+
+    Tokens whose weight exceeds ``behaviour_cap`` are left out (weight 0; they still count in
+    the loss's denominators): a few tokens the sampler found unlikely and the trainer likely
+    would otherwise dominate the batch. With fresh rows (``pi_sampler = pi_old``) every weight
+    is 1 and the loss is :func:`vanilla_policy_loss`.
+
+    Metrics: those of the vanilla loss, and the behaviour weights' mean, the largest ratio and
+    the share of tokens left out (``is_weight_mean``, ``is_ratio_max``,
+    ``is_truncated_fraction``).
+    """
+    import torch
+
+    if inputs.behaviour_logprobs is None:
+        raise ValueError("the decoupled loss weighs by the sampler's logprobs: none were given")
+    with torch.no_grad():
+        weights, weight_metrics = truncated_is_weights(
+            inputs.old_logprobs,
+            inputs.behaviour_logprobs,
+            inputs.response_mask,
+            params.behaviour_cap,
+            beyond_cap="drop",
+        )
+    log_ratio = importance_log_ratio(
+        inputs.logprobs, inputs.old_logprobs, inputs.response_mask, "token"
+    )
+    loss, metrics = _clipped_surrogate(log_ratio, inputs, params, weights)
+    return loss, {**metrics, **weight_metrics}
 
 
 def value_loss(

@@ -59,7 +59,9 @@ class Sampler:
     KL: Final = "sampler/kl"  # KL(sampler || trainer), k3 estimator
     REFRESH_PROBE_DIFF: Final = "sampler/refresh_probe_diff"  # weight refresh check (worst)
     ENGINES: Final = "sampler/engines"  # engines that sampled (1, or every rank's)
-    IS_WEIGHT_MEAN: Final = "sampler/is_weight/mean"  # truncated importance weights
+    # pi_old / pi_sampler per token: the weights applied (truncated, or 0 past the decoupled
+    # loss's cap), the largest ratio, and the share of tokens past the cap
+    IS_WEIGHT_MEAN: Final = "sampler/is_weight/mean"
     IS_RATIO_MAX: Final = "sampler/is_ratio/max"
     IS_TRUNCATED_FRACTION: Final = "sampler/is_truncated_fraction"
 
@@ -102,16 +104,17 @@ class Time:
 # Over an update's optimizer steps, these take the largest value; the others the mean.
 MAXIMA: Final = frozenset({Sampler.LOGPROB_DIFF_MAX, Sampler.IS_RATIO_MAX})
 # The metrics of pipeline.rl.algorithms' loss functions, by their local names.
+IS_WEIGHT_METRICS: Final = {
+    "is_weight_mean": Sampler.IS_WEIGHT_MEAN,
+    "is_ratio_max": Sampler.IS_RATIO_MAX,
+    "is_truncated_fraction": Sampler.IS_TRUNCATED_FRACTION,
+}
 POLICY_LOSS_METRICS: Final = {
     "clipfrac_low": Update.CLIPFRAC_LOW,
     "clipfrac_high": Update.CLIPFRAC_HIGH,
     "approx_kl": Update.APPROX_KL,
     "ratio_mean": Update.RATIO_MEAN,
-}
-IS_WEIGHT_METRICS: Final = {
-    "is_weight_mean": Sampler.IS_WEIGHT_MEAN,
-    "is_ratio_max": Sampler.IS_RATIO_MAX,
-    "is_truncated_fraction": Sampler.IS_TRUNCATED_FRACTION,
+    **IS_WEIGHT_METRICS,  # the decoupled loss weighs by them itself
 }
 
 

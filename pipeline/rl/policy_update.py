@@ -483,6 +483,7 @@ class PolicyUpdater:
             mask,
             agg_mode=self.config.loss_agg_mode,
             columns={name: column[rows] for name, column in batch.columns.items()},
+            behaviour_logprobs=take(batch.sampling_logprobs),
             **counts,
         )
         return MicroBatch(
@@ -501,7 +502,11 @@ class PolicyUpdater:
         loss, metrics = self.config.loss(micro.loss, self.config.policy_loss)
         totals.add(Update.POLICY_LOSS, loss)
         for name, value in metrics.items():
-            totals.mean(POLICY_LOSS_METRICS[name], value, micro.tokens)
+            metric = POLICY_LOSS_METRICS[name]
+            if metric in MAXIMA:
+                totals.max(metric, value)
+            else:
+                totals.mean(metric, value, micro.tokens)
         return loss
 
     def _entropy_term(self, micro: MicroBatch, totals: _Totals) -> Tensor | float:

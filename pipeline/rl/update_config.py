@@ -70,7 +70,8 @@ class UpdateConfig(BaseModel):
     policy_loss: PolicyLossParams = Field(
         default_factory=lambda data: _preset(data).policy_loss,
         description="the policy loss and its hyperparameters, {name: ..., ...}: vanilla or gspo "
-        "(clip_low, clip_high, dual_clip); default: the algorithm's",
+        "(clip_low, clip_high, dual_clip), or decoupled (and behaviour_cap: AReaL's objective "
+        "for rows sampled by older weights); default: the algorithm's",
     )
     epochs: int = Field(1, ge=1, le=100, description="passes over each rollout batch")
     minibatch_size: int | None = Field(
@@ -147,7 +148,18 @@ class UpdateConfig(BaseModel):
                 f"the samples' policy: it takes one step on the whole batch (epochs 1, no "
                 f"minibatch_size), got epochs={self.epochs}, minibatch_size={self.minibatch_size}"
             )
+        if self.sampler_is_cap is not None and self.loss.behaviour_weighted:
+            raise ValueError(
+                f"policy_loss {self.policy_loss.name!r} weighs each token by pi_old / pi_sampler "
+                "itself: with sampler_is_cap the weight would apply twice; drop sampler_is_cap"
+            )
         return self
+
+    @property
+    def corrects_off_policy(self) -> bool:
+        """Whether the update weighs tokens by ``pi_old / pi_sampler`` (rows sampled by other
+        weights than the trainer's)."""
+        return self.sampler_is_cap is not None or self.loss.behaviour_weighted
 
     @property
     def estimator(self) -> AdvantageEstimator:
