@@ -422,6 +422,10 @@ def metrics_page() -> str:
             code(metric_names.status_count("<status>")),
             f"{prose(metric_names.status_count.__doc__)} Statuses: {statuses}.",
         ],
+        [
+            code(metric_names.staleness_count("<k>")),
+            prose(metric_names.staleness_count.__doc__),
+        ],
     ]
     maxima = ", ".join(code(name) for name in sorted(metric_names.MAXIMA))
     return f"""# RL metrics

@@ -5,12 +5,14 @@ one place, by namespace:
 * ``reward/``: the verifier's rewards of the iteration's scored completions;
 * ``sampler/``: how far the sampler's logprobs are from the trainer's (off-policy drift);
 * ``update/``: the policy update (losses, clipping, KL, gradient, steps);
+* ``queue/``: the asynchronous loop (``rl.asynchronous``): how stale the trained rows were,
+  what was dropped as too stale, the queue between the sampler's process and the trainer;
 * ``time/``: wall seconds per phase of the iteration.
 
 A statistic of a quantity is a level of its own (``update/response_length/max``), never a
-suffix that code has to parse. Names are ``<namespace>/<quantity>[/<statistic>]``; three
-families are named at run time: :func:`reward_component`, :func:`status_count` and the
-verifier's status values.
+suffix that code has to parse. Names are ``<namespace>/<quantity>[/<statistic>]``; four
+families are named at run time: :func:`reward_component`, :func:`status_count` (the
+verifier's status values) and :func:`staleness_count`.
 """
 
 from __future__ import annotations
@@ -92,13 +94,27 @@ class Update:
     SKIPPED: Final = "update/skipped"  # no informative group: weights unchanged
 
 
+class Queue:
+    """The asynchronous loop's: a row's staleness is the trainer's policy version (the
+    iteration's, minus one) minus the version that sampled it."""
+
+    ROWS_STALE: Final = "queue/rows_stale"  # dropped as more than max_staleness versions old
+    GROUPS_DEQUEUED: Final = "queue/groups_dequeued"  # taken off the queue so far (resume)
+    ROUNDS_WAITING: Final = "queue/rounds_waiting"  # sampled ahead, not yet opened
+    SAMPLER_RESTARTS: Final = "queue/sampler_restarts"  # the sampler's process, in this run
+
+
 class Time:
     SAMPLE: Final = "time/sample_s"
     SCORE: Final = "time/score_s"
     UPDATE: Final = "time/update_s"
     SAVE: Final = "time/save_s"
     REFRESH: Final = "time/refresh_s"
-    PHASES: Final = (SAMPLE, SCORE, UPDATE, SAVE, REFRESH)
+    # Asynchronous: the trainer waiting for the sampler's rounds (a phase of its iteration), and
+    # the sampler waiting for weights new enough, before the rounds this iteration opened
+    TRAINER_IDLE: Final = "time/trainer_idle_s"
+    SAMPLER_IDLE: Final = "time/sampler_idle_s"
+    PHASES: Final = (SAMPLE, SCORE, UPDATE, SAVE, REFRESH, TRAINER_IDLE)
 
 
 # Over an update's optimizer steps, these take the largest value; the others the mean.
@@ -128,13 +144,19 @@ def status_count(status: str) -> str:
     return f"data/status/{status}"
 
 
+def staleness_count(staleness: int) -> str:
+    """How many rows the update trained on were ``staleness`` policy versions old (0 to
+    ``max_staleness``: the histogram of the asynchronous loop)."""
+    return f"queue/staleness/{staleness}"
+
+
 DECLARED: Final = frozenset(
     value
-    for namespace in (Data, Reward, Sampler, Update, Time)
+    for namespace in (Data, Reward, Sampler, Update, Queue, Time)
     for name, value in vars(namespace).items()
     if name.isupper() and isinstance(value, str)
 ) | {ITERATION}
-_FAMILIES = re.compile(r"reward/[a-z_]+/mean|data/status/[a-z_]+")
+_FAMILIES = re.compile(r"reward/[a-z_]+/mean|data/status/[a-z_]+|queue/staleness/[0-9]+")
 
 
 def is_declared(name: str) -> bool:

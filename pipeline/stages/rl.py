@@ -14,10 +14,12 @@ the shaping terms alone. On a weak model most groups are uniform; without this m
 update's time goes to rows with no signal about the tests.
 
 The sampler is the process-wide engine (vLLM, or transformers ``generate``), refreshed in
-place with the new weights after every update and checked with a probe. Each iteration
-publishes a checkpoint (safetensors + manifest, with the trainer state that continues
-training exactly) and appends a metrics row; the curves are redrawn as PNG. A run that was
-stopped resumes after its last published iteration.
+place with the new weights after every update and checked with a probe. With ``asynchronous``
+it is a process of its own that samples and scores while the trainer updates, at most
+``max_staleness`` versions behind (``pipeline/rl/asynchronous.py``); the loop is the same.
+Each iteration publishes a checkpoint (safetensors + manifest, with the trainer state that
+continues training exactly) and appends a metrics row; the curves are redrawn as PNG. A run
+that was stopped resumes after its last published iteration.
 
 On N ranks (``accelerate launch``, DDP): the main process samples with one engine, or every rank
 samples its share of the prompts with an engine of its own (``samplers``: vLLM data parallel,
@@ -30,6 +32,7 @@ sharded), so a run resumes on any number of ranks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -71,6 +74,7 @@ from ..inference.sampling import Sampler as Engine
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
 from ..progress import track
 from ..reporting.plots import plot_curves
+from ..rl.asynchronous import AsyncConfig, SampleQueue
 from ..rl.metric_names import ITERATION, Data, Reward, Sampler, Time, Update
 from ..rl.update_config import UpdateConfig
 from ..settings import Seed, Settings
@@ -166,6 +170,12 @@ class RLConfig(Settings):
     update: UpdateConfig = Field(
         default_factory=lambda: UpdateConfig(learning_rate=1e-6, mask_truncated=True)
     )
+    asynchronous: AsyncConfig | None = Field(
+        None,
+        description="sample and score in a process of its own while the trainer updates, at "
+        "most max_staleness policy versions behind ({max_staleness: 1}); null: one after the "
+        "other",
+    )
     save_total_limit: int | None = Field(
         None,
         ge=1,
@@ -195,7 +205,22 @@ class RLConfig(Settings):
             )
         check_room(self.sampling.max_tokens, self.engine, "sampling.max_tokens")
         check_episodes(self.episodes, self.prompt_style, self.engine)
+        if self.asynchronous is not None:
+            self._check_asynchronous(self.asynchronous.max_staleness)
         return self
+
+    def _check_asynchronous(self, max_staleness: int) -> None:
+        if self.samplers == "every_rank":
+            raise ValueError(
+                "asynchronous: the sampler is one process of its own beside the trainer; "
+                "samplers: every_rank needs the synchronous loop (asynchronous: null)"
+            )
+        if max_staleness > 0 and not self.update.corrects_off_policy:
+            raise ValueError(
+                f"asynchronous.max_staleness={max_staleness} trains on rows up to "
+                f"{max_staleness} policy versions old: weigh them by pi_old / pi_sampler with "
+                "update.sampler_is_cap (e.g. 2.0) or update.policy_loss: {name: decoupled}"
+            )
 
     def num_iterations(self, num_problems: int) -> int:
         if self.iterations is not None:
@@ -260,6 +285,41 @@ def _prompt_schedule(task_ids: list[str], per_iteration: int, seed: int) -> Iter
         yield batch
 
 
+def prompt_schedule(config: RLConfig, task_ids: list[str], drawn: int) -> Iterator[list[str]]:
+    """The run's prompt batches after the first ``drawn`` (a resumed run continues there)."""
+    schedule = _prompt_schedule(task_ids, config.prompts_per_iteration, config.seed)
+    for _ in range(drawn):
+        next(schedule)
+    return schedule
+
+
+def problems_and_prompts(config: RLConfig) -> tuple[dict[str, Problem], Any, dict[str, Prompt]]:
+    """The run's problems, the model's tokenizer and each problem's prompt."""
+    problems = load_problem_set(config.problems)
+    tokenizer = load_tokenizer(config.model)
+    prompts = {
+        task_id: build_prompt(problem, tokenizer, config.prompt_style)
+        for task_id, problem in problems.items()
+    }
+    return problems, tokenizer, prompts
+
+
+def engine_for(
+    config: RLConfig, tokenizer: Any, problems: dict[str, Problem], checkpoint: str | Path | None
+) -> Engine:
+    """The engine that samples the run's rows (episodes, with ``episodes.max_turns`` > 1),
+    serving ``checkpoint``'s weights (None: the model's)."""
+    return with_episodes(
+        get_sampler(
+            config.model, config.engine, checkpoint=str(checkpoint or config.model.resolve())
+        ),
+        tokenizer,
+        problems,
+        config.episodes,
+        config.scoring,
+    )
+
+
 def group_rows(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Scored rows grouped by prompt, in order of first appearance; excluded rows (sandbox
     errors under ``sandbox_errors="exclude"``) left out."""
@@ -290,7 +350,10 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
     """Train ``config.num_iterations`` iterations into ``out_dir``; returns the last
     checkpoint. A run stopped earlier resumes after its last published iteration."""
     run = _start(config, Path(out_dir))
-    with track("rl: iterations", run.iterations, run.resumed_after) as shown:
+    with (
+        track("rl: iterations", run.iterations, run.resumed_after) as shown,
+        run.queue or contextlib.nullcontext(),
+    ):
         for iteration in range(run.resumed_after + 1, run.iterations + 1):
             phases = Phases()
             batch = fill_batch(run, iteration, phases)
@@ -314,7 +377,8 @@ class _Run:
     schedule: Iterator[list[str]]  # each iteration's prompts, in rounds
     tokenizer: Any
     updater: PolicyUpdater
-    sampler: Engine | None  # this rank's engine, if it samples
+    sampler: Engine | None  # this rank's engine, if it samples in this process
+    queue: SampleQueue | None  # asynchronous: the sampler's process and what it sampled
     vocab_size: int  # the policy's: the weight-refresh probe spans it
     iterations: int
     resumed_after: int  # the last iteration published before this run (0: none)
@@ -337,38 +401,27 @@ def _start(config: RLConfig, out_dir: Path) -> _Run:
     from ..rl.trainer_state import load_trainer_state
 
     torch.manual_seed(config.seed)
-    problems = load_problem_set(config.problems)
-    tokenizer = load_tokenizer(config.model)
-    prompts = {
-        task_id: build_prompt(problem, tokenizer, config.prompt_style)
-        for task_id, problem in problems.items()
-    }
-    schedule = _prompt_schedule(list(prompts), config.prompts_per_iteration, config.seed)
+    problems, tokenizer, prompts = problems_and_prompts(config)
     start = last_published_iteration(out_dir)
     parent = str(iteration_dir(out_dir, start)) if start else config.model.resolve()
     batches_drawn = _batches_drawn(Path(parent)) if start else 0
-    for _ in range(batches_drawn):  # the schedule continues where it was
-        next(schedule)
+    schedule = prompt_schedule(config, list(prompts), batches_drawn)
     policy = load_causal_lm(config.model.model_copy(update={"name_or_path": parent}))
     updater = _updater(config.update, config.model, policy)
     main = updater.accelerator.is_main_process
+    if config.asynchronous is not None and updater.accelerator.num_processes > 1:
+        raise ValueError(
+            "asynchronous: the trainer is one process beside the sampler's; launch it with "
+            f"launch.num_processes: 1 (it has {updater.accelerator.num_processes})"
+        )
     if start:
         load_trainer_state(updater, Path(parent))
         log.info("resuming after iteration %d (%s)", start, parent)
     if main:
         atomic.write_text(out_dir / "config.json", config.model_dump_json(indent=2))
         _metrics_of_published(out_dir, start)
-    sampler = (
-        with_episodes(
-            get_sampler(config.model, config.engine, checkpoint=parent),
-            tokenizer,
-            problems,
-            config.episodes,
-            config.scoring,
-        )
-        if main or config.samplers == "every_rank"
-        else None
-    )
+    in_process = config.asynchronous is None and (main or config.samplers == "every_rank")
+    iterations = config.num_iterations(len(problems))
     return _Run(
         config=config,
         out_dir=out_dir,
@@ -377,9 +430,10 @@ def _start(config: RLConfig, out_dir: Path) -> _Run:
         schedule=schedule,
         tokenizer=tokenizer,
         updater=updater,
-        sampler=sampler,
+        sampler=engine_for(config, tokenizer, problems, parent) if in_process else None,
+        queue=SampleQueue(config, out_dir, iterations) if config.asynchronous else None,
         vocab_size=policy.config.vocab_size,
-        iterations=config.num_iterations(len(problems)),
+        iterations=iterations,
         resumed_after=start,
         parent=parent,
         batches_drawn=batches_drawn,
@@ -397,6 +451,7 @@ class Batch:
     dropped: int = 0  # groups uniform under the run's dynamic_sampling_metric
     rounds: int = 0
     engines: int = 0  # engines that sampled the last round
+    queue: dict[str, float] = field(default_factory=dict)  # asynchronous: `queue/` metrics
 
     @property
     def trained(self) -> list[dict[str, Any]]:
@@ -428,6 +483,7 @@ class Batch:
             Data.SCHEDULE_BATCHES: float(run.batches_drawn),
             Data.EPOCH: run.batches_drawn * per_iteration / len(run.problems),
             Sampler.ENGINES: float(self.engines),
+            **self.queue,
         }
 
 
@@ -435,7 +491,9 @@ def fill_batch(run: _Run, iteration: int, phases: Phases) -> Batch:
     """Sample and score rounds of prompts until ``prompts_per_iteration`` informative groups
     are in (dynamic sampling; one round without it), for ``max_sampling_rounds`` at most. The
     rows that train are marked ``trained``, and the main process writes the iteration's
-    rollouts."""
+    rollouts. Asynchronous: the rounds come off the queue the sampler's process fills."""
+    if run.queue is not None:
+        return keep_rollouts(run, iteration, run.queue.batch(run, iteration, phases))
     config = run.config
     batch = Batch()
     while (
@@ -444,14 +502,11 @@ def fill_batch(run: _Run, iteration: int, phases: Phases) -> Batch:
     ):
         task_ids = next(run.schedule)
         run.batches_drawn += 1
-        sampling = config.sampling.model_copy(
-            update={"seed": config.sampling.seed + run.batches_drawn}
-        )
         with phases(Time.SAMPLE):
             rows, batch.engines = _sample_on_ranks(
                 run.sampler,
                 [run.prompts[t] for t in task_ids],
-                sampling,
+                round_sampling(config, run.batches_drawn),
                 iteration - 1,
                 run.updater.accelerator,
                 every_rank=config.samplers == "every_rank",
@@ -464,6 +519,12 @@ def fill_batch(run: _Run, iteration: int, phases: Phases) -> Batch:
         if not config.dynamic_sampling:
             break
     batch.groups = batch.groups[: config.prompts_per_iteration]
+    return keep_rollouts(run, iteration, batch)
+
+
+def keep_rollouts(run: _Run, iteration: int, batch: Batch) -> Batch:
+    """Mark the rows that train ``trained``; the main process writes the iteration's
+    rollouts."""
     for row in batch.scored:
         row["trained"] = False
     for row in batch.trained:
@@ -473,6 +534,11 @@ def fill_batch(run: _Run, iteration: int, phases: Phases) -> Batch:
         write_rows(batch.scored, rollouts, SCORED_COLUMNS)
         run.rollout_digests[f"{ROLLOUTS}/{rollouts.name}"] = sha256_file(rollouts)
     return batch
+
+
+def round_sampling(config: RLConfig, batch_number: int) -> SamplingConfig:
+    """The sampling of the run's ``batch_number``-th prompt batch: its own seed."""
+    return config.sampling.model_copy(update={"seed": config.sampling.seed + batch_number})
 
 
 def train(run: _Run, iteration: int, batch: Batch, phases: Phases) -> dict[str, float]:
@@ -513,7 +579,11 @@ def publish(run: _Run, iteration: int, metrics: dict[str, Any], phases: Phases) 
         _publish(run.updater, run.tokenizer, target, manifest, iteration)
     with phases(Time.REFRESH):
         probe = run.updater.probe_logprobs(probe_ids(run.vocab_size))  # every rank: collective
-        probe_diff = run.sampler.refresh(target, probe) if run.sampler is not None else None
+        probe_diff: float | None
+        if run.queue is not None:  # the sampler's process refreshes before its next round
+            probe_diff = run.queue.published(iteration, target, probe)
+        else:
+            probe_diff = run.sampler.refresh(target, probe) if run.sampler is not None else None
         probe_diffs = gather_object([probe_diff])  # every engine's (one process: as is)
     if not run.main:
         return None
