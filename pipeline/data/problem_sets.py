@@ -1,9 +1,13 @@
-"""Which problems a stage uses: a source (HumanEval, the packaged MBPP, a local file, a hub id),
-or several mixed, and a split.
+"""Which problems a stage uses: a source (HumanEval, the packaged MBPP, a local file or data
+set folder, a ``datasets`` data set, a hub id), or several mixed, and a split.
 
 MBPP's splits are task-id ranges (its README): prompt 1-10, test 11-510, validation 511-600,
-train 601-974. The packaged MBPP and any local MBPP file are split by those ranges; a hub id is
-split by the hub.
+train 601-974. The packaged MBPP and any local MBPP file are split by those ranges; a source
+with splits of its own (a hub id, a repository folder, a ``DatasetDict``) is split by them.
+
+A ``datasets.Dataset`` or ``DatasetDict`` given as a source in Python is written once as
+Parquet under the codepost cache, in a folder named by its content, and the source is that
+path: a config stays text that a stage worker, a resume key and Prefect's form can hold.
 """
 
 from __future__ import annotations
@@ -11,14 +15,25 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from typing import Literal
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from ...verifiers import Problem, load_problems
-from ...verifiers.problems import HUMANEVAL, cap_tests, check_source, packaged_path, posed_in
-from ..checkpoints.manifest import path_digests
+from ...verifiers.problems import (
+    HUMANEVAL,
+    cap_tests,
+    check_source,
+    has_splits,
+    packaged_path,
+    posed_in,
+)
+from ..atomic import staged
+from ..checkpoints.manifest import path_digests, sha256_file
 from ..config_walk import OutsideInput, settings_of
+from ..model_config import cache_dir
 from ..settings import Seed, Settings
 
 Split = Literal["train", "validation", "test", "prompt", "all"]
@@ -38,7 +53,8 @@ class ProblemSet(Settings, OutsideInput):
     source: str = Field(
         HUMANEVAL,
         description="'humaneval', 'mbpp', 'mbpp-sanitized', the '*-sample' fixtures (shipped), "
-        "a local .jsonl/.json/.parquet file, or a hub id[:config]",
+        "a local .jsonl/.json/.parquet file, a local data set folder (save_to_disk's, or a hub "
+        "repository's files), a hub id[:config]; in Python also a datasets Dataset",
     )
     split: Split = Field("test", description="MBPP: task-id ranges; hub: the hub's split")
     task_ids: list[str] = Field(
@@ -70,6 +86,18 @@ class ProblemSet(Settings, OutsideInput):
         description="at most this many tests per problem, the longest inputs (rllm keeps 15 "
         "for training rewards); None = all",
     )
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _data_set_as_files(cls, source: Any) -> Any:
+        return source if isinstance(source, str) else saved_data_set(source)
+
+    @field_validator("more_sources", mode="before")
+    @classmethod
+    def _data_sets_as_files(cls, sources: Any) -> Any:
+        if not isinstance(sources, list):
+            return sources
+        return [s if isinstance(s, str) else saved_data_set(s) for s in sources]
 
     def content_digests(self) -> dict[str, str]:
         """Each local source by its content, a packaged set by its packaged file's: a problems
@@ -150,9 +178,41 @@ def _chosen(problems: dict[str, Problem], problem_set: ProblemSet) -> list[str]:
     return list(dict.fromkeys(problem_set.task_ids))
 
 
+def saved_data_set(data_set: Any) -> str:
+    """A ``datasets.Dataset`` (one Parquet file) or ``DatasetDict`` (a folder with
+    ``data/<split>-00000-of-00001.parquet``, as a hub repository holds its splits), written once
+    under ``<cache>/datasets/<sha256 of its Parquet>``; the path, as a source."""
+    import datasets
+
+    if not isinstance(data_set, datasets.Dataset | datasets.DatasetDict):
+        raise ValueError(
+            f"a problem source is text (a name, a path, a hub id) or a datasets Dataset, "
+            f"not a {type(data_set).__name__}"
+        )
+    if isinstance(data_set, datasets.Dataset):
+        tables, source = {"data.parquet": data_set}, "data.parquet"
+    else:
+        tables = {f"data/{s}-00000-of-00001.parquet": t for s, t in data_set.items()}
+        source = ""  # the folder
+    with tempfile.TemporaryDirectory(prefix="codepost-data-set-") as scratch:
+        digests = {}
+        for name, table in tables.items():
+            (Path(scratch) / name).parent.mkdir(parents=True, exist_ok=True)
+            table.to_parquet(Path(scratch) / name)
+            digests[name] = sha256_file(Path(scratch) / name)
+        key = hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()[:16]
+        target = cache_dir() / "datasets" / key
+        if not target.exists():
+            with staged(target, folder=True) as staging:
+                for name in tables:
+                    (staging / name).parent.mkdir(parents=True, exist_ok=True)
+                    (Path(scratch) / name).replace(staging / name)
+    return str(target / source)
+
+
 def _load_split(source: str, problem_set: ProblemSet) -> dict[str, Problem]:
     split = problem_set.split
-    is_local = packaged_path(source).exists()
+    is_local = not has_splits(source)
     problems = load_problems(
         source, split="train" if split == "all" else split, columns=problem_set.columns
     )
