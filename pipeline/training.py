@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
@@ -16,13 +16,15 @@ from . import tracking
 from .checkpoints.manifest import (
     CheckpointManifest,
     is_published,
+    lineage_base,
     publish_model,
     read_manifest,
 )
-from .model_config import ModelConfig
+from .model_config import Dtype, ModelConfig, resolve_model
 from .settings import Seed
 
 if TYPE_CHECKING:  # the trainers' libraries load with a trainer, not with TrainingSettings
+    import torch
     from transformers import Trainer
 
 # Under `accelerate launch` every rank runs the stage: only the first (RANK 0) prints, so each
@@ -43,6 +45,13 @@ class TrainingSettings(BaseModel):
     max_length: int = Field(512, ge=16, description="tokens per sequence (prompt + completion)")
     warmup_steps: int = Field(0, ge=0)
     logging_steps: int = Field(5, ge=1)
+    save_dtype: Dtype | Literal["base"] = Field(
+        "base",
+        description="the published weights' dtype: base = the base model's (the one the "
+        "lineage started from, as its config.json says: float32 for the embedded model, "
+        "de-quantised; bfloat16 for most hub models), or one of its own; training runs in "
+        "model.dtype either way",
+    )
     seed: Seed = 0
 
 
@@ -55,7 +64,7 @@ def trainer_arguments(
     import torch
 
     return {
-        **settings.model_dump(),
+        **settings.model_dump(exclude={"save_dtype"}),
         "output_dir": str(output_dir),
         "per_device_eval_batch_size": settings.per_device_train_batch_size,
         "gradient_checkpointing": model.gradient_checkpointing,
@@ -122,11 +131,28 @@ def logged_losses(trainer: Trainer) -> list[float]:
     return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 
 
-def publish_trained(out_dir: Path, trainer: Trainer, manifest: CheckpointManifest) -> None:
-    """Publish a trained model for serving, from the main process; every rank calls it (under
-    FSDP the shards are gathered) and none returns before the checkpoint exists. The trainers
-    turn the KV cache off for training, and a checkpoint saved that way generates without it
-    (many times slower)."""
+def saved_dtype(save_dtype: str, parent: str) -> torch.dtype | None:
+    """The dtype to publish weights trained from ``parent`` in: ``save_dtype``, or with
+    ``base`` the dtype the lineage's first model declares in its config.json (None when it
+    declares none: the weights stay as they trained)."""
+    import torch
+    from transformers import AutoConfig
+
+    if save_dtype != "base":
+        return getattr(torch, save_dtype)
+    base = lineage_base(parent) or parent
+    declared = AutoConfig.from_pretrained(resolve_model(base)).dtype
+    return getattr(torch, declared) if isinstance(declared, str) else declared
+
+
+def publish_trained(
+    out_dir: Path, trainer: Trainer, manifest: CheckpointManifest, save_dtype: str = "base"
+) -> None:
+    """Publish a trained model for serving, from the main process, in ``save_dtype``
+    (:func:`saved_dtype`), its optimizer steps in the manifest; every rank calls it (under FSDP
+    the shards are gathered) and none returns before the checkpoint exists. The trainers turn
+    the KV cache off for training, and a checkpoint saved that way generates without it (many
+    times slower)."""
     sharded = trainer.accelerator.is_fsdp2
     weights = trainer.accelerator.get_state_dict(trainer.model) if sharded else None
     if sharded:
@@ -137,5 +163,12 @@ def publish_trained(out_dir: Path, trainer: Trainer, manifest: CheckpointManifes
     if trainer.accelerator.is_main_process:
         model: Any = trainer.model  # a PreTrainedModel, or a PEFT model around one
         model.config.use_cache = True
-        publish_model(out_dir, model, trainer.processing_class, manifest, state_dict=weights)
+        publish_model(
+            out_dir,
+            model,
+            trainer.processing_class,
+            manifest.model_copy(update={"steps": trainer.state.global_step}),
+            state_dict=weights,
+            dtype=saved_dtype(save_dtype, str(manifest.parent)),
+        )
     trainer.accelerator.wait_for_everyone()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 
 import pytest
@@ -32,6 +33,16 @@ def run(tmp_path):
 def test_list_is_every_published_version_oldest_first(run):
     names = [e.name for e in registry.list_checkpoints(run)]
     assert names == ["sft/final"] + [f"rl-grpo/iteration-{i}" for i in range(4)]
+
+
+def test_only_model_folders_without_a_manifest_are_listed_unpublished(run):
+    """A successful run listed a red "unpublished" row: its RL stage's own config.json."""
+    (run / "rl" / "5d754ecf907e").mkdir(parents=True)
+    (run / "rl" / "5d754ecf907e" / "config.json").write_text(json.dumps({"iterations": 3}))
+    (run / "half").mkdir()  # a model folder whose publishing never finished
+    (run / "half" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    listed = registry.list_checkpoints(run, unpublished=True)
+    assert [e.folder for e in listed if not e.published] == ["half"]
 
 
 def test_tags_resolve_move_and_survive_pruning(run):

@@ -47,14 +47,17 @@ def tiny_model(tmp_path):
 def test_iterations_publish_checkpoints_and_a_rerun_resumes_after_the_last_one(
     tiny_model, tmp_path
 ):
-    # dynamic sampling's extra rounds have their own test
-    config = small_rl_config(tiny_model, EngineConfig(backend="hf"))
+    # dynamic sampling's extra rounds have their own test; every checkpoint kept whole
+    config = small_rl_config(tiny_model, EngineConfig(backend="hf")).model_copy(
+        update={"save_total_limit": None}
+    )
     out = tmp_path / "run"
     assert run_rl(config, out) == iteration_dir(out, 2)
     first = [checkpoints.read_manifest(iteration_dir(out, i)) for i in (1, 2)]
     assert [m.version for m in first] == ["iteration-0001", "iteration-0002"]
     assert first[1].parent == str(iteration_dir(out, 1)) and first[0].stage == "rl-grpo"
-    assert {TENSORS, SCALARS} <= first[1].files.keys()  # the trainer state is hashed too
+    assert {TENSORS, SCALARS} == first[1].state.keys()  # the trainer state is hashed too
+    assert [m.steps for m in first] == [1, 2]  # the run's step counts RL's iterations
     rows = metrics(out)
     assert [r["iteration"] for r in rows] == [1, 2]
     assert all(r["update/optimizer_steps"] >= 1 and r["data/samples"] == 6 for r in rows)
@@ -100,7 +103,7 @@ def test_iterations_publish_checkpoints_and_a_rerun_resumes_after_the_last_one(
 @pytest.mark.docker
 def test_save_total_limit_keeps_the_newest_iterations_and_a_rerun_resumes(tiny_model, tmp_path):
     config = small_rl_config(tiny_model, EngineConfig(backend="hf")).model_copy(
-        update={"save_total_limit": 1}
+        update={"save_total_limit": 1, "save_best": False}
     )
     out = tmp_path / "run"
 
@@ -128,6 +131,38 @@ def test_save_total_limit_keeps_the_newest_iterations_and_a_rerun_resumes(tiny_m
     with pytest.raises(StaleOutputError, match=r"iteration-0001\.parquet"):
         run_rl(config.model_copy(update={"iterations": 4}), out)
     assert kept() == ["iteration-0003"]
+
+
+@pytest.mark.docker
+def test_by_default_the_newest_and_best_iterations_keep_their_weights_the_newest_its_state(
+    tiny_model, tmp_path
+):
+    """Every iteration kept its weights and a trainer state twice their size: a 135M model's
+    main job left 5.6 GB. By default the newest iteration stays whole, and the best one (the
+    best pass rate, then reward, of the samples its policy drew next) keeps its weights; a run
+    extended later resumes after the newest, from its trainer state."""
+    config = small_rl_config(tiny_model, EngineConfig(backend="hf")).model_copy(
+        update={"iterations": 3}
+    )
+    out = tmp_path / "run"
+
+    def best(rows: list[dict]) -> int:  # the policy of iteration j's checkpoint drew row j + 1
+        return max(range(1, len(rows)), key=lambda j: (rows[j]["reward/pass_rate"],
+                                                       rows[j]["reward/mean"], j))  # fmt: skip
+
+    def kept() -> dict[int, bool]:  # iteration -> whether it holds a trainer state
+        return {int(path.name.removeprefix("iteration-")): (path / TENSORS).is_file()
+                for path in (out / "checkpoints").iterdir()}  # fmt: skip
+
+    run_rl(config, out)
+    assert kept() == {best(metrics(out)): False, 3: True}
+    assert all(checkpoints.verify(iteration_dir(out, i)) == [] for i in kept())
+    run_rl(config.model_copy(update={"iterations": 4}), out)  # resumes after iteration 3
+    rows = metrics(out)
+    assert [row["iteration"] for row in rows] == [1, 2, 3, 4]
+    assert kept() == {best(rows): False, 4: True}
+    assert checkpoints.read_manifest(iteration_dir(out, 4)).parent == str(iteration_dir(out, 3))
+    assert all(checkpoints.verify(iteration_dir(out, i)) == [] for i in kept())
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""``codepost checkpoints``: the registry of a run folder (list, show, verify, tag, prune)."""
+"""``codepost checkpoints``: the registry of a run folder (list, show, verify, tag, prune), and
+a version pushed to the Hugging Face hub."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from ..atomic import WriteError
 from ..command_line import EXIT_BAD_INPUT, stdout_console
 from ..rl.metric_names import Reward
 from . import registry
+from .hub import HubError, push_to_hub
 from .manifest import verify
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "checkpoints",
-        help="list, show, verify, tag and prune the checkpoints of a run folder",
+        help="list, show, verify, tag, prune and push the checkpoints of a run folder",
         description="The checkpoint registry of a run folder: every published checkpoint "
         "(model folder + manifest.json) under it is a version.",
     )
@@ -38,6 +40,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     prune = actions.add_parser("prune", help="delete all but the newest K and the tagged ones")
     prune.add_argument("--keep-last", type=int, required=True)
     prune.add_argument("--dry-run", action="store_true")
+    push = actions.add_parser(
+        "push",
+        help="upload a version to a Hugging Face hub model repo, with its card (not its "
+        "trainer state)",
+    )
+    push.add_argument("ref", help="tag, folder or stage/version")
+    push.add_argument("repo_id", help="the model repo (owner/name), made if it does not exist")
+    push.add_argument("--private", action="store_true", help="make the repo private")
     parser.set_defaults(func=checkpoints)
     return parser
 
@@ -90,10 +100,14 @@ def checkpoints(args: argparse.Namespace) -> int:
             verb = "would delete" if args.dry_run else "deleted"
             names = [e.name if e.healthy else f"{e.name} ({e.state})" for e in doomed]
             console.print(f"{verb} {len(doomed)}: {', '.join(names) or '-'}")
+        elif args.action == "push":
+            entry = registry.resolve(args.root, args.ref)
+            url = push_to_hub(entry.path, args.repo_id, private=args.private)
+            console.print(f"{entry.name} -> {args.repo_id}: {url}")
     except (LookupError, ValueError, FileNotFoundError) as exc:
         err.print(f"[red]codepost checkpoints[/red]: {exc}")
         return EXIT_BAD_INPUT
-    except WriteError as exc:  # a full disk, a read-only folder: named, not a traceback
+    except (WriteError, HubError) as exc:  # a full disk, a hub out of reach: named, no traceback
         err.print(f"[red]codepost checkpoints[/red]: {exc}")
         return 1
     return 0

@@ -4,8 +4,13 @@ atomically.
 The folder is written aside (``.<name>.tmp-*``), the manifest goes in last, and one rename
 publishes it (prime-rl's ``trainer/ckpt.py``: a step folder, a marker written last). A folder
 with a manifest is complete; a crash leaves only a ``.tmp`` folder, never a half checkpoint.
-The manifest carries the lineage (stage, parent, config, data fingerprints, metrics, code
-version, time) and a sha256 of every file, so a checkpoint can be verified later.
+The manifest carries the lineage (stage, parent, base model, config, data fingerprints,
+metrics, updates made, code version, time) and a sha256 of every file, so a checkpoint can
+be verified later. Two kinds of file are apart from ``files``, so that changing them later
+leaves the checkpoint whole: the model card (``README.md``), rewritten when an evaluation of
+the checkpoint finishes (every fact in it comes from the manifest or an evaluation record, both
+checked), and the trainer state (``trainer_state/``), hashed in ``state`` and dropped from an
+RL iteration once a newer one is published (a resume needs the newest only).
 """
 
 from __future__ import annotations
@@ -15,17 +20,23 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ... import __version__
 from ..atomic import staged
 
+if TYPE_CHECKING:
+    import torch
+
 MANIFEST = "manifest.json"
+CARD = "README.md"  # the model card (card.py): not hashed, rewritten as evaluations finish
+STATE = "trainer_state"  # the folder of the state that continues training: hashed in `state`
 
 
 class CheckpointManifest(BaseModel):
@@ -34,12 +45,26 @@ class CheckpointManifest(BaseModel):
     stage: str
     version: str
     parent: str | None = Field(None, description="the checkpoint this one was trained from")
+    base_model: str | None = Field(
+        None, description="the model the lineage started from (a hub id, folder or embedded:)"
+    )
     config: dict[str, Any] = Field(default_factory=dict)
     data: dict[str, str] = Field(default_factory=dict, description="data set -> fingerprint")
     metrics: dict[str, Any] = Field(default_factory=dict)
+    steps: int = Field(
+        0,
+        ge=0,
+        description="updates the stage made to the model: optimizer steps (SFT, DPO), "
+        "iterations (RL: so far)",
+    )
     code_version: str = ""
     created_at: str = ""
     files: dict[str, str] = Field(default_factory=dict, description="relative path -> sha256")
+    state: dict[str, str] = Field(
+        default_factory=dict,
+        description=f"{STATE}/ files -> sha256: checked while present (dropped from older RL "
+        "iterations)",
+    )
 
 
 def code_version() -> str:
@@ -93,37 +118,75 @@ def publish(
     target = Path(target)
     if (target / MANIFEST).exists():
         raise FileExistsError(f"checkpoint {target} is already published")
+    from .card import write_card
+
     # An unpublished leftover at ``target`` (no manifest) is replaced; a full disk is a
     # WriteError naming ``target``, not torch's "unexpected pos N vs M".
     with staged(target, folder=True) as staging:
         write(staging)
-        files = {
-            str(path.relative_to(staging)): sha256_file(path)
-            for path in sorted(staging.rglob("*"))
-            if path.is_file()
+        hashed = {
+            name: sha256_file(staging / name)
+            for name in sorted(str(p.relative_to(staging)) for p in staging.rglob("*"))
+            if (staging / name).is_file() and name != CARD
         }
         manifest = manifest.model_copy(
             update={
-                "files": files,
+                "files": {n: sha for n, sha in hashed.items() if not _is_state(n)},
+                "state": {n: sha for n, sha in hashed.items() if _is_state(n)},
+                "base_model": manifest.base_model or lineage_base(manifest.parent),
                 "code_version": manifest.code_version or code_version(),
                 "created_at": manifest.created_at
                 or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             }
         )
+        if (staging / "config.json").is_file():  # a model folder: a card, as the hub's have
+            write_card(staging, manifest)
         (staging / MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
     return manifest
 
 
+def _is_state(name: str) -> bool:
+    return name.startswith(f"{STATE}/")
+
+
+def lineage_base(parent: str | None) -> str | None:
+    """The model a checkpoint trained from ``parent`` descends from: ``parent``'s own base
+    when it is a published checkpoint, else ``parent`` itself (a hub id, a folder)."""
+    if parent is None:
+        return None
+    if is_published(Path(parent)):
+        manifest = read_manifest(Path(parent))
+        return manifest.base_model or lineage_base(manifest.parent)
+    return parent
+
+
 def write_model(
-    folder: Path, model: Any, tokenizer: Any, state_dict: dict[str, Any] | None = None
+    folder: Path,
+    model: Any,
+    tokenizer: Any,
+    state_dict: dict[str, Any] | None = None,
+    dtype: torch.dtype | None = None,
 ) -> None:
     """Save a causal LM (LoRA merged into a copy, so training can go on) and its tokenizer as
     a folder that transformers and vLLM load directly; ``state_dict``: its weights gathered
-    whole, when the model holds only a shard of them."""
+    whole, when the model holds only a shard of them; ``dtype``: the floating-point weights
+    cast to it on the way out (None: as they are), the model itself untouched."""
     to_save = model
     if hasattr(model, "merge_and_unload"):  # a peft model
         to_save = copy.deepcopy(model).merge_and_unload()
+    config_dtype, cast = to_save.config.dtype, dtype is not None and dtype != to_save.dtype
+    if cast:
+        weights = to_save.state_dict() if state_dict is None else state_dict
+        copies: dict[int, torch.Tensor] = {}  # one per tensor: tied weights stay tied
+        for tensor in weights.values():
+            if tensor.is_floating_point() and tensor.data_ptr() not in copies:
+                copies[tensor.data_ptr()] = tensor.to(dtype)
+        state_dict = {n: copies.get(t.data_ptr(), t) for n, t in weights.items()}
     to_save.save_pretrained(folder, state_dict=state_dict, safe_serialization=True)
+    if cast:  # transformers writes the parameters' dtype: config.json says the weights'
+        to_save.config.dtype = dtype
+        to_save.config.save_pretrained(folder)
+    to_save.config.dtype = config_dtype
     tokenizer.save_pretrained(folder)
 
 
@@ -133,10 +196,11 @@ def publish_model(
     tokenizer: Any,
     manifest: CheckpointManifest,
     state_dict: dict[str, Any] | None = None,
+    dtype: torch.dtype | None = None,
 ) -> CheckpointManifest:
     """Publish a model checkpoint (:func:`write_model`) with its manifest."""
     return publish(
-        target, lambda folder: write_model(folder, model, tokenizer, state_dict), manifest
+        target, lambda folder: write_model(folder, model, tokenizer, state_dict, dtype), manifest
     )
 
 
@@ -152,17 +216,26 @@ def read_manifest(path: Path) -> CheckpointManifest:
 
 
 def verify(path: Path, hash_file: Callable[[Path], str] = sha256_file) -> list[str]:
-    """Problems found checking a checkpoint against its manifest; empty when it is intact."""
+    """Problems found checking a checkpoint against its manifest; empty when it is intact. The
+    trainer state is checked while any of it is there: dropped whole, it is no problem."""
     path = Path(path)
     manifest = read_manifest(path)
+    state = manifest.state if any((path / name).exists() for name in manifest.state) else {}
     problems = []
-    for name, expected in manifest.files.items():
+    for name, expected in {**manifest.files, **state}.items():
         file = path / name
         if not file.is_file():
             problems.append(f"{name}: missing")
         elif hash_file(file) != expected:
             problems.append(f"{name}: sha256 differs from the manifest")
     return problems
+
+
+def drop_state(path: Path) -> None:
+    """Delete a published checkpoint's trainer state (its ``STATE`` folder), keeping the weights:
+    what an RL iteration keeps once a newer one is published. Its manifest still lists the
+    state's hashes, which say what it was."""
+    shutil.rmtree(Path(path) / STATE, ignore_errors=True)
 
 
 def verified(path: Path) -> CheckpointManifest:

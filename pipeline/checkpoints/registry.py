@@ -21,7 +21,7 @@ from ..atomic import write_json
 from .manifest import MANIFEST, CheckpointManifest, read_manifest
 
 TAGS_FILE = "tags.json"
-MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json")
+WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json")
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,8 @@ def list_checkpoints(root: Path, *, unpublished: bool = False) -> list[Entry]:
     tags = read_tags(root)
     folders = {path.parent for path in root.rglob(MANIFEST)}
     if unpublished:
-        folders |= {path.parent for name in MODEL_FILES for path in root.rglob(name)}
+        folders |= {path.parent for name in WEIGHTS_FILES for path in root.rglob(name)}
+        folders |= {path.parent for path in root.rglob("config.json") if _is_model_config(path)}
     entries = [
         _entry(root, folder, tags)
         for folder in folders
@@ -94,6 +95,15 @@ def list_checkpoints(root: Path, *, unpublished: bool = False) -> list[Entry]:
             str(e.path),
         ),
     )
+
+
+def _is_model_config(path: Path) -> bool:
+    """Whether ``path`` is a model's ``config.json`` (``model_type``), not another config by
+    that name (an RL stage's own, beside its checkpoints)."""
+    try:
+        return "model_type" in json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
 
 
 def resolve(root: Path, ref: str) -> Entry:

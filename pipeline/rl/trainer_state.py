@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from ..atomic import staged, write_json
+from ..checkpoints.manifest import STATE
 from ..sharding import (
     gather_model_state,
     gather_optimizer_state,
@@ -29,8 +30,8 @@ from ..sharding import (
 )
 from .policy_update import PolicyUpdater
 
-TENSORS = "trainer_state/tensors.safetensors"
-SCALARS = "trainer_state/scalars.json"
+TENSORS = f"{STATE}/tensors.safetensors"
+SCALARS = f"{STATE}/scalars.json"
 PICKLED = "trainer_state.pt"
 FORMAT = 1
 
@@ -104,7 +105,10 @@ def load_trainer_state(updater: PolicyUpdater, folder: Path) -> None:
     """Continue ``updater`` from the state saved in ``folder`` (:meth:`TrainerState.save`)."""
     folder = Path(folder)
     if not has_trainer_state(folder):
-        raise FileNotFoundError(f"{folder}: no trainer state ({TENSORS}) to resume from")
+        raise FileNotFoundError(
+            f"{folder}: no trainer state ({TENSORS}) to resume from: an RL iteration keeps it "
+            "until a newer one is published"
+        )
     tensors = load_file(folder / TENSORS)
     scalars = json.loads((folder / SCALARS).read_text())
     if scalars.get("format") != FORMAT:

@@ -170,7 +170,7 @@ def run_dpo(config: DPOStageConfig, pairs: Path | None, out_dir: Path) -> DPORes
     console.print(f"dpo: done {metrics}")
     data = {"pairs": read_manifest(pairs).version}
     manifest = stage_manifest("dpo", config, config.model.name_or_path, data, metrics)
-    publish_trained(out_dir, trainer, manifest)
+    publish_trained(out_dir, trainer, manifest, config.training.save_dtype)
     return DPOResult(checkpoint=out_dir, metrics=metrics)
 
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from ..atomic import staged
+from ..checkpoints.card import add_evaluation
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle, build_prompt
 from ..inference.engines import get_sampler
@@ -141,6 +142,7 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> Evaluati
         previous = EvaluationResults.read(done)
         made_of = (previous.checkpoint, previous.config, previous.problems_fingerprint)
         if made_of == (checkpoint, settings, fingerprint(problems)):
+            add_evaluation(checkpoint, previous.to_json())  # a card written since, or lost
             return previous
     model = ModelConfig(name_or_path=checkpoint)
     tokenizer = load_tokenizer(model)
@@ -198,6 +200,7 @@ def run_evaluate(config: EvalConfig, checkpoint: str, out_dir: Path) -> Evaluati
         rerank(config.rerank, sampled_rows, out_dir / RERANK_FILE)
     results.write(done)  # last: marks the stage finished
     log.info("evaluation of %s: %s", checkpoint, _headline(results))
+    add_evaluation(checkpoint, results.to_json())  # a published checkpoint's model card
     return results
 
 

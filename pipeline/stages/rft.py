@@ -214,7 +214,7 @@ def _fine_tune(
     }
     digest = hashlib.sha256(json.dumps(examples, sort_keys=True).encode()).hexdigest()[:16]
     manifest = stage_manifest(stage, config, start, {"examples": digest}, {**counts, **trained})
-    publish_trained(out, trainer, manifest)
+    publish_trained(out, trainer, manifest, config.training.save_dtype)
     return trained
 
 

@@ -52,6 +52,7 @@ from .. import atomic
 from ..checkpoints.manifest import (
     MANIFEST,
     CheckpointManifest,
+    drop_state,
     is_published,
     read_manifest,
     sha256_file,
@@ -95,6 +96,7 @@ ROLLOUTS = "rollouts"  # each iteration's scored rollouts, in out_dir
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "reward_curve.png"
 
+RANKED_BY = (Reward.PASS_RATE, Reward.MEAN)  # what makes an iteration's checkpoint the best
 GroupMetric = Literal["pass", "tests", "reward"]
 # The scored column each dynamic-sampling metric reads.
 GROUP_METRIC_COLUMNS: dict[GroupMetric, str] = {
@@ -177,11 +179,17 @@ class RLConfig(Settings):
         "other",
     )
     save_total_limit: int | None = Field(
-        None,
+        1,
         ge=1,
-        description="iteration checkpoints kept: the newest N, older ones deleted as new ones "
-        "are published (each holds the weights and a trainer state; AdamW's is twice the "
-        "weights in float32); a resume needs the newest only; null keeps them all",
+        description="iteration checkpoints whose weights are kept: the newest N (and the best, "
+        "`save_best`), older ones deleted as new ones are published, and the trainer state "
+        "(AdamW's is twice the weights in float32) kept on the newest only: a resume needs "
+        "nothing else; null keeps every checkpoint whole",
+    )
+    save_best: bool = Field(
+        True,
+        description="keep the weights of the iteration whose policy scored the best pass rate "
+        "(then mean reward) on the samples it drew for the next iteration, beside the newest",
     )
     seed: Seed = 0
 
@@ -257,12 +265,44 @@ def last_published_iteration(out_dir: Path) -> int:
     return max(done, default=0)
 
 
-def _delete_iterations_up_to(out_dir: Path, last: int) -> None:
-    """Delete the checkpoints of iterations 1 to ``last``, published or half deleted by a
-    crash; every engine has been refreshed past them."""
+def _retain(config: RLConfig, out_dir: Path, metrics: dict[str, Any]) -> None:
+    """After the iteration of ``metrics`` is published (every engine refreshed past the older
+    ones), with ``save_total_limit``: the checkpoints of all but the newest N and the best
+    (``save_best``) deleted, published or half deleted by a crash, and the trainer state of
+    the older ones kept dropped. Without, every checkpoint stays whole (an update stage can
+    replay any iteration from the one before)."""
+    if config.save_total_limit is None:
+        return
+    last = metrics[ITERATION]
+    kept = set(range(last - config.save_total_limit + 1, last + 1))
+    best = best_iteration(out_dir, metrics) if config.save_best else None
     for path in (out_dir / "checkpoints").glob("iteration-*"):
-        if int(path.name.removeprefix("iteration-")) <= last:
+        iteration = int(path.name.removeprefix("iteration-"))
+        if iteration in kept or iteration == best or iteration > last:
+            if iteration < last and is_published(path):
+                drop_state(path)
+        else:
             delete(path)
+
+
+def best_iteration(out_dir: Path, metrics: dict[str, Any]) -> int | None:
+    """The iteration whose checkpoint scored best: the policy of iteration ``j``'s checkpoint
+    drew iteration ``j + 1``'s samples, so its score is their pass rate, then their mean reward
+    (the newer wins a tie); None before a checkpoint's samples are scored. ``metrics``: the
+    newest iteration's row, not yet in ``metrics.jsonl``. The samples are the schedule's next
+    prompts, not a held-out set: an evaluation of the kept checkpoints says which is better."""
+    path = out_dir / METRICS_FILE
+    lines = path.read_text().splitlines() if path.is_file() else []
+    rows = {row[ITERATION]: row for row in map(json.loads, filter(str.strip, lines))}
+    rows[metrics[ITERATION]] = metrics
+
+    def score(j: int) -> tuple[float, float, int]:  # NaN (nothing scored) ranks last
+        drawn = rows[j + 1]
+        pass_rate, reward = (-math.inf if math.isnan(drawn[k]) else drawn[k] for k in RANKED_BY)
+        return pass_rate, reward, j
+
+    scored = [j for j in rows if j + 1 in rows]
+    return max(scored, key=score) if scored else None
 
 
 def _prompt_schedule(task_ids: list[str], per_iteration: int, seed: int) -> Iterator[list[str]]:
@@ -560,7 +600,7 @@ def train(run: _Run, iteration: int, batch: Batch, phases: Phases) -> dict[str, 
 def publish(run: _Run, iteration: int, metrics: dict[str, Any], phases: Phases) -> float | None:
     """Publish the iteration's checkpoint (with its trainer state and ``metrics``), refresh
     every engine from it and check each against the trainer's probe; then prune the old
-    checkpoints (``save_total_limit``). Returns, on the main process, the worst engine's probe
+    checkpoints (:func:`_retain`). Returns, on the main process, the worst engine's probe
     difference."""
     from accelerate.utils import gather_object
 
@@ -573,6 +613,7 @@ def publish(run: _Run, iteration: int, metrics: dict[str, Any], phases: Phases) 
         config=config.model_dump(mode="json"),
         data={"problems": fingerprint(run.problems), **run.rollout_digests},
         metrics=metrics,
+        steps=iteration,
     )
     run.parent = str(target)
     with phases(Time.SAVE):
@@ -587,8 +628,7 @@ def publish(run: _Run, iteration: int, metrics: dict[str, Any], phases: Phases) 
         probe_diffs = gather_object([probe_diff])  # every engine's (one process: as is)
     if not run.main:
         return None
-    if config.save_total_limit:
-        _delete_iterations_up_to(run.out_dir, iteration - config.save_total_limit)
+    _retain(config, run.out_dir, metrics)
     return max(d for d in probe_diffs if d is not None)
 
 
@@ -792,6 +832,7 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
         config=config.model_dump(mode="json"),
         data={"rollouts": sha256_file(Path(scored))},
         metrics=metrics,
+        steps=1,
     )
     _publish(updater, tokenizer, out_dir, manifest, version)
     log.info("update %s on %d rollouts: %s", stage, len(kept), out_dir)

@@ -121,7 +121,7 @@ def run_sft(config: SFTStageConfig, out_dir: Path) -> Path:
     }
     console.print(f"sft: done {metrics}")
     manifest = stage_manifest("sft", config, config.model.name_or_path, data, metrics)
-    publish_trained(out_dir, trainer, manifest)
+    publish_trained(out_dir, trainer, manifest, config.training.save_dtype)
     return out_dir
 
 
