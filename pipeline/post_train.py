@@ -51,7 +51,6 @@ from .stages.rl import RLConfig
 from .stages.rollouts import RolloutsConfig
 from .stages.sft import SFTStageConfig
 from .tracking import RunTracking, TrackerName
-from .tracking import stage as tracking_stage
 from .training import TrainingSettings
 
 log = logging.getLogger("codepost.run")
@@ -335,7 +334,7 @@ def run_post_train(
             wanted = set(stage.needs) | set(stage.uses)
             inputs = Artifacts(**{k: v for k, v in artifacts.present().items() if k in wanted})
             log.info("stage %s (%s) from %s", name, stage.name, artifacts.checkpoint)
-            with steps.step(name), tracking_stage(name):
+            with steps.step(name), trackers.stage(name):
                 outputs = run_stage(
                     stage, stage_config, inputs, run_dir / name, executor, label=name
                 )
@@ -347,6 +346,7 @@ def run_post_train(
                 if kind != "checkpoint" or outputs.checkpoint is not None
             }
             artifacts = after[name] = artifacts.model_copy(update=made)
+            trackers.made(made.get("checkpoint"))
             done.append(
                 {"name": name, "stage": stage.name, "seed": stage_seed, **outputs.present()}
             )

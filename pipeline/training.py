@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
-from . import tracking
 from .checkpoints.manifest import (
     CheckpointManifest,
     is_published,
@@ -25,7 +24,7 @@ from .settings import Seed
 
 if TYPE_CHECKING:  # the trainers' libraries load with a trainer, not with TrainingSettings
     import torch
-    from transformers import Trainer
+    from transformers import Trainer, TrainerCallback
 
 # Under `accelerate launch` every rank runs the stage: only the first (RANK 0) prints, so each
 # line is in the log once.
@@ -59,8 +58,9 @@ def trainer_arguments(
     settings: TrainingSettings, model: ModelConfig, output_dir: Path
 ) -> dict[str, Any]:
     """Keyword arguments for ``SFTConfig`` / ``DPOConfig``: our settings plus what this project
-    needs everywhere (no mixed precision, no intermediate saves, the run's ``report_to``, steps
-    shown by :class:`~.trainer_progress.StepProgress` instead of tqdm)."""
+    needs everywhere (no mixed precision, no intermediate saves, no ``report_to``: the logs
+    reach the run's trackers through :func:`trainer_callbacks`, steps shown by
+    :class:`~.trainer_progress.StepProgress` instead of tqdm)."""
     import torch
 
     return {
@@ -71,10 +71,19 @@ def trainer_arguments(
         "bf16": False,  # weights keep ModelConfig.dtype; autocast is off (TRL on CPUs)
         "save_strategy": "no",
         "disable_tqdm": True,
-        **tracking.trainer_arguments(),
+        "report_to": "none",
         "dataloader_pin_memory": torch.cuda.is_available(),  # pinning helps copies to a GPU only
         **_sharding_arguments(model),
     }
+
+
+def trainer_callbacks(stage: str) -> list[TrainerCallback]:
+    """What every TRL stage's trainer reports through: its optimizer steps as a progress task,
+    its logs to the run's trackers at the run's step."""
+    from .tracking.trainer import TrackedLogs
+    from .trainer_progress import StepProgress
+
+    return [StepProgress(f"{stage}: training steps"), TrackedLogs()]
 
 
 def _sharding_arguments(model: ModelConfig) -> dict[str, Any]:

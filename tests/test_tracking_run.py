@@ -1,7 +1,8 @@
 """A whole run (SFT, one RL iteration, an evaluation after each) reporting to every
-tracker at once, offline: TRL's own callbacks log SFT into the stage's run, RL's iteration
-metrics arrive under their metrics.jsonl names, each evaluation's pass@1 with its interval at
-the evaluated model's step, and the report as an artifact."""
+tracker at once, offline, at one step for the whole run: SFT's trainer logs under TRL's names
+from step 1, RL's iteration metrics under their metrics.jsonl names after SFT's steps, each
+evaluation's pass@1 with its interval at the step its model was made, and the report as an
+artifact."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from codepost.pipeline.stages.evaluation import EvalConfig
 from codepost.pipeline.stages.rl import RLConfig
 from codepost.pipeline.stages.scoring import ScoreConfig
 from codepost.pipeline.stages.sft import SFTStageConfig
-from codepost.pipeline.tracking import TRACKERS, numbers
+from codepost.pipeline.tracking import STAGE_STEP, TRACKERS, numbers
 from codepost.pipeline.training import TrainingSettings
 
 HF = EngineConfig(backend="hf")
@@ -53,17 +54,18 @@ def test_a_run_reports_every_stage_to_every_tracker(tmp_path, monkeypatch):
                 next(Path(config.run_dir).glob("rl/*/metrics.jsonl")).read_text().splitlines()]  # fmt: skip
     rl_names = set(numbers(rl_row)) - {ITERATION}
     passed = {row["stage"]: row["greedy pass@1"] for row in result.rows}
-    for tracker in sorted(TRACKERS):
+    for tracker in sorted(TRACKERS):  # base: step 0, SFT's 2 optimizer steps, RL's iteration
         logged = read(tracker, Path(config.run_dir))
         assert set(logged.runs) == {"run", "sft", "rl"}, (tracker, set(logged.runs))
         assert set(logged.runs["rl"]) >= rl_names, (tracker, rl_names - set(logged.runs["rl"]))
-        assert set(logged.runs["rl"]["reward/mean"]) == {1}
-        assert any("loss" in name for name in logged.runs["sft"]), (tracker, logged.runs["sft"])
+        assert logged.runs["rl"][STAGE_STEP] == {3: 1}, tracker
+        assert set(logged.runs["sft"]["train/loss"]) == {1, 2}, (tracker, logged.runs["sft"])
+        assert logged.runs["sft"][STAGE_STEP] == {1: 1, 2: 2}, tracker
         pass_at_1 = logged.runs["run"]["eval/tiny/greedy/pass_at_1"]
-        assert pass_at_1 == pytest.approx({0: passed["base"], 1: passed["sft"], 2: passed["rl"]}), (
+        assert pass_at_1 == pytest.approx({0: passed["base"], 2: passed["sft"], 3: passed["rl"]}), (
             tracker
         )
-        assert set(logged.runs["run"]["eval/tiny/greedy/pass_at_1_ci95_low"]) == {0, 1, 2}
+        assert set(logged.runs["run"]["eval/tiny/greedy/pass_at_1_ci95_low"]) == {0, 2, 3}
         assert logged.params["stages.1.config.update.algorithm"] == "grpo", tracker
         if tracker != "trackio":  # it links artifacts by name
             assert "report.md" in {Path(a).name for a in logged.artifacts}, tracker

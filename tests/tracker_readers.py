@@ -1,5 +1,6 @@
 """Each tracker's own files or store, read back with its own reader: what a test of a tracker
-checks, as ``{run: {metric: {step: value}}}`` plus the parameters and artifacts of the run."""
+checks, as ``{run: {metric: {step: value}}}`` plus the parameters and artifacts of the run; and
+a stage's output as the run side counts its steps."""
 
 from __future__ import annotations
 
@@ -165,6 +166,17 @@ def read(tracker: str, run_dir: Path) -> Logged:
     return {"tensorboard": read_tensorboard, "mlflow": read_mlflow, "wandb": read_wandb}[tracker](
         run_dir
     )
+
+
+def made_checkpoint(folder: Path, steps: int) -> str:
+    """A published folder whose manifest counts ``steps`` updates (no weights: the run side
+    reads the manifest alone), as a stage's output."""
+    from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish
+
+    publish(
+        folder, lambda staging: None, CheckpointManifest(stage="test", version="v", steps=steps)
+    )
+    return str(folder)
 
 
 def offline(monkeypatch: Any, tmp_path: Path) -> None:

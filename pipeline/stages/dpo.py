@@ -28,6 +28,7 @@ from ..training import (
     publish_trained,
     stage_manifest,
     trainer_arguments,
+    trainer_callbacks,
 )
 from .registry import Artifacts, Stage, register, with_weights
 
@@ -97,8 +98,6 @@ def dpo_trainer(
     prepared and never wraps it in DDP, so each rank would train alone on its shard."""
     from trl import DPOConfig, DPOTrainer
 
-    from ..trainer_progress import StepProgress
-
     args = DPOConfig(
         **trainer_arguments(config.training, config.model, output_dir),
         loss_type=[config.loss_type],
@@ -113,7 +112,7 @@ def dpo_trainer(
         eval_dataset=held_out,
         processing_class=load_tokenizer(config.model),
         peft_config=config.model.peft_config(),
-        callbacks=[StepProgress("dpo: training steps")],
+        callbacks=trainer_callbacks("dpo"),
     )
 
 

@@ -40,6 +40,7 @@ from ..training import (
     publish_trained,
     stage_manifest,
     trainer_arguments,
+    trainer_callbacks,
 )
 from .pairs import PairMiningConfig, mine_pairs, split_prompts
 from .registry import Artifacts, Stage, register, with_weights
@@ -152,8 +153,6 @@ def reward_trainer(
     from transformers import AutoModelForSequenceClassification
     from trl import RewardConfig, RewardTrainer
 
-    from ..trainer_progress import StepProgress
-
     source = config.model.resolve()
     model = AutoModelForSequenceClassification.from_pretrained(
         source,
@@ -170,7 +169,7 @@ def reward_trainer(
         args=args,
         train_dataset=train,
         processing_class=tokenizer,
-        callbacks=[StepProgress("reward-model: training steps")],
+        callbacks=trainer_callbacks("reward-model"),
     )
 
 
@@ -234,7 +233,7 @@ def run_reward_model(config: RewardModelConfig, rollouts: Path, out_dir: Path) -
     )
     data = {"scored": sha256_file(Path(rollouts))[:16]}
     manifest = stage_manifest("reward-model", config, config.model.name_or_path, data, metrics)
-    publish_trained(out_dir, trainer, manifest)
+    publish_trained(out_dir, trainer, manifest, config.training.save_dtype)
     return out_dir
 
 

@@ -28,6 +28,7 @@ from ..training import (
     publish_trained,
     stage_manifest,
     trainer_arguments,
+    trainer_callbacks,
 )
 from .registry import Artifacts, Stage, register, with_weights
 
@@ -77,8 +78,6 @@ def sft_trainer(
     """TRL's trainer for ``config``, loss on the completions only."""
     from trl import SFTConfig, SFTTrainer
 
-    from ..trainer_progress import StepProgress
-
     args = SFTConfig(
         **trainer_arguments(config.training, config.model, output_dir),
         completion_only_loss=True,
@@ -89,7 +88,7 @@ def sft_trainer(
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=config.model.peft_config(),
-        callbacks=[StepProgress("sft: training steps")],
+        callbacks=trainer_callbacks("sft"),
     )
 
 

@@ -54,8 +54,7 @@ class Tracker(ABC):
     @classmethod
     @abstractmethod
     def start_stage(cls, attach: Mapping[str, Any], stage: str) -> Tracker:
-        """``stage``'s run, nested in the run ``attach`` names. TRL's own callback for this
-        tracker, made after it in this process, logs into it."""
+        """``stage``'s run, nested in the run ``attach`` names."""
 
     @abstractmethod
     def log(self, metrics: Mapping[str, float], step: int) -> None: ...
@@ -63,10 +62,6 @@ class Tracker(ABC):
     @abstractmethod
     def log_artifacts(self, paths: list[Path]) -> None:
         """Files of the run (the report, plots); only the run side logs them."""
-
-    def trainer_arguments(self) -> dict[str, Any]:
-        """``TrainingArguments`` that point TRL's callback for this tracker at this run."""
-        return {}
 
     @abstractmethod
     def finish(self, failed: bool = False) -> None:

@@ -25,11 +25,10 @@ HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TI
 class MLflow(Tracker):
     name = "mlflow"
 
-    def __init__(self, uri: str, run_id: str, fluent: bool) -> None:
+    def __init__(self, uri: str, run_id: str) -> None:
         from mlflow import MlflowClient
 
-        self.uri = uri
-        self.client, self.run_id, self.fluent = MlflowClient(uri), run_id, fluent
+        self.uri, self.client, self.run_id = uri, MlflowClient(uri), run_id
 
     @classmethod
     def check(cls) -> None:
@@ -72,7 +71,7 @@ class MLflow(Tracker):
         items = [Param(key, value[:6000]) for key, value in params.items()]
         for start in range(0, len(items), BATCH):
             client.log_batch(run_id, params=items[start : start + BATCH])
-        return cls(uri, run_id, fluent=False), {
+        return cls(uri, run_id), {
             "uri": uri,
             "experiment_id": experiment_id,
             "run_id": run_id,
@@ -80,14 +79,12 @@ class MLflow(Tracker):
 
     @classmethod
     def start_stage(cls, attach: Mapping[str, Any], stage: str) -> Tracker:
-        import mlflow
+        from mlflow import MlflowClient
 
-        mlflow.set_tracking_uri(attach["uri"])
-        # The active run: TRL's callback logs into it rather than starting one of its own.
-        run = mlflow.start_run(
-            experiment_id=attach["experiment_id"], run_name=stage, parent_run_id=attach["run_id"]
+        run = MlflowClient(attach["uri"]).create_run(
+            attach["experiment_id"], run_name=stage, tags={"mlflow.parentRunId": attach["run_id"]}
         )
-        return cls(attach["uri"], run.info.run_id, fluent=True)
+        return cls(attach["uri"], run.info.run_id)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         from mlflow.entities import Metric
@@ -102,11 +99,4 @@ class MLflow(Tracker):
             self.client.log_artifact(self.run_id, str(path))
 
     def finish(self, failed: bool = False) -> None:
-        status = "FAILED" if failed else "FINISHED"
-        if self.fluent:
-            import mlflow
-
-            mlflow.flush_async_logging()  # TRL's callback logs asynchronously
-            mlflow.end_run(status)
-        else:
-            self.client.set_terminated(self.run_id, status)
+        self.client.set_terminated(self.run_id, "FAILED" if failed else "FINISHED")

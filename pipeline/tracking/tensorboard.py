@@ -1,16 +1,14 @@
 """TensorBoard: event files under ``<run>/tracking/tensorboard/``: ``run/`` (the config, each
 evaluation, the report and plots) and one folder per stage, which TensorBoard lists as runs.
-TRL's callback writes its events into the stage's folder too.
 
 A resumed run writes into the same folders, logging some steps again: a writer purges the
 points an earlier attempt left from its first step on (TensorBoard's ``purge_step``), so that a
 step has one point. The run side logs the whole run again (reused evaluations too) and purges
 from step 0; a stage from the first step it logs (a resumed RL stage: the iteration after the
-last one published); TRL's trainer, which logs every attempt from its first step, from 0."""
+last one published; a trainer: its first logged step)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,9 +52,7 @@ class TensorBoard(Tracker):
 
     @classmethod
     def start_stage(cls, attach: Mapping[str, Any], stage: str) -> Tracker:
-        folder = Path(attach["folder"]) / stage
-        os.environ["TENSORBOARD_LOGGING_DIR"] = str(folder)  # where TRL's callback writes
-        return cls(folder)
+        return cls(Path(attach["folder"]) / stage)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         writer = self._writer(step)
@@ -73,10 +69,6 @@ class TensorBoard(Tracker):
                 writer.add_image(str(path.name), imread(path)[..., :3], dataformats="HWC")
             else:
                 writer.add_text(path.name, path.read_text())
-
-    def trainer_arguments(self) -> dict[str, Any]:
-        self._writer(0).flush()  # the purge mark, before TRL's callback writes its first step
-        return {}
 
     def finish(self, failed: bool = False) -> None:
         if self.writer is not None:

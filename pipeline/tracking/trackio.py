@@ -46,7 +46,7 @@ class Trackio(Tracker):
     @classmethod
     def start_stage(cls, attach: Mapping[str, Any], stage: str) -> Tracker:
         # Before trackio's first import in the stage's process; its run starts on the first
-        # log, since TRL's callback starts the same one itself.
+        # log (a resumed stage's run goes on).
         os.environ["TRACKIO_DIR"] = attach["dir"]
         return cls(attach["project"], f"{attach['group']}/{stage}", attach["group"])
 
@@ -60,9 +60,6 @@ class Trackio(Tracker):
     def log_artifacts(self, paths: list[Path]) -> None:
         for path in paths:
             self.run.log_artifact(path, name=path.name.replace(".", "-"), type="report")
-
-    def trainer_arguments(self) -> dict[str, Any]:
-        return {"project": self.project, "run_name": self.run_name}
 
     def finish(self, failed: bool = False) -> None:
         if self.run is not None:

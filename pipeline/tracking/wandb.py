@@ -75,13 +75,10 @@ class WandB(Tracker):
 
     @classmethod
     def start_stage(cls, attach: Mapping[str, Any], stage: str) -> Tracker:
-        from wandb.sdk.wandb_init import _set_global_run
-
         run = _init(
             project=attach["project"], group=attach["group"], job_type=stage, name=stage,
             dir=attach["dir"],
         )  # fmt: skip
-        _set_global_run(run)  # `wandb.run`: TRL's callback logs into it
         return cls(run)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
