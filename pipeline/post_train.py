@@ -44,6 +44,7 @@ from .rl.update_config import UpdateConfig
 from .run_lock import run_folder_lock
 from .settings import Seed, Settings
 from .stages import STAGES, Artifacts, Stage, get_stage, run_stage
+from .stages.difficulty_filter import DifficultyFilterConfig
 from .stages.dpo import DPOStageConfig
 from .stages.evaluation import EvalConfig
 from .stages.pairs import PairMiningConfig
@@ -434,27 +435,26 @@ def _write_run_record(run_dir: Path, config: PostTrainConfig, done: list[dict[st
     )
 
 
-# The MBPP training problems on which SmolLM2-135M-Instruct after SFT passed 1 to 3 of 4 samples
-# at temperature 0.7, in the difficulty filter of docs/learning-mbpp-2 (80 problems sampled).
-MBPP_TRAIN_WITHIN_REACH = ["666", "708", "768", "800", "807", "818", "821", "839", "945", "970"]
-
-
 def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
     """The README's main job: SmolLM2-135M on the CPU, small settings (under 20 minutes on 2
-    quiet cores): SFT on 32 MBPP training references, 3 GRPO iterations with dynamic sampling
-    on the MBPP training problems within the model's reach, DPO on pairs mined from fresh
-    rollouts on them, greedy pass@1 on all 164 HumanEval problems (with intervals and paired
-    tests) before and after each stage."""
+    quiet cores): SFT on 32 MBPP training references, a difficulty filter that rates 48 MBPP
+    training problems with the run's own SFT checkpoint, 3 GRPO iterations with dynamic
+    sampling on the problems it sometimes solved, DPO on pairs mined from fresh rollouts on
+    them, greedy pass@1 on all 164 HumanEval problems (with intervals and paired tests) before
+    and after each stage."""
     mbpp_train = ProblemSet(source=MBPP, split="train", shuffle_seed=0)
-    # Most MBPP problems are out of a 135M model's reach: a group whose samples all fail
-    # teaches nothing and is dropped. RL, and the rollouts DPO's pairs come from, use those
-    # where some samples passed.
-    within_reach = mbpp_train.model_copy(update={"task_ids": MBPP_TRAIN_WITHIN_REACH})
     # Passing MBPP answers are short (at most 36 tokens in the main job's RL): a longer
     # completion is a loop that would hold the batch to the end and is masked when cut.
     short = SamplingConfig(num_generations=4, max_tokens=128)
+    # Most MBPP problems are out of a 135M model's reach: a group whose samples all fail
+    # teaches nothing and is dropped. The filter rates the 32 problems SFT trained on and 16
+    # more with this run's SFT checkpoint, sampled as RL samples; RL and the rollouts DPO's
+    # pairs come from take the problems it passed some but not all of the time.
+    rate = DifficultyFilterConfig(
+        problems=mbpp_train.model_copy(update={"limit": 48}), sampling=short
+    )
     rl = RLConfig(
-        problems=within_reach,
+        problems=mbpp_train,  # the filter's kept problems replace these
         iterations=3,
         prompts_per_iteration=4,
         max_sampling_rounds=2,
@@ -468,8 +468,9 @@ def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
             problems=mbpp_train.model_copy(update={"limit": 32}),
             training=TrainingSettings(per_device_train_batch_size=4, max_length=384),
         ),
+        rate,
         rl,
-        RolloutsConfig(problems=within_reach, sampling=short, scoring=rl.scoring),
+        RolloutsConfig(problems=mbpp_train, sampling=short, scoring=rl.scoring),
         # One pair per problem, preferring by pass/fail or else by reward (format, syntax): a
         # 135M model rarely passes, and DPO's steps are the main job's dearest per sample.
         PairMiningConfig(strategies=["best_vs_worst"], reward_margin=0.1),
@@ -483,7 +484,9 @@ def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
         run_dir=run_dir,
         stages=[
             {"stage": name, "config": stage}
-            for name, stage in zip(["sft", "rl", "rollouts", "pairs", "dpo"], stages, strict=True)
+            for name, stage in zip(
+                ["sft", "filter", "rl", "rollouts", "pairs", "dpo"], stages, strict=True
+            )
         ],
         evaluations={
             # No greedy completion that passed was longer than 160 tokens (base and SFT, 164

@@ -379,7 +379,7 @@ def test_print_config_prints_every_setting_as_yaml_that_loads_back(tmp_path, cap
     path.write_text(printed)
     config = load_config(PostTrainConfig, path, [])
     assert config == _run_config("--stages.rl.iterations", "7")
-    assert yaml.safe_load(printed)["stages"][1]["config"]["update"]["learning_rate"] == 2e-6
+    assert yaml.safe_load(printed)["stages"][2]["config"]["update"]["learning_rate"] == 2e-6
 
 
 def test_a_command_reads_its_config_without_the_ml_stack_or_prefect():
