@@ -272,6 +272,20 @@ def test_in_the_sandbox_a_wrong_answer_gets_the_failing_public_test_and_its_expe
 
 
 @pytest.mark.docker
+def test_in_the_sandbox_an_assert_test_tells_a_raised_error_from_a_wrong_result(sandbox_pool):
+    env = feedback_env(sandbox_pool)
+    problem = leak_problem("asserts")
+    (_, (missing,)), (_, (wrong,)) = (
+        one_reply(env, problem, fenced(code))
+        for code in ("def g(x):\n    return x\n", "def f(x):\n    return x\n")
+    )
+    assert "Public test 1 failed: it raised an error." in missing.observation
+    assert "Error: NameError: " in missing.observation
+    assert "Public test 1 failed: it gave a wrong result." in wrong.observation
+    assert "Error: AssertionError" in wrong.observation
+
+
+@pytest.mark.docker
 def test_in_the_sandbox_an_answer_that_only_knows_the_public_outputs_passes_them_and_scores_0(
     sandbox_pool,
 ):

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 PUBLIC = "public"  # Episode.state: the problem's public view (None: it has no public test)
 ERROR_LINES = 12  # of the program's error output: the last ones, or a compiler's first
 LEFT_OUT = "[The rest of this report is left out: a reply is bounded in length.]"
+# A test's error that names an exception other than a failed assertion (the judge writes an
+# exception as its class name first): the test raised before it could check a result.
+RAISED = re.compile(r"(?!AssertionError\b)[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b")
 # What a status says of the program, where no single test's error does.
 WHAT_HAPPENED = {
     VerdictStatus.FAILED: "it gave a wrong result",
@@ -164,6 +167,8 @@ def feedback_text(public: Problem, verdict: Verdict, *, max_chars: int, excerpt_
     else:  # the most telling first: a reply that runs out of room drops the last parts
         passed = sum(test.passed for test in verdict.tests)
         error = (verdict.tests[failing].error or what).strip().split("\n", 1)[0]
+        if verdict.status is VerdictStatus.FAILED and RAISED.match(error):
+            what = WHAT_HAPPENED[VerdictStatus.RUNTIME_ERROR]  # a test that raised, not asserted
         parts = [
             f"Your program passed {passed} of {public.tests.count()} public tests. "
             f"Public test {failing + 1} failed: {what}.",
