@@ -1,5 +1,6 @@
 """Problems + candidate code -> verdicts and rewards, run in the sandbox; the ``verify`` CLI."""
 
+from .chat import user_message
 from .extraction import CompletionStyle, Program, build_program, extract_code
 from .forms.io import IOCase
 from .pass_at_k import PassAtK, estimate_pass_at_k, exact_pass_at_k, pass_at_k
@@ -30,4 +31,5 @@ __all__ = [
     "load_problems",
     "make_trl_reward_funcs",
     "pass_at_k",
+    "user_message",
 ]
