@@ -375,6 +375,7 @@ def test_registry_lists_every_estimator_and_rejects_unknown_or_duplicate_names()
         "reinforce++",
         "reinforce++_baseline",
         "gae",
+        "custom",  # a user's own by import path
     }
     with pytest.raises(ValueError, match=r"unknown advantage estimator 'ppo'.*'grpo'"):
         get_advantage_estimator("ppo")
@@ -391,7 +392,7 @@ def test_estimators_take_only_their_own_hyperparameters():
 
 
 def test_policy_loss_registry_names_each_loss_and_its_ratio():
-    assert set(POLICY_LOSSES) == {"vanilla", "gspo", "pg", "decoupled"}
+    assert set(POLICY_LOSSES) == {"vanilla", "gspo", "pg", "decoupled", "custom"}
     assert get_policy_loss("vanilla").ratio_level == "token"
     assert get_policy_loss("gspo").ratio_level == "sequence"
     assert [name for name, entry in POLICY_LOSSES.items() if entry.behaviour_weighted] == [
@@ -450,6 +451,9 @@ def test_algorithm_fails_at_registration_on_unknown_parts_or_hyperparameters(kwa
         VanillaParams(clip_high=-1)
 
 
+USER_ESTIMATOR = {"import_path": "user_plugins:centred_scores", "kwargs": {"scale": 1.0}}
+
+
 @pytest.mark.parametrize("name", sorted(ADVANTAGE_ESTIMATORS))
 @FAST
 @given(batch=batches(min_group_size=2), gamma=st.floats(0.5, 1.0), lam=st.floats(0.0, 1.0))
@@ -457,7 +461,7 @@ def test_every_estimator_is_zero_on_masked_positions(name, batch, gamma, lam):
     rewards, mask, group_ids = batch
     values = torch.where(mask.bool(), torch.full_like(mask, 0.3), PAD)
     estimator = get_advantage_estimator(name)
-    given_params = {"gamma": gamma, "lam": lam}
+    given_params = {"gamma": gamma, "lam": lam, **USER_ESTIMATOR}
     params = estimator.params(
         **{k: v for k, v in given_params.items() if k in estimator.params.model_fields}
     )

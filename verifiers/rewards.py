@@ -5,7 +5,8 @@ the completion, registered once in :data:`REWARD_TERMS` with the least it gives:
 syntax in {0, 1}, the length and forbidden-code penalties in [-1, 0]. ``RewardConfig.weights``
 maps term names to weights; the verdict keeps the test term and the weighted terms, unweighted
 (a term with weight 0 is not computed: two of them parse the whole program). A new term is one
-registered function (:func:`reward_term`) and a weight in the config. A ``sandbox_error`` is the
+registered function (:func:`reward_term`) and a weight in the config, or a user's own function
+named by import path in ``RewardConfig.custom`` (no fork needed). A ``sandbox_error`` is the
 infrastructure's failure, never the program's (a program that breaks its containers gets a
 ``runtime_error``; one whose replies are slow to decide, a ``timeout``): by default its test
 reward is ``None`` ("no reward" to TRL) and the callers count what they left out, so an engine
@@ -19,10 +20,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .extraction import Program, find_code_blocks, parse, strip_think
 from .languages import PYTHON, source_language
+from .plugins import Plugin
 
 TEST = "test"  # the verdict's term; the others are registered below
 # (config, completion, program, length) -> value; length counts RewardConfig.length_unit
@@ -54,8 +56,27 @@ def reward_term(name: str, floor: float = 0.0) -> Callable[[TermFunction], TermF
 
 
 def term_names() -> tuple[str, ...]:
-    """Every reward term, the test term first, in the order they are summed."""
+    """Every registered reward term, the test term first, in the order they are summed."""
     return (TEST, *REWARD_TERMS)
+
+
+class CustomTerm(Plugin):
+    """A user's own term of the text: ``fn(completion, program, length, **kwargs) -> float``
+    (``program``: :class:`~.extraction.Program`, the code the verifier would run)."""
+
+    floor: float = Field(0.0, description="what a completion too long to make a program of gets")
+
+    def arguments(self) -> int:
+        return 3
+
+    def term(self) -> RewardTerm:
+        fn, kwargs = self.function, self.kwargs
+        return RewardTerm(
+            lambda config, completion, program, length: float(
+                fn(completion, program, length, **kwargs)
+            ),
+            self.floor,
+        )
 
 
 class RewardConfig(BaseModel):
@@ -70,6 +91,12 @@ class RewardConfig(BaseModel):
         default_factory=lambda: {TEST: 1.0},
         description="reward term -> weight: test (the verdict's), format, syntax, length, "
         "forbidden, or any registered term; a term left out weighs 0 and is not computed",
+    )
+    custom: dict[str, CustomTerm] = Field(
+        default_factory=dict,
+        description="a user's own terms, name -> {import_path: package.module:function, kwargs, "
+        "floor}: function(completion, program, length, **kwargs) -> float, weighted by "
+        "weights[name]",
     )
     test_reward: Literal["binary", "pass_fraction"] = "binary"
     sandbox_errors: Literal["exclude", "fail"] = "exclude"  # a sandbox error's test reward
@@ -91,16 +118,26 @@ class RewardConfig(BaseModel):
         "sys.exit",
     )
 
-    @field_validator("weights")
-    @classmethod
-    def _registered(cls, weights: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(weights) - set(term_names()))
+    @model_validator(mode="after")
+    def _known_terms(self) -> RewardConfig:
+        taken = sorted(set(self.custom) & set(term_names()))
+        if taken:
+            raise ValueError(f"custom reward term {taken}: a registered term has that name")
+        unknown = sorted(set(self.weights) - set(self.names()))
         if unknown:
-            raise ValueError(f"no reward term {unknown}; known: {', '.join(term_names())}")
-        return weights
+            raise ValueError(f"no reward term {unknown}; known: {', '.join(self.names())}")
+        return self
 
     def weight(self, name: str) -> float:
         return self.weights.get(name, 0.0)
+
+    def terms(self) -> dict[str, RewardTerm]:
+        """The terms of the text: the registered ones, then this config's own."""
+        return {**REWARD_TERMS, **{name: term.term() for name, term in self.custom.items()}}
+
+    def names(self) -> tuple[str, ...]:
+        """Every term, the test term first, in the order they are summed."""
+        return (TEST, *REWARD_TERMS, *self.custom)
 
 
 def test_reward(passed: bool, pass_fraction: float, mode: str = "binary") -> float:
@@ -236,7 +273,7 @@ def rule_components(
     the size limit), each one's floor."""
     return {
         name: term.floor if program is None else term.fn(config, completion, program, length)
-        for name, term in REWARD_TERMS.items()
+        for name, term in config.terms().items()
         if config.weight(name)
     }
 
@@ -244,7 +281,7 @@ def rule_components(
 def combine(config: RewardConfig, components: Mapping[str, float | None]) -> float | None:
     """The weighted sum; ``None`` when a weighted component is unknown (a sandbox error)."""
     total = 0.0
-    for name in term_names():
+    for name in config.names():
         weight = config.weight(name)
         if weight == 0:
             continue

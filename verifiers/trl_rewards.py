@@ -20,7 +20,7 @@ from typing import Any
 
 from .extraction import MAX_COMPLETION_CHARS, build_program, completion_text
 from .problems import Problem
-from .rewards import REWARD_TERMS, TEST, RewardConfig, verdict_test_reward
+from .rewards import TEST, RewardConfig, verdict_test_reward
 from .verdicts import Verdict, VerdictStatus
 from .verifier import Verifier
 
@@ -99,7 +99,8 @@ class AsyncSandboxTestReward(SandboxTestReward):
 
 
 class RuleReward:
-    """One text-only component (format, syntax, length, forbidden), scaled by its weight."""
+    """One text-only component (format, syntax, length, forbidden, a custom one), scaled by its
+    weight."""
 
     def __init__(
         self,
@@ -108,11 +109,10 @@ class RuleReward:
         config: RewardConfig,
         completion_style: str = "auto",
     ) -> None:
-        if component not in REWARD_TERMS:
-            raise ValueError(
-                f"not a rule component: {component!r} (one of {', '.join(REWARD_TERMS)})"
-            )
-        self.term = REWARD_TERMS[component]
+        terms = config.terms()
+        if component not in terms:
+            raise ValueError(f"not a rule component: {component!r} (one of {', '.join(terms)})")
+        self.term = terms[component]
         self.component = component
         self.problems = problems
         self.config = config
@@ -162,7 +162,7 @@ def make_trl_reward_funcs(
         funcs.append(test_cls(verifier, problems, config))
     funcs += [
         RuleReward(name, problems, config, verifier.completion_style)
-        for name in REWARD_TERMS
+        for name in config.terms()
         if config.weight(name)
     ]
     if not funcs:

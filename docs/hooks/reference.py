@@ -426,6 +426,10 @@ def metrics_page() -> str:
             code(metric_names.staleness_count("<k>")),
             prose(metric_names.staleness_count.__doc__),
         ],
+        [
+            code(metric_names.loss_metric("<name>")),
+            prose(metric_names.loss_metric.__doc__),
+        ],
     ]
     maxima = ", ".join(code(name) for name in sorted(metric_names.MAXIMA))
     return f"""# RL metrics

@@ -39,6 +39,8 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from ...verifiers.plugins import Plugin
+
 if TYPE_CHECKING:
     from torch import Tensor
 
@@ -177,6 +179,12 @@ class Hyperparameters(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
+
+    @property
+    def bounds_step(self) -> bool:
+        """Whether a loss with these settings bounds a step away from the samples' policy (a
+        clip), so that several epochs and minibatches may reuse one batch."""
+        return False
 
     def model_post_init(self, context: Any) -> None:
         self.__pydantic_fields_set__.add("name")
@@ -494,6 +502,23 @@ def gae_advantages(inputs: AdvantageInputs, params: GAEParams) -> tuple[Tensor, 
     return advantages, returns
 
 
+class CustomAdvantageParams(Plugin, Hyperparameters):
+    """A user's own estimator by import path, ``fn(inputs: AdvantageInputs, **kwargs) ->
+    (advantages, returns)``: no critic, one completion per prompt at least."""
+
+    name: Literal["custom"] = "custom"
+
+    def arguments(self) -> int:
+        return 1
+
+
+@register_advantage(CustomAdvantageParams)
+def custom_advantage(
+    inputs: AdvantageInputs, params: CustomAdvantageParams
+) -> tuple[Tensor, Tensor]:
+    return params.function(inputs, **params.kwargs)
+
+
 # --------------------------------------------------------------------------------------------
 # KL to the reference policy
 # --------------------------------------------------------------------------------------------
@@ -758,6 +783,10 @@ class ClipParams(Hyperparameters):
         None, gt=1, description="cap the loss of negative-advantage tokens at -c * A; None = off"
     )
 
+    @property
+    def bounds_step(self) -> bool:
+        return True
+
 
 def _clipped_surrogate(
     log_ratio: Tensor, inputs: LossInputs, params: ClipParams, weights: Tensor | None = None
@@ -912,6 +941,29 @@ def decoupled_policy_loss(
     )
     loss, metrics = _clipped_surrogate(log_ratio, inputs, params, weights)
     return loss, {**metrics, **weight_metrics}
+
+
+class CustomLossParams(Plugin, Hyperparameters):
+    """A user's own policy loss by import path, ``fn(inputs: LossInputs, **kwargs) -> (loss,
+    metrics)``, token-level ratios. ``clipped``: it bounds a step away from the samples' policy
+    itself, so several epochs and minibatches may reuse a batch."""
+
+    name: Literal["custom"] = "custom"
+    clipped: bool = Field(False, description="the function clips its ratio (a trust region)")
+
+    def arguments(self) -> int:
+        return 1
+
+    @property
+    def bounds_step(self) -> bool:
+        return self.clipped
+
+
+@register_policy_loss(CustomLossParams)
+def custom_policy_loss(
+    inputs: LossInputs, params: CustomLossParams
+) -> tuple[Tensor, dict[str, Tensor]]:
+    return params.function(inputs, **params.kwargs)
 
 
 def value_loss(

@@ -134,6 +134,12 @@ POLICY_LOSS_METRICS: Final = {
 }
 
 
+def loss_metric(name: str) -> str:
+    """A metric a policy loss returns: its documented name, or, for one of a user's own loss
+    (``policy_loss: {name: custom}``), ``update/loss/<name>`` (mean over tokens)."""
+    return POLICY_LOSS_METRICS.get(name, f"update/loss/{name}")
+
+
 def reward_component(name: str) -> str:
     """The mean of one reward component (test, format, syntax, length, forbidden)."""
     return f"reward/{name}/mean"

@@ -50,7 +50,7 @@ from .algorithms import (
     truncated_is_weights,
     value_loss,
 )
-from .metric_names import IS_WEIGHT_METRICS, MAXIMA, POLICY_LOSS_METRICS, Sampler, Update
+from .metric_names import IS_WEIGHT_METRICS, MAXIMA, Sampler, Update, loss_metric
 from .models import ActorCritic, ValueModel, disable_dropout
 from .rollouts import RolloutBatch
 from .update_config import UpdateConfig
@@ -502,7 +502,7 @@ class PolicyUpdater:
         loss, metrics = self.config.loss(micro.loss, self.config.policy_loss)
         totals.add(Update.POLICY_LOSS, loss)
         for name, value in metrics.items():
-            metric = POLICY_LOSS_METRICS[name]
+            metric = loss_metric(name)
             if metric in MAXIMA:
                 totals.max(metric, value)
             else:

@@ -13,7 +13,6 @@ from .algorithms import (
     AdvantageEstimator,
     AdvantageParams,
     Algorithm,
-    ClipParams,
     PolicyLoss,
     PolicyLossParams,
     get_advantage_estimator,
@@ -140,7 +139,7 @@ class UpdateConfig(BaseModel):
             raise ValueError(f"kl_in={self.kl_in!r} needs kl_coef > 0")
         if self.kl_ratio_weighted and self.kl_in != "loss":
             raise ValueError("kl_ratio_weighted applies to the KL in the loss (kl_in='loss')")
-        if not isinstance(self.policy_loss, ClipParams) and (
+        if not self.policy_loss.bounds_step and (
             self.epochs > 1 or self.minibatch_size is not None
         ):
             raise ValueError(

@@ -35,6 +35,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from ...verifiers.plugins import Plugin
 from .. import atomic
 from ..checkpoints.manifest import MANIFEST, sha256_file, verified, verify
 from ..code_version import code_digest, code_files
@@ -152,10 +153,13 @@ def input_digest(path: str) -> str:
 
 def named_inputs(config: BaseModel) -> dict[str, str]:
     """The content of everything ``config`` names outside itself, at any depth: each
-    :class:`OutsideInput`'s ``content_digests``."""
+    :class:`OutsideInput`'s ``content_digests``, and the module of each user's function named
+    by import path (:class:`Plugin`)."""
     named: dict[str, str] = {}
     for setting in settings_of(config, OutsideInput):
         named.update(setting.content_digests())
+    for plugin in settings_of(config, Plugin):
+        named.update(plugin.source_digest())
     return dict(sorted(named.items()))
 
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ...sandbox import DEFAULT_IMAGE, Limits, PoolConfig, SandboxPool, connect_hosts
 from ...sandbox.runner import source_version
@@ -117,8 +117,11 @@ class ScoreConfig(Settings):
 
     @field_validator("learned")
     @classmethod
-    def _own_names(cls, learned: dict[str, LearnedReward]) -> dict[str, LearnedReward]:
-        taken = sorted(set(learned) & set(term_names()))
+    def _own_names(
+        cls, learned: dict[str, LearnedReward], info: ValidationInfo
+    ) -> dict[str, LearnedReward]:
+        reward = info.data.get("reward")
+        taken = sorted(set(learned) & set(term_names() if reward is None else reward.names()))
         if taken:
             raise ValueError(f"learned reward {taken}: the verifier's term of that name has it")
         return learned
