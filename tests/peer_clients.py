@@ -15,11 +15,14 @@ import json
 import os
 import sys
 import threading
+import time
 import types
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 CASE_S = 1.5  # what each case of a workload's programs sleeps
 CORRECT = f"import time\nn = int(input())\ntime.sleep({CASE_S})\nprint(n * n)"
@@ -189,3 +192,23 @@ def tinker_workload(url: str, programs: list[str], cases: int) -> Counter[str]:
     for success, answer in graded:
         tally["api_error" if "error" in answer else "correct" if success else "wrong"] += 1
     return tally
+
+
+def trl_verify_reward(url: str) -> Callable[..., list[float]]:
+    """The TRL recipe's reward function (docs/verifier-service.md): a batch of completions to
+    ``/verify`` as samples of MBPP, sent again after Retry-After while the server is busy."""
+
+    def test_reward(completions: list[Any], task_id: list[str], **kwargs: Any) -> list[float]:
+        samples = [
+            {"task_id": t, "completion": c} for t, c in zip(task_id, completions, strict=True)
+        ]
+        body = {"samples": samples, "problems": "mbpp"}
+        while True:
+            answer = httpx.post(f"{url}/verify", json=body, timeout=None)
+            if answer.status_code != 429:
+                break
+            time.sleep(float(answer.headers["Retry-After"]))
+        answer.raise_for_status()
+        return [verdict["reward"] for verdict in answer.json()["verdicts"]]
+
+    return test_reward

@@ -6,10 +6,12 @@ front of the pool, fast, over a fake executor."""
 
 from __future__ import annotations
 
+import string
 import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future
+from typing import Any
 
 import httpx
 import pytest
@@ -19,11 +21,14 @@ from peer_clients import (
     WRONG,
     sandbox_fusion_workload,
     tinker_workload,
+    trl_verify_reward,
     verl_workload,
 )
 from servers import Server
+from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.sandbox import ExecStatus, ExecutionResult, Job
+from codepost.verifiers import load_problems, user_message
 from codepost.verifiers.server import VERL, JobQueue, known_caller
 
 
@@ -66,6 +71,58 @@ def test_sandbox_fusion_client_scores_every_case(server):
 def test_tinker_cookbook_client_scores_every_program(server):
     tally = tinker_workload(server.url, [CORRECT, WRONG, CORRECT, WRONG, CORRECT], cases=2)
     assert tally == Counter(correct=3, wrong=2)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_trl_recipe_rewards_a_grpo_trainers_completions_through_verify(server, tmp_path):
+    """The TRL recipe as the docs give it, public API only: prompts from ``user_message``, the
+    reward from ``/verify``, in a real ``GRPOTrainer`` step (a tiny random model, so its
+    completions fail); and the same function scores MBPP's own solution 1 and a wrong one 0."""
+    # here, not at the top: their imports (trl's takes vLLM's) are a minute on 2 busy cores
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    problems = load_problems("mbpp")
+    reward = trl_verify_reward(server.url)
+    right = f"```python\n{problems['2'].canonical_solution}\n```"
+    wrong = "```python\ndef similar_elements(a, b):\n    return ()\n```"
+    as_chat = [[{"role": "assistant", "content": answer}] for answer in (right, wrong)]
+    assert reward(as_chat, task_id=["2", "2"]) == [1.0, 0.0]
+
+    tokenizer = char_tokenizer(string.printable)
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    train = Dataset.from_list(
+        [
+            {"prompt": [{"role": "user", "content": user_message(problems[t])}], "task_id": t}
+            for t in ("2", "3")
+        ]
+    )
+    rewards: list[float] = []
+
+    def recorded(**kwargs: Any) -> list[float]:
+        rewards.extend(reward(**kwargs))
+        return rewards[-len(kwargs["completions"]) :]
+
+    recorded.__name__ = "test_reward"
+    trainer = GRPOTrainer(
+        model=tiny_causal_lm(len(tokenizer)),
+        reward_funcs=[recorded],
+        train_dataset=train,
+        processing_class=tokenizer,
+        args=GRPOConfig(
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=2,
+            num_generations=2,
+            max_completion_length=8,
+            max_steps=1,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+        ),
+    )
+    trainer.train()
+    assert rewards == [0.0] * 2  # one step: 2 completions, each scored (and failed) by /verify
 
 
 # -- the queue in front of the pool, over a fake executor
