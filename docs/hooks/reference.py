@@ -326,7 +326,11 @@ def settings(values: Mapping[str, Any]) -> str:
 
 
 def hyperparameters(params: type[BaseModel]) -> str:
-    return settings({name: field.default for name, field in params.model_fields.items()})
+    fields = params.model_fields.items()
+    return ", ".join(
+        f"{code(name)} (required)" if field.is_required() else f"{code(name)} = {default(field)}"
+        for name, field in fields
+    )
 
 
 def algorithms_page() -> str:
