@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import logging
 import os
 import queue
@@ -29,8 +28,8 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, overload
 
 import docker
 import docker.errors
@@ -49,13 +48,16 @@ from .api import (
 )
 from .owner_guard import guard_containers
 from .runner import languages, source_version
-from .runner.codec import MAX_FRAME_BYTES, encode
+from .runner.codec import encode
+from .runner.wire import HEADER, MAX_FRAME_BYTES, ProtocolError, frame, split_frame
+
+if TYPE_CHECKING:
+    from .runner import wire
 
 log = logging.getLogger(__name__)
 
 # scripts/setup.sh builds the image under the same variable's name.
 DEFAULT_IMAGE = os.environ.get("CODEPOST_SANDBOX_IMAGE", "codepost-sandbox:latest")
-_FRAME = struct.Struct(">I")
 _DOCKER_HEADER = struct.Struct(">BxxxI")
 _PEER_CREDENTIALS = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
 
@@ -261,27 +263,34 @@ class _Container:
         self.sock.close()
         self.sock, self.demux = connection, False
 
+    @overload
     def request(
-        self, message: dict[str, Any], timeout: float, silence: float | None = None
-    ) -> dict[str, Any]:
+        self, message: wire.Ping, timeout: float, silence: float | None = None
+    ) -> wire.Pong: ...
+    @overload
+    def request(
+        self, message: wire.Run, timeout: float, silence: float | None = None
+    ) -> wire.Result: ...
+    def request(
+        self, message: wire.Request, timeout: float, silence: float | None = None
+    ) -> wire.Pong | wire.Result:
         """The reply to ``message`` within ``timeout`` s; heartbeats are skipped, and more than
         ``silence`` s without any data is a fault (a paused or frozen container)."""
         self.next_id += 1
-        message = {**message, "id": self.next_id}
-        data = json.dumps(message, separators=(",", ":")).encode()
-        if len(data) > MAX_FRAME_BYTES:
+        data = frame({**message, "id": self.next_id})
+        if len(data) - HEADER.size > MAX_FRAME_BYTES:
             raise _TooLarge(
-                f"the job is {len(data)} bytes (program and stdin), over the sandbox's limit of "
-                f"{MAX_FRAME_BYTES}"
+                f"the job is {len(data) - HEADER.size} bytes (program and stdin), over the "
+                f"sandbox's limit of {MAX_FRAME_BYTES}"
             )
         deadline = time.monotonic() + timeout
         self.sock.settimeout(timeout)
         try:
-            self.sock.sendall(_FRAME.pack(len(data)) + data)
+            self.sock.sendall(data)
             reply = self._read_frame(deadline, silence or timeout)
             while "heartbeat" in reply:
                 reply = self._read_frame(deadline, silence or timeout)
-        except (OSError, ValueError) as exc:  # socket.timeout is an OSError
+        except (OSError, ValueError, ProtocolError) as exc:  # socket.timeout is an OSError
             raise _ContainerFault(f"no reply from the sandbox supervisor: {exc!r}") from exc
         if reply.get("id") != self.next_id:
             raise _ContainerFault("reply out of order")
@@ -289,22 +298,26 @@ class _Container:
             raise _ContainerFault(f"supervisor error: {reply['internal_error']}")
         return reply
 
-    def _read_frame(self, deadline: float, silence: float) -> dict[str, Any]:
+    def _read_frame(self, deadline: float, silence: float) -> Any:
+        """The supervisor's next frame, of any size (it is trusted, and each job's limits bound
+        its reply)."""
+        while (found := split_frame(self.payload, max_bytes=None)) is None:
+            self.payload += self._next_chunk(deadline, silence)
+        message, end = found
+        del self.payload[:end]
+        return message
+
+    def _next_chunk(self, deadline: float, silence: float) -> bytes:
+        """The next bytes of the supervisor's stdout: as they come from its socket, or from the
+        attached stream, past Docker's headers and without its stderr."""
+        if not self.demux:
+            return self._recv(1 << 20, deadline, silence)
         while True:
-            if len(self.payload) >= _FRAME.size:
-                (size,) = _FRAME.unpack_from(self.payload)
-                if len(self.payload) >= _FRAME.size + size:
-                    body = bytes(self.payload[_FRAME.size : _FRAME.size + size])
-                    del self.payload[: _FRAME.size + size]
-                    return json.loads(body)
-            if not self.demux:
-                self.payload += self._recv(1 << 20, deadline, silence)
-                continue
             header = self._recv_exact(_DOCKER_HEADER.size, deadline, silence)
             stream, size = _DOCKER_HEADER.unpack(header)
             chunk = self._recv_exact(size, deadline, silence)
             if stream == 1:
-                self.payload += chunk
+                return chunk
 
     def _recv_exact(self, n: int, deadline: float, silence: float) -> bytes:
         buf = bytearray()
@@ -568,14 +581,16 @@ def run_in_fresh_container(job: Job, config: PoolConfig | None = None) -> Execut
         container.destroy()
 
 
-def _host_deadline(payload: dict[str, Any], grace_s: float) -> float:
+def _host_deadline(payload: wire.Job, grace_s: float) -> float:
     """How long the host waits for a job's reply: its compile and every case at their
     stretched wall limits, then the grace. Value tests may run twice, each time with the job's
     time: replies too large to read in the supervisor send the job to a judge, and replies
     costly to decide go to a decider."""
     limits = payload["limits"]
-    cases = len(payload.get("stdin_cases", ())) or 1
-    runs = 2 if payload.get("judge", {}).get("values") is not None else 1
+    if "judge" in payload:
+        cases, runs = 1, 1 if payload["judge"]["values"] is None else 2
+    else:
+        cases, runs = len(payload["stdin_cases"]) or 1, 1
     compile_s = limits["compile_cap_s"] if languages.get(payload["language"]).compiled else 0.0
     longest = compile_s + limits["wall_cap_s"] * cases * runs
     if limits["job_time_s"] is not None:
@@ -583,32 +598,47 @@ def _host_deadline(payload: dict[str, Any], grace_s: float) -> float:
     return longest + grace_s
 
 
-def _job_payload(job: Job, config: PoolConfig) -> dict[str, Any]:
-    limits = asdict(job.limits)
+def _job_payload(job: Job, config: PoolConfig) -> wire.Job:
     stretch = max(1.0, config.wall_stretch)
-    limits["wall_cap_s"] = limits["wall_time_s"] * stretch
-    limits["compile_cap_s"] = limits["compile_time_s"] * stretch
-    limits["cpus"] = config.cpus
-    payload: dict[str, Any] = {"program": job.program, "limits": limits, "language": job.language}
+    limits: wire.Limits = {
+        "wall_time_s": job.limits.wall_time_s,
+        "cpu_time_s": job.limits.cpu_time_s,
+        "memory_mb": job.limits.memory_mb,
+        "output_bytes": job.limits.output_bytes,
+        "processes": job.limits.processes,
+        "disk_mb": job.limits.disk_mb,
+        "compile_time_s": job.limits.compile_time_s,
+        "compile_memory_mb": job.limits.compile_memory_mb,
+        "job_time_s": job.limits.job_time_s,
+        "wall_cap_s": job.limits.wall_time_s * stretch,
+        "compile_cap_s": job.limits.compile_time_s * stretch,
+        "cpus": config.cpus,
+    }
     if job.judge is not None:
-        payload["judge"] = {
-            "setup": job.judge.setup,
-            "tests": list(job.judge.tests),
-            "test_names": list(job.judge.test_names),
-            "pytest": job.judge.pytest,
-            "values": None if job.judge.values is None else _values(job.judge),
+        return {
+            "program": job.program,
+            "language": job.language,
+            "limits": limits,
+            "judge": {
+                "setup": job.judge.setup,
+                "tests": list(job.judge.tests),
+                "test_names": list(job.judge.test_names),
+                "pytest": job.judge.pytest,
+                "values": None if job.judge.values is None else _values(job.judge),
+            },
         }
-    else:
-        payload["stdin_cases"] = list(job.stdin_cases or ())
-        payload["files"] = {
-            path: base64.b64encode(data).decode() for path, data in job.files.items()
-        }
-        payload["fetch_files"] = list(job.fetch_files)
-        payload["stop_at_failure"] = job.stop_at_failure
-    return payload
+    return {
+        "program": job.program,
+        "language": job.language,
+        "limits": limits,
+        "stdin_cases": list(job.stdin_cases or ()),
+        "files": {path: base64.b64encode(data).decode() for path, data in job.files.items()},
+        "fetch_files": list(job.fetch_files),
+        "stop_at_failure": job.stop_at_failure,
+    }
 
 
-def _values(judge: JudgeSpec) -> dict[str, Any]:
+def _values(judge: JudgeSpec) -> wire.Values:
     """Value tests in the codec's tokens: tuples, sets and big ints as the judge's own."""
     return {
         "target": judge.target,
@@ -629,18 +659,19 @@ def _no_refs(value: Any) -> int:
     raise ValueError(f"a value test holds a {type(value).__name__}, which is not plain data")
 
 
-def _to_result(reply: dict[str, Any], attempts: int) -> ExecutionResult:
+def _to_result(reply: wire.Result, attempts: int) -> ExecutionResult:
     compiled = reply.get("compile")
     return ExecutionResult(
         status=ExecStatus(reply["status"]),
         tests=tuple(TestOutcome(**test) for test in reply.get("tests", ())),
         cases=tuple(
             CaseOutcome(
-                **{
-                    **case,
-                    "status": ExecStatus(case["status"]),
-                    "files": {path: base64.b64decode(data) for path, data in case["files"].items()},
-                }
+                status=ExecStatus(case["status"]),
+                stdout=case["stdout"],
+                stderr=case["stderr"],
+                exit_code=case["exit_code"],
+                duration_s=case["duration_s"],
+                files={path: base64.b64decode(data) for path, data in case["files"].items()},
             )
             for case in reply.get("cases", ())
         ),
@@ -651,5 +682,11 @@ def _to_result(reply: dict[str, Any], attempts: int) -> ExecutionResult:
         attempts=attempts,
         compile=None
         if compiled is None
-        else CompileOutcome(**{**compiled, "status": ExecStatus(compiled["status"])}),
+        else CompileOutcome(
+            status=ExecStatus(compiled["status"]),
+            stdout=compiled["stdout"],
+            stderr=compiled["stderr"],
+            exit_code=compiled["exit_code"],
+            duration_s=compiled["duration_s"],
+        ),
     )

@@ -23,7 +23,7 @@ from codepost.sandbox import (
     ValueCase,
 )
 from codepost.sandbox.pool import _host_deadline, _job_payload
-from codepost.sandbox.runner.codec import PeerClosed, ProtocolError, encode, frame, frames_in
+from codepost.sandbox.runner.codec import encode
 from codepost.sandbox.runner.judge import (
     HASHED_TOKENS,
     Replay,
@@ -31,6 +31,7 @@ from codepost.sandbox.runner.judge import (
     read_replies,
     run_values,
 )
+from codepost.sandbox.runner.wire import PeerClosed, ProtocolError, frame, frames_in
 from codepost.verifiers.forms.asserts import asserts_judge
 from codepost.verifiers.forms.check import check_judge, values_of
 from codepost.verifiers.judges import may_rebind, value_case

@@ -22,17 +22,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from . import languages
-from .codec import (
-    MAX_FRAME_BYTES,
-    PeerClosed,
-    Unsendable,
-    builtin_exception,
-    decode,
-    encode,
-    module_namespace,
-    read_frame,
-    write_frame,
-)
+from .codec import builtin_exception, decode, encode, module_namespace
+from .wire import MAX_FRAME_BYTES, PeerClosed, Unsendable, read_frame, write_frame
 
 _TRACEBACK_CHARS = 4000
 _MESSAGE_CHARS = 1000

@@ -1,4 +1,4 @@
-"""Plain-data codec shared by the judge and the candidate, and the frame format of every pipe.
+"""Plain-data codec shared by the judge and the candidate (their frames are ``wire``'s).
 
 Only the decoder's output can reach a test's comparison, so the decoder is the security
 boundary: whatever bytes the candidate writes, decoding yields exact builtin and standard-library
@@ -15,109 +15,15 @@ from __future__ import annotations
 import base64
 import builtins
 import functools
-import json
-import os
-import struct
 import sys
 import types
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
-MAX_FRAME_BYTES = 64 << 20
+from .wire import ProtocolError, Unsendable
+
 MAX_TOKENS = 16_000_000  # items in one encoded value (shared parts count where they occur)
 _BIG_INT_BITS = 10_000  # larger ints travel as hex: decimal text is capped at 4,300 digits
-_HEADER = struct.Struct(">I")
-_ONE_WRITE = 1 << 16  # frames up to this size go out in one write, header included
-
-
-class ProtocolError(Exception):
-    """The peer sent something that is not a valid frame or value."""
-
-
-class PeerClosed(ProtocolError):
-    """The peer closed its end (it exited or was killed)."""
-
-
-class Unsendable(ValueError):
-    """A value the codec refuses to send: too many items, too many bytes, or inside itself."""
-
-
-def _json(message: Any) -> bytes:
-    return json.dumps(message, separators=(",", ":")).encode()
-
-
-def frame(message: Any) -> bytes:
-    """``message`` as one frame: a 4-byte length, then its JSON."""
-    data = _json(message)
-    return _HEADER.pack(len(data)) + data
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """All of ``data``, however the pipe splits it (a signal can cut a large write short)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def write_frame(fd: int, message: Any, max_bytes: int | None = None) -> None:
-    """Send ``message``; a frame over ``max_bytes`` raises ``Unsendable`` before any byte goes."""
-    data = _json(message)
-    if max_bytes is not None and len(data) > max_bytes:
-        raise Unsendable(f"it is {len(data)} bytes encoded, over the {max_bytes} byte limit")
-    header = _HEADER.pack(len(data))
-    # One write wakes the reader once; a large frame is not copied to prepend 4 bytes.
-    for part in (header + data,) if len(data) <= _ONE_WRITE else (header, data):
-        write_all(fd, part)
-
-
-def read_exact(fd: int, n: int) -> bytes | bytearray:
-    """``n`` bytes; a large frame is read into one buffer (no chunks to join: held once)."""
-    first = os.read(fd, n)
-    if len(first) == n:
-        return first
-    if not first:
-        raise PeerClosed("peer closed the pipe")
-    data = bytearray(n)
-    data[: len(first)] = first
-    view, got = memoryview(data), len(first)
-    while got < n:
-        count = os.readv(fd, [view[got:]])
-        if not count:
-            raise PeerClosed("peer closed the pipe")
-        got += count
-    return data
-
-
-def read_frame(fd: int, max_bytes: int = MAX_FRAME_BYTES) -> Any:
-    (size,) = _HEADER.unpack(read_exact(fd, _HEADER.size))
-    return _loads(read_exact(fd, _checked(size, max_bytes)))
-
-
-def frames_in(data: bytes | bytearray, max_bytes: int = MAX_FRAME_BYTES) -> Iterator[Any]:
-    """The frames of ``data``, all a pipe carried, as ``read_frame`` takes them from the pipe
-    one by one: with its errors, and ``PeerClosed`` where the bytes end."""
-    view, offset = memoryview(data), 0
-    while True:
-        if len(view) - offset < _HEADER.size:
-            raise PeerClosed("peer closed the pipe")
-        (size,) = _HEADER.unpack_from(view, offset)
-        offset += _HEADER.size + _checked(size, max_bytes)
-        if offset > len(view):
-            raise PeerClosed("peer closed the pipe")
-        yield _loads(view[offset - size : offset])
-
-
-def _checked(size: int, max_bytes: int) -> int:
-    if size > max_bytes:
-        raise ProtocolError(f"frame of {size} bytes exceeds the {max_bytes} byte limit")
-    return size
-
-
-def _loads(data: bytes | bytearray | memoryview) -> Any:
-    try:
-        return json.loads(bytes(data) if isinstance(data, memoryview) else data)
-    except (ValueError, RecursionError) as exc:
-        raise ProtocolError(f"undecodable frame: {exc}") from None
 
 
 # -- encoding: one value -> (token, children)

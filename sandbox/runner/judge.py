@@ -23,17 +23,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
-from .codec import (
-    MAX_FRAME_BYTES,
-    ProtocolError,
-    builtin_exception,
-    decode,
-    encode,
-    frames_in,
-    module_namespace,
-    read_frame,
-    write_frame,
-)
+from .codec import builtin_exception, decode, encode, module_namespace
+from .wire import MAX_FRAME_BYTES, ProtocolError, frames_in, read_frame, write_frame
 
 LOAD_ERRORS = ("syntax_error", "runtime_error", "memory_limit")
 _MUTABLE = (list, dict, set, bytearray, collections.deque)

@@ -52,7 +52,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from . import HOST_SOCKET, judge, languages, source_version
-from .codec import PeerClosed, frame, read_frame, write_all, write_frame
+from .wire import PeerClosed, complete_frames, frame, read_frame, write_all, write_frame
 from .zygote import JUDGE_MODES, WRITABLE_DIRS
 
 CANDIDATE_UID = int(os.environ.get("CODEPOST_CANDIDATE_UID", "10001"))
@@ -87,17 +87,6 @@ PROGRAM_ENV = {"MALLOC_ARENA_MAX": "2"}
 
 def _log(message: str) -> None:
     os.write(2, f"[supervisor] {message}\n".encode())
-
-
-def _parse_frames(data: bytes) -> list[dict[str, Any]]:
-    frames, offset = [], 0
-    while offset + 4 <= len(data):
-        size = int.from_bytes(data[offset : offset + 4], "big")
-        if offset + 4 + size > len(data):
-            break
-        frames.append(json.loads(data[offset + 4 : offset + 4 + size]))
-        offset += 4 + size
-    return frames
 
 
 def _drain(fd: int, buffer: bytearray) -> None:
@@ -693,7 +682,7 @@ class Supervisor:
         if outcome:  # stop the program and all it started, then let the judge wind down
             self.stop_program(candidate)
             self.collect({res_r: streams[res_r]}, Deadline(JUDGE_GRACE_S), until_closed=(res_r,))
-        events = _parse_frames(bytes(streams[res_r]))
+        events = complete_frames(streams[res_r])
         if any(e.get("crashed") for e in events):
             self.wait_exit(candidate, 1.0)  # it died: learn how before deciding the status
         candidate_exit = self.exited.get(candidate)
@@ -824,7 +813,7 @@ class Supervisor:
         leftover = self.finish(decider)
         for fd in streams:
             os.close(fd)
-        events = _parse_frames(bytes(streams[res_r]))
+        events = complete_frames(streams[res_r])
         if not outcome and not streams[ready_r]:
             raise SetupFailed("the value tests' decider died in set-up")
         if any(e.get("event") == "done" for e in events):
@@ -1119,7 +1108,7 @@ class Supervisor:
             oom=oom_kills() > oom_before,
             stdout=streams[out_r],
             stderr=streams[err_r],
-            prepared=_parse_frames(bytes(streams[stat_r])),
+            prepared=complete_frames(streams[stat_r]),
         )
         kept = before_sweep(ran)  # at a limit: what it left as it was then
         if stopped:
@@ -1159,7 +1148,7 @@ class Supervisor:
         self.wait_exit(fetcher, 1.0)
         for fd in streams:
             os.close(fd)
-        replies = _parse_frames(bytes(streams[reply_r]))
+        replies = complete_frames(streams[reply_r])
         if not replies:
             return {}, f"\n[sandbox] fetch_files: the files could not be read within {FETCH_S} s\n"
         notes = [
