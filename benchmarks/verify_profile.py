@@ -32,6 +32,10 @@ PROFILE = r"""
 import json, os, resource, sys, time
 sys.path.insert(0, "/opt/codepost")
 from runner import supervisor as S
+try:
+    from runner.pump import container_cpu_s
+except ImportError:  # an image from before the supervisor was split into parts
+    container_cpu_s = S.container_cpu_s
 jobs = json.load(sys.stdin)
 out = os.dup(1); devnull = os.open(os.devnull, os.O_WRONLY); os.dup2(devnull, 1)
 roles, cpu = {}, {}
@@ -61,14 +65,14 @@ supervisor = S.Supervisor()
 for job in jobs[:16]:
     supervisor.handle({"op": "run", "job": job})
 cpu.clear()
-zygotes, own, container = zygote_cpu(supervisor), time.process_time(), S.container_cpu_s()
+zygotes, own, container = zygote_cpu(supervisor), time.process_time(), container_cpu_s()
 started, passed = time.perf_counter(), 0
 for job in jobs:
     reply = supervisor.handle({"op": "run", "job": job})
     passed += reply["status"] == "completed" and all(t["passed"] for t in reply["tests"])
 wall = time.perf_counter() - started
 after = zygote_cpu(supervisor)
-result = {"wall": wall, "container": S.container_cpu_s() - container, "supervisor": time.process_time() - own,
+result = {"wall": wall, "container": container_cpu_s() - container, "supervisor": time.process_time() - own,
           **cpu, **{share: after[share] - zygotes[share] for share in after}, "passed": passed}
 os.write(out, json.dumps(result).encode())
 """
