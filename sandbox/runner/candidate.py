@@ -65,7 +65,9 @@ def _format_traceback(exc: BaseException) -> str:
 
 
 def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+    # Whatever the program made of them: it may have replaced or closed any.
+    streams: tuple[Any, ...] = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    for stream in streams:
         with contextlib.suppress(Exception):
             stream.flush()
 

@@ -63,7 +63,7 @@ def _dict(value: dict) -> list[Any]:
 # data as that class stores it, never through the program's methods (an int subclass whose
 # ``__int__`` says 7 is still 3). The first class of the MRO found here wins, so a Counter is a
 # Counter and any other dict subclass a dict.
-_ENCODERS: dict[tuple[str, str], Callable[[Any, type], Encoded]] = {
+_ENCODERS: dict[tuple[str, str], Callable[[Any, Any], Encoded]] = {
     ("builtins", "bool"): lambda v, c: (bool(v), []),
     ("builtins", "int"): lambda v, c: (_int(v), []),
     ("builtins", "float"): lambda v, c: (float.__float__(v), []),
@@ -146,7 +146,7 @@ def _encoder(kind: type) -> Callable[[Any], Encoded] | None:
     return _ENCODER_OF[kind]
 
 
-def _apply(cls: type, encoder: Callable[[Any, type], Encoded], value: Any) -> Encoded:
+def _apply(cls: type, encoder: Callable[[Any, Any], Encoded], value: Any) -> Encoded:
     return encoder(value, cls)
 
 
@@ -159,8 +159,9 @@ _SMALL = 1 << _BIG_INT_BITS
 
 def _encode_one(value: Any, make_ref: MakeRef) -> Encoded:
     if isinstance(value, type):
-        if _TYPES.get(value.__name__) is value:
-            return ["type", 0, value.__name__], []
+        name = value.__name__
+        if _TYPES.get(name) is value:
+            return ["type", 0, name], []
         return ["ref", 0, make_ref(value)], []
     encoder = _encoder(type(value))
     return encoder(value) if encoder is not None else (["ref", 0, make_ref(value)], [])
@@ -372,7 +373,7 @@ def _build_collection(tag: str, params: list[Any], items: list[Any]) -> Any:
         _exact(int, *params)
         kind = datetime.time if tag == "time" else datetime.datetime
         *fields, fold = params
-        return kind(*fields, tzinfo=_tzinfo(*items), fold=fold)
+        return kind(*fields, tzinfo=_tzinfo(*items), fold=fold)  # type: ignore[misc]
     raise ProtocolError(f"unknown tag {tag!r}")
 
 

@@ -40,7 +40,7 @@ def empty_dir(path: str) -> None:
     are empty.
     """
     # (directory fd, its parent's fd, its name, its subdirectories not yet removed)
-    stack = [(_open_dir(path), -1, "", [])]
+    stack: list[tuple[int, int, str, list[str]]] = [(_open_dir(path), -1, "", [])]
     stack[0][3].extend(_remove_files(stack[0][0]))
     while stack:
         fd, parent, name, subdirs = stack[-1]

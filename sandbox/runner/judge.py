@@ -21,10 +21,13 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .codec import builtin_exception, decode, encode, module_namespace
 from .wire import MAX_FRAME_BYTES, ProtocolError, frames_in, read_frame, write_frame
+
+if TYPE_CHECKING:
+    from .wire import CallJob, JudgeSpec, ValueCase
 
 LOAD_ERRORS = ("syntax_error", "runtime_error", "memory_limit")
 _MUTABLE = (list, dict, set, bytearray, collections.deque)
@@ -192,6 +195,7 @@ class Connection:
         if state.items:
             return state.items.popleft()
         end, state.end = state.end, StopIteration()  # after raising, an iterator is exhausted
+        assert end is not None  # a batch without items says how the iteration ended
         raise end
 
     def call(self, ref: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -354,11 +358,11 @@ def outcome_event(name: str, failure: BaseException | None, duration_s: float) -
     }
 
 
-def labels(judge: dict[str, Any]) -> list[str]:
+def labels(judge: JudgeSpec) -> list[str]:
     return judge.get("test_names") or [f"test_{i}" for i in range(len(judge["tests"]))]
 
 
-def run(job: dict[str, Any], conn: Connection, emit: Emit) -> None:
+def run(job: CallJob, conn: Connection, emit: Emit) -> None:
     judge = job["judge"]
     if not load(conn, job["program"], emit):
         return
@@ -529,7 +533,7 @@ def decide_values(job_fd: int, results: int) -> None:
             emit({"event": "judge_error", "message": repr(exc)[:2000]})
 
 
-def run_values(job: dict[str, Any], conn: Replay, emit: Emit) -> None:
+def run_values(job: CallJob, conn: Replay, emit: Emit) -> None:
     """Value tests (``JudgeSpec.values``), decided as ``run`` decides the code they stand for:
     ``assert target(*args) == expected, message`` (or ``is``, or ``abs(... - expected) <
     tolerance``), or ``assert expected, message`` where a case has no ``args``. The setup does
@@ -539,6 +543,7 @@ def run_values(job: dict[str, Any], conn: Replay, emit: Emit) -> None:
     frame its caller, up to this one, so a failure kept here would be a cycle holding the
     program's replies (``conn``) in the supervisor until a full collection."""
     judge, values = job["judge"], job["judge"]["values"]
+    assert values is not None, "a job with value tests"
     if not load(conn, job["program"], emit):
         return
     target, lookup_failed = _look_up(conn, values["target"])
@@ -559,7 +564,7 @@ def _look_up(conn: Connection, name: str) -> tuple[Any, dict[str, Any] | None]:
         return None, outcome_event("", exc, 0.0)
 
 
-def _value_test(name: str, case: dict[str, Any], target: Any, conn: Replay) -> dict[str, Any]:
+def _value_test(name: str, case: ValueCase, target: Any, conn: Replay) -> dict[str, Any]:
     try:
         asserted = decode(case["expected"], _no_refs)
         if case["args"] is not None:
@@ -573,7 +578,7 @@ def _value_test(name: str, case: dict[str, Any], target: Any, conn: Replay) -> d
     return outcome_event(name, None, conn.duration_s)
 
 
-def _compare(case: dict[str, Any], result: Any, expected: Any) -> Any:
+def _compare(case: ValueCase, result: Any, expected: Any) -> Any:
     """What the case's assert tests, computed as its code computes it."""
     if case["compare"] == "is":
         return result is expected

@@ -210,7 +210,7 @@ def _as_a_program() -> None:
             (2, "w", "backslashreplace"),
         )
     )
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr  # type: ignore[misc, assignment]
     for fd, copy in zip((0, 1, 2), saved, strict=True):
         os.dup2(copy, fd)
         os.close(copy)
