@@ -4,6 +4,7 @@ attached stream with a header per chunk)."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import struct
 import threading
@@ -11,6 +12,7 @@ import time
 
 import pytest
 
+from codepost.sandbox import Job, JudgeSpec, Limits, PoolConfig
 from codepost.sandbox import pool as pool_module
 from codepost.sandbox.runner.wire import (
     HEADER,
@@ -83,3 +85,31 @@ def test_the_host_reads_the_supervisors_frames_however_the_stream_splits_them(de
         host.close()
         supervisor.close()
     assert container.payload == bytearray()
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        Job(program="print(1)", stdin_cases=("",)),
+        Job(program="def f(): return 1", judge=JudgeSpec(setup="", tests=("assert f() == 1",))),
+    ],
+    ids=["io", "call"],
+)
+def test_a_job_carries_every_limit_the_api_has(job):
+    """The pool names each limit it sends: one added to ``api.Limits`` must reach the sandbox."""
+    limits = Limits(
+        wall_time_s=1.5,
+        cpu_time_s=2.5,
+        memory_mb=300,
+        output_bytes=4000,
+        processes=5,
+        disk_mb=7,
+        compile_time_s=3.5,
+        compile_memory_mb=600,
+        job_time_s=30.0,
+    )
+    payload = pool_module._job_payload(dataclasses.replace(job, limits=limits), PoolConfig())
+    sent = payload["limits"]
+    assert {field: sent[field] for field in dataclasses.asdict(Limits())} == dataclasses.asdict(
+        limits
+    )
