@@ -265,6 +265,35 @@ def test_rerank_counts_only_problems_the_reward_model_did_not_train_on(
         rerank(RerankConfig(reward_model=str(reward_model)), seen, tmp_path / "seen.json")
 
 
+def test_rerank_scores_only_problems_where_the_pick_can_differ(
+    reward_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = [{**row, "sampling_logprobs": [-1.0]} for row in signal_rollouts()]
+    rows += [
+        {**rollout("all-pass", passing(98, variant), True, 1.0), "sampling_logprobs": [-1.0]}
+        for variant in range(2)
+    ]
+    scored: list[str] = []
+    score = RerankConfig.score
+
+    def counted(self: RerankConfig, batch: list[dict]) -> list[float]:
+        scored.extend(row["prompt_id"] for row in batch)
+        return score(self, batch)
+
+    monkeypatch.setattr(RerankConfig, "score", counted)
+    result = rerank(RerankConfig(reward_model=str(reward_model)), rows, tmp_path / RERANK_FILE)
+    # 4 held-out problems of 3 passing and 3 failing samples; all-fail and all-pass unscored
+    assert sorted(set(scored)) == sorted(set(result.per_problem) - {"all-fail", "all-pass"})
+    assert len(scored) == 4 * 6
+    assert result.per_problem["all-pass"].picked == dict.fromkeys(
+        ("likelihood", "reward-model", "oracle"), True
+    )
+    assert result.per_problem["all-fail"].picked == dict.fromkeys(
+        ("likelihood", "reward-model", "oracle"), False
+    )
+    assert result.picks["reward-model"].pass_at_1 == result.picks["oracle"].pass_at_1 == 5 / 6
+
+
 def test_rerank_needs_sampled_completions() -> None:
     with pytest.raises(ValidationError, match="needs sampled: true"):
         EvalConfig(rerank={"reward_model": "rm"})

@@ -10,7 +10,8 @@ It is set against three other ways to pick one of the same n:
 - ``oracle``: the verifier itself, a passing one whenever there is one (pass@n, the ceiling).
 
 Only problems the reward model did not train on count (its manifest lists those it did); ties
-go to the earliest sample. Each pick's pass@1 has its interval (Wilson for one pick per
+go to the earliest sample. Samples of a problem whose samples all pass, or all fail, are not
+scored: every pick has the same verdict there. Each pick's pass@1 has its interval (Wilson for one pick per
 problem, a bootstrap over problems for the random pick's shares), and the reward model's pick
 is compared with each other on the same problems: the difference, a paired bootstrap interval
 and the sign-flip test's p (:func:`.stats.compare_sampled` with k = 1). ``rerank.json`` keeps
@@ -140,6 +141,20 @@ def best_of_n(
     )
 
 
+def decisive_scores(config: RerankConfig, rows: Sequence[Mapping[str, Any]]) -> list[float]:
+    """The reward model's scores of ``rows``, computed only where they decide a pick: in a
+    problem whose samples all pass or all fail every pick has the same verdict, so its samples
+    get 0 unscored (on a CPU the model's forward passes are most of best-of-n's cost)."""
+    verdicts: dict[str, set[bool]] = defaultdict(set)
+    for row in rows:
+        verdicts[row["prompt_id"]].add(bool(row["passed"]))
+    mixed = [i for i, row in enumerate(rows) if len(verdicts[row["prompt_id"]]) == 2]
+    scores = [0.0] * len(rows)
+    for i, score in zip(mixed, config.score([rows[i] for i in mixed]), strict=True):
+        scores[i] = score
+    return scores
+
+
 def rerank(config: RerankConfig, rows: Sequence[Mapping[str, Any]], path: Path) -> BestOfN:
     """Best-of-n of ``rows`` (an evaluation's sampled run) with ``config``'s reward model, on
     the problems it did not train on; written to ``path`` and logged as a table."""
@@ -151,7 +166,7 @@ def rerank(config: RerankConfig, rows: Sequence[Mapping[str, Any]], path: Path) 
             f"rerank: the reward model {config.reward_model} trained on all {left_out} problems "
             "evaluated; evaluate it on problems it did not train on"
         )
-    result = best_of_n(unseen, config.score(unseen), config.reward_model, left_out)
+    result = best_of_n(unseen, decisive_scores(config, unseen), config.reward_model, left_out)
     with staged(path) as staging:
         staging.write_text(json.dumps(result.model_dump(mode="json"), indent=2) + "\n")
     log.info("best-of-n on %d problems (%d left out: trained on)", result.problems, left_out)
