@@ -288,98 +288,125 @@ def run_post_train(
     ``config.launch``'s processes. The run folder is locked while it runs; ``then`` (a
     nightly's promotion gate) runs last, still holding it, with the run's trackers."""
     run_dir = Path(config.run_dir)
-    executor = functools.partial(execute, launch=config.launch)
     with (
         run_folder_lock(run_dir),
         RunTracking(config.report_to, run_dir, config.model_dump(mode="json")) as trackers,
     ):
-        artifacts = Artifacts(checkpoint=config.model.name_or_path)
-        after: dict[str, Artifacts] = {}  # stage name -> the artifacts after it
-        evaluations: dict[str, dict[str, Path]] = {name: {} for name in config.evaluations}
-        evaluated: dict[str, str] = {}  # label -> checkpoint, in order
-        started_from: dict[str, str | None] = {}  # label -> the label it trained from
-        done: list[dict[str, Any]] = []
-        steps = RunSteps(_steps(config), is_evaluation=lambda label: "/" in label)
-
-        def evaluate(label: str, checkpoint: str, problems: str | None, new_problems: bool) -> None:
-            """Every benchmark on ``checkpoint`` (with ``new_problems``: only those on the run's
-            problems); one on the run's problems waits until a filter has made them."""
-            evaluated[label] = checkpoint
-            for benchmark, evaluation in config.evaluations.items():
-                if not _applies(evaluation, problems, new_problems):
-                    continue
-                with steps.step(f"{label}/{benchmark}"):
-                    outputs = run_stage(
-                        get_stage("evaluate"),
-                        seeded(evaluation, derive_seed(config.seed, f"eval/{benchmark}")),
-                        Artifacts(
-                            checkpoint=checkpoint,
-                            problems=problems if evaluation.problems_from else None,
-                        ),
-                        run_dir / label / "eval" / benchmark,
-                        executor,
-                        label=f"{label}/{benchmark}",
-                    )
-                evaluations[benchmark][label] = Path(str(outputs.evaluation))
-                trackers.log_evaluation(label, benchmark, evaluations[benchmark][label])
-
+        run = _Run(config, functools.partial(execute, launch=config.launch), trackers)
         if config.evaluate_base:
-            evaluate("base", str(artifacts.checkpoint), None, False)
+            run.evaluate("base", str(run.artifacts.checkpoint), None, False)
         for entry in config.stages:
-            stage, name = get_stage(entry.stage), entry.name or entry.stage
-            if entry.after is not None:
-                artifacts = after[entry.after]
-            trained_from = str(artifacts.checkpoint)
-            stage_seed = derive_seed(config.seed, name)
-            stage_config = seeded(with_run_model(entry.config, config.model), stage_seed)
-            wanted = set(stage.needs) | set(stage.uses)
-            inputs = Artifacts(**{k: v for k, v in artifacts.present().items() if k in wanted})
-            log.info("stage %s (%s) from %s", name, stage.name, artifacts.checkpoint)
-            with steps.step(name), trackers.stage(name):
-                outputs = run_stage(
-                    stage, stage_config, inputs, run_dir / name, executor, label=name
-                )
-            # A kind the stage makes but did not make this time (no pairs mined) is gone; the
-            # checkpoint stays the last one trained.
-            made: dict[str, Any] = {
-                kind: getattr(outputs, kind)
-                for kind in stage.makes
-                if kind != "checkpoint" or outputs.checkpoint is not None
-            }
-            artifacts = after[name] = artifacts.model_copy(update=made)
-            trackers.made(made.get("checkpoint"))
-            done.append(
-                {"name": name, "stage": stage.name, "seed": stage_seed, **outputs.present()}
-            )
-            if outputs.problems is not None:  # the checkpoints so far, on the new problems
-                for label, checkpoint in list(evaluated.items()):
-                    evaluate(label, checkpoint, outputs.problems, True)
-            if "checkpoint" in stage.makes and outputs.checkpoint is None:
-                log.warning("%s made no checkpoint: the next stage starts from the last one", name)
-                for benchmark, evaluation in config.evaluations.items():
-                    if _applies(evaluation, artifacts.problems, False):
-                        steps.skip(f"{name}/{benchmark}")
-            elif outputs.checkpoint is not None:
-                started_from[name] = next(
-                    (label for label, c in reversed(evaluated.items()) if c == trained_from), None
-                )
-                evaluate(name, outputs.checkpoint, artifacts.problems, False)
-            _write_run_record(run_dir, config, done)
-        report = write_report(run_dir, evaluations, started_from)
-        trackers.log_artifacts([report, *run_dir.glob("*.png"), *run_dir.glob("*/*/*.png")])
-        result = RunResult(
-            checkpoint=str(artifacts.checkpoint),
-            report=str(report),
-            rows=stage_rows(evaluations, started_from),
-            stages=done,
-            evaluations={
-                benchmark: {label: str(folder) for label, folder in folders.items()}
-                for benchmark, folders in evaluations.items()
-            },
-        )
+            run.stage(entry)
+        result = run.result()
         if then is not None:
             then(result, trackers)
     return result
+
+
+@dataclass
+class _Run:
+    """A run in progress: the artifacts each stage hands on, the checkpoints evaluated so far
+    and where each trained from, the evaluations' folders, and the stages done."""
+
+    config: PostTrainConfig
+    executor: Callable[..., Any]
+    trackers: RunTracking
+    artifacts: Artifacts = field(init=False)
+    after: dict[str, Artifacts] = field(default_factory=dict)  # stage name -> artifacts after it
+    evaluations: dict[str, dict[str, Path]] = field(init=False)  # benchmark -> label -> folder
+    evaluated: dict[str, str] = field(default_factory=dict)  # label -> checkpoint, in order
+    started_from: dict[str, str | None] = field(default_factory=dict)  # label -> trained from
+    done: list[dict[str, Any]] = field(default_factory=list)
+    steps: RunSteps = field(init=False)
+    run_dir: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.run_dir = Path(self.config.run_dir)
+        self.artifacts = Artifacts(checkpoint=self.config.model.name_or_path)
+        self.evaluations = {name: {} for name in self.config.evaluations}
+        self.steps = RunSteps(_steps(self.config), is_evaluation=lambda label: "/" in label)
+
+    def evaluate(self, label: str, checkpoint: str, problems: str | None, new: bool) -> None:
+        """Every benchmark on ``checkpoint`` (with ``new`` problems: only those on the run's
+        problems); one on the run's problems waits until a filter has made them."""
+        self.evaluated[label] = checkpoint
+        for benchmark, evaluation in self.config.evaluations.items():
+            if not _applies(evaluation, problems, new):
+                continue
+            with self.steps.step(f"{label}/{benchmark}"):
+                outputs = run_stage(
+                    get_stage("evaluate"),
+                    seeded(evaluation, derive_seed(self.config.seed, f"eval/{benchmark}")),
+                    Artifacts(
+                        checkpoint=checkpoint,
+                        problems=problems if evaluation.problems_from else None,
+                    ),
+                    self.run_dir / label / "eval" / benchmark,
+                    self.executor,
+                    label=f"{label}/{benchmark}",
+                )
+            self.evaluations[benchmark][label] = Path(str(outputs.evaluation))
+            self.trackers.log_evaluation(label, benchmark, self.evaluations[benchmark][label])
+
+    def stage(self, entry: StageEntry) -> None:
+        """One stage from the artifacts it takes, then the evaluations its outputs call for."""
+        stage, name = get_stage(entry.stage), entry.name or entry.stage
+        if entry.after is not None:
+            self.artifacts = self.after[entry.after]
+        trained_from = str(self.artifacts.checkpoint)
+        stage_seed = derive_seed(self.config.seed, name)
+        stage_config = seeded(with_run_model(entry.config, self.config.model), stage_seed)
+        wanted = set(stage.needs) | set(stage.uses)
+        inputs = Artifacts(**{k: v for k, v in self.artifacts.present().items() if k in wanted})
+        log.info("stage %s (%s) from %s", name, stage.name, self.artifacts.checkpoint)
+        with self.steps.step(name), self.trackers.stage(name):
+            outputs = run_stage(
+                stage, stage_config, inputs, self.run_dir / name, self.executor, label=name
+            )
+        # A kind the stage makes but did not make this time (no pairs mined) is gone; the
+        # checkpoint stays the last one trained.
+        made: dict[str, Any] = {
+            kind: getattr(outputs, kind)
+            for kind in stage.makes
+            if kind != "checkpoint" or outputs.checkpoint is not None
+        }
+        self.artifacts = self.after[name] = self.artifacts.model_copy(update=made)
+        self.trackers.made(made.get("checkpoint"))
+        self.done.append(
+            {"name": name, "stage": stage.name, "seed": stage_seed, **outputs.present()}
+        )
+        if outputs.problems is not None:  # the checkpoints so far, on the new problems
+            for label, checkpoint in list(self.evaluated.items()):
+                self.evaluate(label, checkpoint, outputs.problems, True)
+        if "checkpoint" in stage.makes and outputs.checkpoint is None:
+            log.warning("%s made no checkpoint: the next stage starts from the last one", name)
+            for benchmark, evaluation in self.config.evaluations.items():
+                if _applies(evaluation, self.artifacts.problems, False):
+                    self.steps.skip(f"{name}/{benchmark}")
+        elif outputs.checkpoint is not None:
+            self.started_from[name] = next(
+                (label for label, c in reversed(self.evaluated.items()) if c == trained_from),
+                None,
+            )
+            self.evaluate(name, outputs.checkpoint, self.artifacts.problems, False)
+        _write_run_record(self.run_dir, self.config, self.done)
+
+    def result(self) -> RunResult:
+        """The report written, logged to the trackers, and the run's result."""
+        report = write_report(self.run_dir, self.evaluations, self.started_from)
+        self.trackers.log_artifacts(
+            [report, *self.run_dir.glob("*.png"), *self.run_dir.glob("*/*/*.png")]
+        )
+        return RunResult(
+            checkpoint=str(self.artifacts.checkpoint),
+            report=str(report),
+            rows=stage_rows(self.evaluations, self.started_from),
+            stages=self.done,
+            evaluations={
+                benchmark: {label: str(folder) for label, folder in folders.items()}
+                for benchmark, folders in self.evaluations.items()
+            },
+        )
 
 
 def _applies(evaluation: EvalConfig, problems: str | None, new_problems: bool) -> bool:
