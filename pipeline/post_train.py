@@ -471,14 +471,16 @@ def embedded_default(run_dir: str = "runs/post-train") -> PostTrainConfig:
     and after each stage."""
     mbpp_train = ProblemSet(source=MBPP, split="train", shuffle_seed=0)
     # Passing MBPP answers are short (at most 36 tokens in the main job's RL): a longer
-    # completion is a loop that would hold the batch to the end and is masked when cut.
-    short = SamplingConfig(num_generations=4, max_tokens=128)
+    # completion is a loop that would hold the batch to the end and is masked when cut. At
+    # T = 1 this SFT checkpoint passed 1 of 48 problems in 4 samples each; T = 0.7 is round 2's.
+    short = SamplingConfig(num_generations=4, max_tokens=128, temperature=0.7)
     # Most MBPP problems are out of a 135M model's reach: a group whose samples all fail
     # teaches nothing and is dropped. The filter rates the 32 problems SFT trained on and 16
-    # more with this run's SFT checkpoint, sampled as RL samples; RL and the rollouts DPO's
-    # pairs come from take the problems it passed some but not all of the time.
+    # more with this run's SFT checkpoint, sampled as RL samples (4 more samples where none
+    # passed yet); RL and the rollouts DPO's pairs come from take the problems it passed some
+    # but not all of the time.
     rate = DifficultyFilterConfig(
-        problems=mbpp_train.model_copy(update={"limit": 48}), sampling=short
+        problems=mbpp_train.model_copy(update={"limit": 48}), sampling=short, max_samples=8
     )
     rl = RLConfig(
         problems=mbpp_train,  # the filter's kept problems replace these
