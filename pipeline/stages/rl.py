@@ -310,7 +310,9 @@ def _prompt_schedule(task_ids: list[str], per_iteration: int, seed: int) -> Iter
     twice in one iteration (a group is one prompt's samples)."""
     if per_iteration > len(task_ids):
         raise ValueError(
-            f"prompts_per_iteration={per_iteration} exceeds the {len(task_ids)} problems"
+            f"prompts_per_iteration={per_iteration} exceeds the {len(task_ids)} problems to "
+            "train on: lower it, or give more problems (after a difficulty filter: rate more "
+            "problems, or sample each more often, max_samples)"
         )
     rng = random.Random(seed)
     pool: list[str] = []
