@@ -5,8 +5,8 @@ its config, and how it did on each evaluation of it, with 95% intervals.
 
 The card is written when the checkpoint is published, from its manifest, and rewritten each time
 an evaluation of it finishes (:func:`add_evaluation`), which is why the manifest does not hash it
-(``manifest.CARD``). Its evaluations are kept in its own metadata (``codepost.evaluations``), the
-hub's ``model-index`` is made from them.
+(``manifest.CARD``). It keeps its evaluations in its own metadata (under ``codepost:``), and
+makes the hub's ``model-index`` from them.
 """
 
 from __future__ import annotations
