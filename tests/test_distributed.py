@@ -350,7 +350,7 @@ def test_an_rl_run_killed_on_two_ranks_resumes_on_one_and_on_two(
     """Killed on 2 ranks (DDP, or FSDP2 with its shards gathered into each checkpoint), then
     resumed on 1 process and on 2 as before: the trainer state is whole either way."""
     model = save_tiny_model(tmp_path / "model")
-    config = rl_config(model)
+    config = rl_config(model, save_total_limit=None)  # every iteration kept, to check each
     lr = config.update.learning_rate
     fsdp = FSDP2 if sharding == "fsdp" else None
     killed = tmp_path / "killed"
