@@ -204,6 +204,9 @@ def pass_at_k_of_rows(
     return scores
 
 
+EPISODE_FIELDS = ("greedy_turn_passed", "turn_passed", "failed_first", "repaired")
+
+
 class ProblemResult(BaseModel):
     """One problem of an evaluation: a line of ``per_problem.jsonl``. A run not made is null.
     Sandbox errors are counted as failures (``passed`` does not include them), as a paired
@@ -277,8 +280,12 @@ def per_problem_results(rows: list[dict[str, Any]]) -> list[ProblemResult]:
 
 
 def write_per_problem(path: Path, rows: list[dict[str, Any]]) -> Path:
-    """``per_problem.jsonl`` of scored rows: a line per problem, sorted by task id."""
-    lines = [result.model_dump_json() for result in per_problem_results(rows)]
+    """``per_problem.jsonl`` of scored rows: a line per problem, sorted by task id (the
+    episodes' fields only where the evaluation ran episodes)."""
+    lines = [
+        result.model_dump_json(exclude={k for k in EPISODE_FIELDS if getattr(result, k) is None})
+        for result in per_problem_results(rows)
+    ]
     return write_text(path, "".join(line + "\n" for line in lines))
 
 
