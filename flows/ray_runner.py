@@ -8,10 +8,14 @@
 - The workers report to the flow's Prefect API. A flow on Prefect's ephemeral server has no API
   URL in its settings: each Ray worker would start an ephemeral server of its own (6 s each on
   2 cores) and record its task runs there, out of sight.
+- Ray leaves the flow's process as it was: by default the driver replaces ``builtins.print``
+  with its progress bars' ``safe_print`` (``RAY_TQDM_PATCH_PRINT``), which every later
+  ``print`` of the process, and anything that names ``print`` (a pickle), would meet.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from prefect.client.orchestration import get_client
@@ -38,6 +42,7 @@ class ShardRunner(RayTaskRunner):
 def ray_task_runner(address: str | None, workers: int) -> ShardRunner:
     """A runner on the cluster at ``address``, or on a local one of ``workers`` CPUs (one
     worker process each) started for the flow run and stopped after it."""
+    os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")  # read when the driver's bars start
     api = str(get_client(sync_client=True).api_url)
     init: dict[str, Any] = {"runtime_env": {"env_vars": {"PREFECT_API_URL": api}}}
     if address is None:

@@ -4,6 +4,7 @@ recomputing."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import socket
@@ -299,6 +300,7 @@ def test_a_ray_worker_killed_mid_shard_loses_no_verdict_and_its_shard_runs_again
         }
     assert len(runs) == 2 and all(states[-1] == "COMPLETED" for states in runs.values()), runs
     assert sorted(states.count("RUNNING") for states in runs.values()) == [1, 2], runs
+    assert builtins.print.__module__ == "builtins"  # Ray left the process's print alone
     owner = f"codepost.owner={socket.gethostname()}:{killed[0]}"
     assert wait_until(
         lambda: not docker.from_env().containers.list(all=True, filters={"label": owner}), 30
