@@ -9,6 +9,7 @@ import json
 import logging
 import socket
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -268,7 +269,11 @@ def test_a_ray_worker_killed_mid_shard_loses_no_verdict_and_its_shard_runs_again
     none of them a sandbox error, and the dead worker's containers are removed."""
     import docker
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import TaskRunFilter, TaskRunFilterName
+    from prefect.client.schemas.filters import (
+        TaskRunFilter,
+        TaskRunFilterName,
+        TaskRunFilterStartTime,
+    )
 
     from codepost.flows.task_runners import FanOut
     from codepost.pipeline.data.problem_sets import load_problem_set
@@ -282,6 +287,7 @@ def test_a_ray_worker_killed_mid_shard_loses_no_verdict_and_its_shard_runs_again
     killer = threading.Thread(target=_kill_a_shard_mid_batch, args=(killed,), daemon=True)
     killer.start()
     fan_out = FanOut(task_runner="ray", workers=2, shards=2)
+    started = datetime.now(timezone.utc)  # the server holds other tests' shards too
     scored = _score(slow, tmp_path / "killed", fan_out, timeout_s=10)
     killer.join()
 
@@ -291,7 +297,10 @@ def test_a_ray_worker_killed_mid_shard_loses_no_verdict_and_its_shard_runs_again
     ]
     with get_client(sync_client=True) as client:
         shards = client.read_task_runs(
-            task_run_filter=TaskRunFilter(name=TaskRunFilterName(like_="score-shard"))
+            task_run_filter=TaskRunFilter(
+                name=TaskRunFilterName(like_="score-shard"),
+                start_time=TaskRunFilterStartTime(after_=started),
+            )
         )
         runs = {
             run.name: [s.type.value for s in client.read_task_run_states(run.id)]
