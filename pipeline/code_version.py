@@ -26,6 +26,8 @@ import functools
 import hashlib
 from pathlib import Path
 
+from ..verifiers.python_ast import parse_python
+
 PACKAGE = "codepost"
 ROOT = Path(__file__).resolve().parents[1]  # the package's folder: codepost/pipeline/..
 MARKER = "__modules_loaded_by_name__"
@@ -70,7 +72,7 @@ def _sha256(path: Path, mtime_ns: int, size: int) -> str:
 def _read(path: Path, mtime_ns: int, size: int) -> tuple[list[Path], bool]:
     """The package's files that ``path`` imports (with the packages they are in), and whether
     it is the ``__init__.py`` of a plug-in package (:data:`MARKER` set at its top level)."""
-    tree = ast.parse(path.read_bytes())
+    tree = parse_python(path.read_bytes())
     plug_ins = path.name == "__init__.py" and any(
         isinstance(node, ast.Assign)
         and any(isinstance(target, ast.Name) and target.id == MARKER for target in node.targets)

@@ -6,6 +6,8 @@ column 0, stands for it exactly."""
 from __future__ import annotations
 
 import ast
+import contextlib
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -69,3 +71,38 @@ def test_a_statement_keeps_its_text_unless_moving_it_would_change_it():
     assert "a\\n    b" in moved[2]
     for statement, text in zip(statements, moved, strict=True):
         assert ast.dump(ast.parse(text).body[0]) == ast.dump(statement, include_attributes=False)
+
+
+def test_a_parse_outside_the_lock_in_another_thread_does_not_fail_ours():
+    """A library's own ``ast.parse`` in another thread, let in by a finalizer that the garbage
+    collector runs mid-parse, reset the converter's shared depth: the run's problems failed to
+    load with ``SystemError`` (CPython 3.11.7, CI)."""
+    source = "\n".join(
+        f"def f{i}(x):\n    return [x + {i} for _ in x] or {{'a': ({i},)}}" for i in range(300)
+    )
+
+    class Cycle:
+        def __del__(self):
+            time.sleep(0)  # the interpreter lock may pass to the other thread here
+
+    def library_parses():
+        for _ in range(80):
+            ring = [Cycle() for _ in range(100)]
+            for node, after in zip(ring, ring[1:] + ring[:1], strict=True):
+                node.after = after
+            del ring  # garbage for the collector, whose finalizers run inside the next parse
+            with contextlib.suppress(SystemError):  # its own collisions are not ours to fix
+                ast.parse(source)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        library = threading.Thread(target=library_parses)
+        library.start()
+        trees = []
+        while library.is_alive():
+            trees.append(parse_python(source))
+        library.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert trees and all(len(tree.body) == 300 for tree in trees)

@@ -3,7 +3,9 @@
 CPython before 3.12.4 / 3.11.10 keeps the AST converter's recursion depth per interpreter, not
 per thread: two ``ast.parse`` calls at once can fail with ``SystemError: AST constructor
 recursion depth mismatch`` (python/cpython#106905). Scoring fans out over threads, so every
-parse in the verifier goes through one lock; a parse takes microseconds to milliseconds.
+parse in codepost goes through one lock; a parse takes microseconds to milliseconds. A library
+parsing in another thread is outside that lock (a collision failed a CI run while problems were
+read): the parse is pure and the error comes after the whole tree is built, so it is parsed again.
 
 No tree is cached: a tree is about 700 times its source's size, and what the verifier keeps of
 a problem's code is what it derived from the tree (``forms.kept_with_tests``), for as long as
@@ -19,11 +21,19 @@ from collections.abc import Sequence
 from .bounds import reading_bounds
 
 _LOCK = threading.Lock()
+_COLLISION = "AST constructor recursion depth mismatch"
+_TRIES = 5
 
 
-def parse_python(source: str) -> ast.Module:
+def parse_python(source: str | bytes) -> ast.Module:
     """``ast.parse(source)``, one thread at a time; raises what ``ast.parse`` raises."""
     with _LOCK:
+        for _ in range(_TRIES - 1):
+            try:
+                return ast.parse(source)
+            except SystemError as error:
+                if _COLLISION not in str(error):
+                    raise
         return ast.parse(source)
 
 
