@@ -3,7 +3,7 @@
 One import namespace over the design card's folders, mapped in ``pyproject.toml``:
 ``codepost.sandbox`` (isolated execution), ``codepost.verifiers`` (verdicts and rewards),
 ``codepost.pipeline`` (the ML stages) and ``codepost.flows`` (Prefect and the ``codepost``
-command). Dependencies point one way: flows -> pipeline -> verifiers -> sandbox.
+command). Dependencies point one way: flows -> pipeline -> verifiers -> sandbox -> settings.
 """
 
 __version__ = "0.1.0"

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from ..pipeline.command_line import SettingsParser
+from ..settings.command_line import SettingsParser
 
 # name -> ("module:register function", one-line help shown by `codepost --help`)
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..pipeline.command_line import EXIT_BAD_INPUT, refuse, settings_command
+from ..settings.command_line import EXIT_BAD_INPUT, refuse, settings_command
 from .ephemeral import allow_a_slow_first_start
 
 
@@ -105,7 +105,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from ..pipeline.data.problem_sets import check_problem_files
     from ..pipeline.nightly import NightlyConfig
-    from ..pipeline.settings import SettingsError, load_config
+    from ..settings.config import SettingsError, load_config
     from .serve import serve_forever  # after the environment: it loads Prefect
 
     series = []

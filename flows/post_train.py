@@ -33,7 +33,6 @@ from ..pipeline.launch import LaunchConfig, launch_stage, launches
 from ..pipeline.model_config import ModelNotFoundError, resolve_model
 from ..pipeline.post_train import PostTrainConfig, run_post_train
 from ..pipeline.reporting.report import stage_rows
-from ..pipeline.settings import explain
 from ..pipeline.stages import STAGES, Artifacts, Stage, run_stage
 from ..pipeline.stages.scoring import (
     ScoreConfig,
@@ -43,6 +42,7 @@ from ..pipeline.stages.scoring import (
     shard_count,
 )
 from ..sandbox import SandboxUnavailable
+from ..settings.config import explain
 from .stage_worker import (
     StageWorkerDied,
     in_stage_worker,

@@ -14,23 +14,23 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from rich.table import Table
 
-from ..pipeline.command_line import (
-    EXIT_SANDBOX_UNAVAILABLE,
-    refuse,
-    stderr_console,
-    stdout_console,
-)
-from ..pipeline.config_walk import settings_of
 from ..pipeline.data.problem_sets import check_problem_files
 from ..pipeline.inference.remote import check_server
 from ..pipeline.inference.sampling import EngineConfig
 from ..pipeline.post_train import PostTrainConfig, embedded_default
 from ..pipeline.reporting.report import format_p_value
 from ..pipeline.run_lock import RunFolderLocked, run_folder_lock
-from ..pipeline.settings import load_config
 from ..pipeline.stages.scoring import SandboxSettings, check_sandbox
 from ..pipeline.tracking import TRACKERS, TrackerUnavailable
 from ..sandbox import SandboxUnavailable
+from ..settings.command_line import (
+    EXIT_SANDBOX_UNAVAILABLE,
+    refuse,
+    stderr_console,
+    stdout_console,
+)
+from ..settings.config import load_config
+from ..settings.walk import settings_of
 from .ephemeral import EphemeralServerError, start_ephemeral_server
 
 if TYPE_CHECKING:

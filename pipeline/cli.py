@@ -3,7 +3,7 @@ verifier, with its 95% interval; ``--compare A B`` tests whether two evaluations
 than chance.
 
 Settings are the evaluation stage's config (:class:`EvalConfig`): a YAML file (``--config``)
-and a flag for each field, flags winning (:mod:`.settings`).
+and a flag for each field, flags winning (:mod:`..settings.config`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..sandbox import SandboxUnavailable
-from ..verifiers import ProblemFormatError
-from .command_line import (
+from ..settings.command_line import (
     EXIT_BAD_INPUT,
     EXIT_SANDBOX_ERRORS,
     EXIT_SANDBOX_UNAVAILABLE,
@@ -30,6 +29,8 @@ from .command_line import (
     settings_command,
     stdout_console,
 )
+from ..settings.config import load_config
+from ..verifiers import ProblemFormatError
 from .data.problem_sets import check_problem_files
 from .model_config import DEFAULT_MODEL, ModelNotFoundError, check_model
 from .progress import shown_on
@@ -43,7 +44,6 @@ from .reporting.stats import (
     sign_flip_p_value,
     wilson_interval,
 )
-from .settings import load_config
 from .stages.evaluation import EvalConfig, run_evaluate
 
 

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
+from ..settings.walk import OutsideInput
 from .atomic import staged
 from .checkpoints.manifest import path_digests
-from .config_walk import OutsideInput
 from .endpoints import ask
 
 if TYPE_CHECKING:  # torch, transformers and peft load where a model does (a command's flags

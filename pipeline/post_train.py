@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
+from ..settings.config import Seed, Settings
+from ..settings.walk import settings_of
 from ..verifiers.problems import MBPP
 from . import atomic
-from .config_walk import settings_of
 from .data.problem_sets import ProblemSet
 from .inference.sampling import SamplingConfig
 from .launch import LaunchConfig, LaunchingExecutor, execute_launched
@@ -42,7 +43,6 @@ from .progress import RunSteps
 from .reporting.report import stage_rows, write_report
 from .rl.update_config import UpdateConfig
 from .run_lock import run_folder_lock
-from .settings import Seed, Settings
 from .stages import STAGES, Artifacts, Stage, get_stage, run_stage
 from .stages.difficulty_filter import DifficultyFilterConfig
 from .stages.dpo import DPOStageConfig

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..settings.walk import OutsideInput
 from .checkpoints.manifest import MANIFEST, path_digests, read_manifest
-from .config_walk import OutsideInput
 from .data.rows import REWARD_COMPONENT_PREFIX
 from .model_config import ModelNotFoundError, resolve_model, safetensors_only
 

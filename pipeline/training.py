@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 
+from ..settings.config import Seed
 from .checkpoints.manifest import (
     CheckpointManifest,
     is_published,
@@ -20,7 +21,6 @@ from .checkpoints.manifest import (
     read_manifest,
 )
 from .model_config import Dtype, ModelConfig, resolve_model
-from .settings import Seed
 
 if TYPE_CHECKING:  # the trainers' libraries load with a trainer, not with TrainingSettings
     import torch

@@ -13,7 +13,7 @@ from endpoints import closed_port_url
 
 from codepost import __version__
 from codepost.flows import cli
-from codepost.pipeline.command_line import EXIT_BAD_INPUT
+from codepost.settings.command_line import EXIT_BAD_INPUT
 
 MISSING = "nobody/no-such-model"
 

@@ -1,5 +1,6 @@
-"""Dependencies point one way, flows -> pipeline -> verifiers -> sandbox, and only flows/ imports
-Prefect: read from the sources' import statements (relative or absolute), nothing imported."""
+"""Dependencies point one way, flows -> pipeline -> verifiers -> sandbox -> settings (the floor
+every layer may import), and only flows/ imports Prefect: read from the sources' import
+statements (relative or absolute), nothing imported."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("sandbox", "verifiers", "pipeline", "flows")  # each may import only those before it
+LAYERS = (
+    "settings",
+    "sandbox",
+    "verifiers",
+    "pipeline",
+    "flows",
+)  # each imports only those before it
 
 
 def _imported(path: Path) -> set[str]:
@@ -54,9 +61,14 @@ def test_no_import_points_up_the_layers() -> None:
     }
     assert not upward
     # a reader that found no imports would pass the check above: the layers' edges are there
-    assert {("flows", "pipeline"), ("pipeline", "verifiers"), ("verifiers", "sandbox")} <= set(
-        edges
-    )
+    assert {
+        ("flows", "pipeline"),
+        ("pipeline", "verifiers"),
+        ("verifiers", "sandbox"),
+        ("verifiers", "settings"),
+        ("pipeline", "settings"),
+        ("flows", "settings"),
+    } <= set(edges)
 
 
 @pytest.mark.parametrize("layer", LAYERS[:-1])

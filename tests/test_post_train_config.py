@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from codepost.pipeline.config_walk import settings_of
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
 from codepost.pipeline.post_train import (
     PostTrainConfig,
@@ -20,6 +19,7 @@ from codepost.pipeline.post_train import (
 from codepost.pipeline.stages.registry import kept_problems
 from codepost.pipeline.stages.rl import RLConfig
 from codepost.pipeline.stages.rollouts import RolloutsConfig
+from codepost.settings.walk import settings_of
 from codepost.verifiers.problems import packaged_path
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from processes import busy_cores, drop_page_caches, gone, wait_until
 from servers import free_port
 
 from codepost.flows import cli
-from codepost.pipeline.command_line import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE
+from codepost.settings.command_line import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE
 
 
 def _config(tmp_path: Path, settings: object) -> str:

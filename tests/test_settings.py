@@ -16,11 +16,11 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from codepost.flows import cli
-from codepost.pipeline.command_line import EXIT_BAD_INPUT
 from codepost.pipeline.post_train import PostTrainConfig, embedded_default
 from codepost.pipeline.rl.algorithms import GAEParams
-from codepost.pipeline.settings import SettingsError, load_config, settings_help, split_settings
 from codepost.pipeline.stages.evaluation import EvalConfig
+from codepost.settings.command_line import EXIT_BAD_INPUT
+from codepost.settings.config import SettingsError, load_config, settings_help, split_settings
 
 
 def _run_config(*argv: str, path=None) -> PostTrainConfig:
@@ -316,7 +316,7 @@ def test_a_yaml_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path):
     assert str(refused.value) == f"{path}: 'iterations' is given twice, on lines 5 and 7"
     merged = tmp_path / "merge.yaml"  # a YAML merge key overrides by design: not a repeat
     merged.write_text("base: &b {seed: 1}\nrun: {<<: *b, seed: 2}\n")
-    from codepost.pipeline.settings import read_settings
+    from codepost.settings.config import read_settings
 
     assert read_settings(merged, "x")["run"] == {"seed": 2}
 

@@ -27,7 +27,6 @@ from tracker_readers import made_checkpoint, offline, read, tensorboard_points
 
 from codepost.flows import cli
 from codepost.pipeline import tracking
-from codepost.pipeline.command_line import EXIT_BAD_INPUT
 from codepost.pipeline.endpoints import ask
 from codepost.pipeline.tracking import (
     TRACKERS,
@@ -35,6 +34,7 @@ from codepost.pipeline.tracking import (
     TrackerUnavailable,
     evaluation_metrics,
 )
+from codepost.settings.command_line import EXIT_BAD_INPUT
 
 STAGE_SIDE = """
 import sys

@@ -20,11 +20,11 @@ from codepost.pipeline.reporting.plots import plot_curves
 from codepost.pipeline.reporting.rerank import RERANK_FILE, RerankConfig, rerank
 from codepost.pipeline.reporting.stats import wilson_interval
 from codepost.pipeline.resources import close_all
-from codepost.pipeline.settings import Settings
 from codepost.pipeline.stages import Artifacts, get_stage, run_stage
 from codepost.pipeline.stages.reward_model import RewardModelConfig
 from codepost.pipeline.stages.rl import RLConfig
 from codepost.pipeline.stages.rollouts import RolloutsConfig
+from codepost.settings.config import Settings
 
 MODEL = "embedded:smollm2-135m-instruct"
 # The 40 MBPP training problems the learning run's difficulty filter found most within reach

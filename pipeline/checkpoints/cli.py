@@ -10,8 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ...settings.command_line import EXIT_BAD_INPUT, stdout_console
 from ..atomic import WriteError
-from ..command_line import EXIT_BAD_INPUT, stdout_console
 from ..rl.metric_names import Reward
 from . import registry
 from .hub import HubError, push_to_hub

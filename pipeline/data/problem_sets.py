@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from ...settings.config import Seed, Settings
+from ...settings.walk import OutsideInput, settings_of
 from ...verifiers import Problem, load_problems
 from ...verifiers.problems import (
     HUMANEVAL,
@@ -32,9 +34,7 @@ from ...verifiers.problems import (
 )
 from ..atomic import staged
 from ..checkpoints.manifest import path_digests, sha256_file
-from ..config_walk import OutsideInput, settings_of
 from ..model_config import cache_dir
-from ..settings import Seed, Settings
 
 Split = Literal["train", "validation", "test", "prompt", "all"]
 MBPP_SPLITS: dict[str, range] = {

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...settings.config import Seed
 from ..data.prompts import Prompt
 from ..data.rows import Completion, Context, rollout_rows
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer, safetensors_only
 from ..progress import tqdm_class
-from ..settings import Seed
 
 if TYPE_CHECKING:  # torch loads with a sampler: the configs here are read without it
     import torch

@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, HTTPException
 from pydantic import ConfigDict, Field, ValidationError
 
+from ...settings.command_line import EXIT_BAD_INPUT, settings_command
+from ...settings.config import load_config
 from ...verifiers.serving import (
     BearerToken,
     BodyBudget,
@@ -35,11 +37,9 @@ from ...verifiers.serving import (
     answer_errors_plainly,
     http_server,
 )
-from ..command_line import EXIT_BAD_INPUT, settings_command
 from ..data.prompts import Prompt
 from ..data.rows import Context
 from ..model_config import ModelConfig, ModelNotFoundError
-from ..settings import load_config
 from .engines import close_samplers, get_sampler
 from .remote import MAX_PROMPTS, TOKEN_ENV, CompleteRequest, RefreshRequest, SampleRequest
 from .sampling import EngineConfig, SamplingConfig, WeightSyncError

@@ -27,9 +27,9 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...settings.config import Settings
 from ..reporting.report import Evaluation, check_same_problems, format_p_value
 from ..reporting.stats import Interval, compare_greedy, compare_sampled, pass_at_k_per_problem
-from ..settings import Settings
 
 
 class GateConfig(Settings):

@@ -26,15 +26,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, model_validator
 
+from ...settings.config import Settings
+from ...settings.walk import settings_of
 from ..checkpoints.manifest import MANIFEST, is_published, verify
 from ..checkpoints.registry import TAGS_FILE, read_tags, resolve, tag
-from ..config_walk import settings_of
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..launch import LaunchingExecutor, execute_launched
 from ..post_train import PostTrainConfig, RunResult, embedded_default, run_post_train
 from ..reporting.report import load_evaluation
 from ..run_lock import run_folder_lock
-from ..settings import Settings
 from ..tracking import RunTracking
 from .gate import (
     Comparison,

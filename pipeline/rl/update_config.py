@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..settings import Seed
+from ...settings.config import Seed
 from .algorithms import (
     ALGORITHMS,
     AdvantageEstimator,

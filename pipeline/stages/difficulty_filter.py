@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from ...settings.config import Seed, Settings
 from ...verifiers.problems import MBPP
 from .. import atomic
 from ..checkpoints.manifest import CheckpointManifest, publish, sha256_file
@@ -42,7 +43,6 @@ from ..data.rows import TO_COUNT, read_rows
 from ..inference.sampling import EngineConfig, SamplingConfig, check_room
 from ..model_config import ModelConfig
 from ..reporting.evaluations import problem_counts
-from ..settings import Seed, Settings
 from ..training import already_published, stage_version
 from .registry import HELD_OUT_FILE, PROBLEMS_FILE, Artifacts, Stage, register, with_weights
 from .rollouts import SampleStageConfig, run_sample

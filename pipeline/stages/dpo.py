@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...settings.config import Settings
 from ..checkpoints.manifest import read_manifest
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
-from ..settings import Settings
 from ..training import (
     TrainingSettings,
     already_published,

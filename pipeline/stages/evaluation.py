@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from ...settings.config import Settings
 from ..atomic import staged
 from ..checkpoints.card import add_evaluation
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
@@ -36,7 +37,6 @@ from ..reporting.evaluations import (
     write_per_problem,
 )
 from ..reporting.rerank import RERANK_FILE, RerankConfig, rerank
-from ..settings import Settings
 from .registry import Artifacts, Stage, filtered_problem_set, register
 from .scoring import ScoreConfig, score_rollouts, score_turns, with_episodes
 

@@ -29,10 +29,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...settings.config import Seed
 from ...verifiers import extract_code
 from ..checkpoints.manifest import publish, read_manifest, sha256_file
 from ..data.rows import TO_PAIR, read_rows
-from ..settings import Seed
 from ..training import already_published, console, stage_manifest
 from .registry import Artifacts, Stage, register
 

@@ -7,7 +7,7 @@ output is keyed by the stage's config, the content of every input it reads and i
 
 - Inputs: the artifacts handed to it (an input checkpoint verified against its manifest first:
   one edited after it was published is refused, naming the file), and what its config names
-  outside itself, wherever in the config (:class:`..config_walk.OutsideInput`): problem files,
+  outside itself, wherever in the config (:class:`...settings.walk.OutsideInput`): problem files,
   a local model folder, the sandbox image's id and runner.
 - Code: its module and every module of the package that module imports, plug-in packages
   whole (:mod:`..code_version`).
@@ -35,11 +35,11 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from ...settings.walk import OutsideInput, settings_of
 from ...verifiers.plugins import Plugin
 from .. import atomic
 from ..checkpoints.manifest import MANIFEST, sha256_file, verified, verify
 from ..code_version import code_digest, code_files
-from ..config_walk import OutsideInput, settings_of
 from ..data.problem_sets import ProblemSet
 
 log = logging.getLogger("codepost.stages")

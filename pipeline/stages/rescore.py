@@ -7,9 +7,9 @@ from pathlib import Path
 
 from pydantic import Field
 
+from ...settings.config import Settings
 from ...verifiers.problems import MBPP
 from ..data.problem_sets import ProblemSet
-from ..settings import Settings
 from .registry import Artifacts, Stage, kept_problems, register
 from .scoring import ScoreConfig, run_score
 

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 
+from ...settings.config import Settings
 from ..checkpoints.manifest import sha256_file
 from ..data.rows import TO_PAIR, read_rows
 from ..model_config import ModelConfig, load_tokenizer, safetensors_only
 from ..reporting.ranking import RankingQuality, ranking_quality
 from ..reward_models import RewardModelScorer, reward_input_ids
-from ..settings import Settings
 from ..training import (
     TrainingSettings,
     already_published,

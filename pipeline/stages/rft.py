@@ -27,12 +27,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from ...settings.config import Seed
 from .. import atomic
 from ..checkpoints.manifest import read_manifest
 from ..data.rows import read_rows
 from ..inference.sampling import SamplingConfig
 from ..model_config import load_tokenizer
-from ..settings import Seed
 from ..training import (
     TrainingSettings,
     already_published,

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
+from ...settings.config import Seed, Settings
 from ...verifiers import Problem, RewardConfig
 from ...verifiers.problems import MBPP
 from .. import atomic
@@ -78,7 +79,6 @@ from ..reporting.plots import plot_curves
 from ..rl.asynchronous import AsyncConfig, SampleQueue
 from ..rl.metric_names import ITERATION, Data, Reward, Sampler, Time, Update
 from ..rl.update_config import UpdateConfig
-from ..settings import Seed, Settings
 from ..tracking import log_stage_metrics
 from ..training import already_published
 from .registry import Artifacts, Stage, StaleOutputError, kept_problems, register, with_weights

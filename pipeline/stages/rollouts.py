@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import Field, model_validator
 
+from ...settings.config import Settings
 from ...verifiers.problems import MBPP
 from ..data.problem_sets import ProblemSet, load_problem_set
 from ..data.prompts import PromptStyle, build_prompt
@@ -15,7 +16,6 @@ from ..inference.engines import get_sampler
 from ..inference.episodes import EpisodeConfig, check_episodes
 from ..inference.sampling import EngineConfig, SamplingConfig, check_room
 from ..model_config import ModelConfig, load_tokenizer
-from ..settings import Settings
 from .registry import Artifacts, Stage, kept_problems, register, with_weights
 from .scoring import ScoreConfig, run_score, with_episodes
 

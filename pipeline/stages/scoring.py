@@ -25,10 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from ...sandbox import DEFAULT_IMAGE, Limits, PoolConfig, SandboxPool, connect_hosts
 from ...sandbox.runner import source_version
+from ...settings.config import Settings
+from ...settings.walk import OutsideInput
 from ...verifiers import CompletionStyle, Problem, RewardConfig, Verdict, VerdictStatus, Verifier
 from ...verifiers.environments import environments
 from ...verifiers.rewards import term_names
-from ..config_walk import OutsideInput
 from ..data.problem_sets import ProblemSet, load_problem_set
 from ..data.rows import (
     REWARD_COMPONENT_PREFIX,
@@ -45,7 +46,6 @@ from ..progress import track
 from ..resources import on_close
 from ..reward_models import LearnedReward, add_learned_rewards
 from ..rl.metric_names import Data, Reward, reward_component, status_count
-from ..settings import Settings
 
 
 class SandboxSettings(BaseModel, OutsideInput):

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from ...settings.config import Settings
 from ...verifiers import Problem
 from ...verifiers.problems import MBPP
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import PromptStyle, build_prompt, reference_answer
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
-from ..settings import Settings
 from ..training import (
     TrainingSettings,
     already_published,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ..registry import Registry
+from ...settings.registry import Registry
 
 if TYPE_CHECKING:
     from ...sandbox import Limits

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..registry import Registry
+from ...settings.registry import Registry
 from ..verdicts import Assessment, assess_judged
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..registry import Registry
+from ...settings.registry import Registry
 
 # Loaded by name (the registry imports every module here on the first look-up): a stage that
 # reads problems runs them all, so its resume key holds them all (pipeline/code_version.py).

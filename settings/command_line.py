@@ -1,6 +1,6 @@
 """What every ``codepost`` command of the pipeline shares: its exit codes, the console its
 tables go to, and its parser, which reads every field of the command's config as a flag
-(:mod:`.settings`)."""
+(:mod:`.config`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 
-# .settings is imported where a command has settings: its models and YAML take 25 ms of the
+# .config is imported where a command has settings: its models and YAML take 25 ms of the
 # start of every command, `codepost verify` too, which has none.
 
 EXIT_BAD_INPUT = 2
@@ -64,7 +64,7 @@ class SettingsParser(argparse.ArgumentParser):
     ) -> tuple[argparse.Namespace, list[str]]:
         if self.settings_model is None or args is None:
             return super().parse_known_args(args, namespace)
-        from .settings import split_settings
+        from .config import split_settings
 
         flags, rest = split_settings(args, self.settings_model)
         parsed, extras = super().parse_known_args(rest, namespace)
@@ -77,7 +77,7 @@ class SettingsParser(argparse.ArgumentParser):
     def _close_to(self, option: str) -> str:
         """Flags spelled like ``option`` (an option of an earlier version, a typo)."""
         assert self.settings_model is not None
-        from .settings import setting_flags
+        from .config import setting_flags
 
         known = setting_flags(self.settings_model)
         known += [string for action in self._actions for string in action.option_strings]
@@ -111,7 +111,7 @@ def settings_command(
 
 
 def _settings_epilog(model: type[BaseModel], example: str, every: bool) -> str:
-    from .settings import settings_help
+    from .config import settings_help
 
     intro = (
         f"settings: every field of {model.__name__} is a flag, by its path (e.g. {example}); a "
