@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 
-# .config is imported where a command has settings: its models and YAML take 25 ms of the
-# start of every command, `codepost verify` too, which has none.
+# .config is imported where a command reads its settings: its models and YAML take 25 ms of
+# the start of every command, `codepost --help` too, which reads none.
+
+M = TypeVar("M", bound=BaseModel)
 
 EXIT_BAD_INPUT = 2
 EXIT_SANDBOX_UNAVAILABLE = 3
@@ -108,6 +111,18 @@ def settings_command(
     )
     parser.set_defaults(settings=[])
     return parser
+
+
+def server_settings(model: type[M], args: argparse.Namespace, token_env: str) -> M:
+    """A server's settings from ``--config`` and its flags, its bearer token from the variable
+    ``token_env`` where neither gives one (set, even empty, it must be a valid token, as a
+    flag's is). Raises ValueError naming the problem."""
+    from .config import load_config
+
+    config = load_config(model, args.config, args.settings)
+    if getattr(config, "token", None) is None and token_env in os.environ:
+        config = model.model_validate({**config.model_dump(), "token": os.environ[token_env]})
+    return config
 
 
 def _settings_epilog(model: type[BaseModel], example: str, every: bool) -> str:

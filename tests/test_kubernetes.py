@@ -18,6 +18,8 @@ import pytest
 import yaml
 
 from codepost.flows.cli import build_parser
+from codepost.settings.config import load_config
+from codepost.verifiers.server import ServerConfig
 
 MANIFESTS = Path(__file__).parents[1] / "deploy" / "kubernetes"
 VERSIONS = ["1.29.0", "1.37.0"]
@@ -82,13 +84,14 @@ def test_the_pieces_agree_with_each_other_and_with_the_server():
     argv = script[script.index("exec") + 1 :]
     assert argv[0] == "codepost"
     args = build_parser("verify-server").parse_args(argv[1:])  # the flags the server has
-    assert args.host == "0.0.0.0"
+    config = load_config(ServerConfig, args.config, args.settings)
+    assert config.host == "0.0.0.0"
     (port,) = server["ports"]
-    assert port["containerPort"] == args.port
+    assert port["containerPort"] == config.port
     assert server["readinessProbe"]["httpGet"] == {"path": "/health", "port": port["name"]}
     (service_port,) = documents["Service"]["spec"]["ports"]
     assert service_port["targetPort"] == port["name"]
-    assert documents["NetworkPolicy"]["spec"]["ingress"][0]["ports"][0]["port"] == args.port
+    assert documents["NetworkPolicy"]["spec"]["ingress"][0]["ports"][0]["port"] == config.port
     token = next(e for e in server["env"] if e["name"] == "CODEPOST_SERVER_TOKEN")
     secret = documents["Secret"]
     assert token["valueFrom"]["secretKeyRef"] == {"name": secret["metadata"]["name"],
@@ -102,7 +105,7 @@ def test_the_pieces_agree_with_each_other_and_with_the_server():
     assert f"--host={docker_host}" in engine["args"]
     assert engine["restartPolicy"] == "Always"  # a sidecar, started before the server
     # the pod waits for a shutdown that lets accepted requests finish
-    assert pod["spec"]["terminationGracePeriodSeconds"] > args.shutdown_timeout_s
+    assert pod["spec"]["terminationGracePeriodSeconds"] > config.shutdown_timeout_s
 
 
 def test_the_secret_as_committed_keeps_the_server_from_starting():

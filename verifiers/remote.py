@@ -20,10 +20,9 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from ..sandbox import Limits, SandboxUnavailable
-from .extraction import CompletionStyle
+from ..sandbox import SandboxUnavailable
+from .options import VerifyOptions
 from .problems import NAMED_PROBLEMS, Problem
-from .rewards import RewardConfig
 from .verdicts import Verdict
 from .verifier import Verifier
 
@@ -37,25 +36,26 @@ class RemoteVerifier:
         self,
         url: str,
         source: str,
+        options: VerifyOptions | None = None,
         *,
         token: str | None = None,
-        max_tests: int | None = None,
-        language: str | None = None,
-        limits: Limits | None = None,
-        reward_config: RewardConfig | None = None,
-        completion_style: CompletionStyle = "auto",
     ) -> None:
         """``source`` is what the problems were loaded from: a set the server ships is sent by
-        name (and ``max_tests`` and ``language``, which the server applies), any other problem
-        inline with the samples that need it."""
+        name (the server poses it in ``options.language`` and caps its tests), any other
+        problem inline, as posed and capped here, with the samples that need it."""
         self.url = url.rstrip("/")
         self.address = urllib.parse.urlsplit(self.url)
         self.source = source
-        self.max_tests = max_tests
-        self.language = language
-        self.limits = limits or Limits()
-        # checks samples and holds the options; never starts a pool
-        self.local = Verifier(reward_config=reward_config, completion_style=completion_style)
+        # the request's options: VerifyOptions' own fields, of a subclass too (verify's config)
+        sent = (options or VerifyOptions()).model_dump(include=set(VerifyOptions.model_fields))
+        if source not in NAMED_PROBLEMS:
+            sent["language"] = None  # posed here already
+        self.options = VerifyOptions.model_validate(sent)
+        # checks samples; never starts a pool
+        self.local = Verifier(
+            reward_config=self.options.reward_config(),
+            completion_style=self.options.completion_style,
+        )
         self.headers = {"Content-Type": "application/json"}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
@@ -107,17 +107,7 @@ class RemoteVerifier:
         else:
             needed = dict.fromkeys(str(sample["task_id"]) for sample in batch)
             sent = [problems[task_id].model_dump(mode="json") for task_id in needed]
-        body = {
-            "samples": batch,
-            "problems": sent,
-            "completion_style": self.local.completion_style,
-            "timeout": self.limits.wall_time_s,
-            "compile_timeout": self.limits.compile_time_s,
-            "memory_mb": self.limits.memory_mb,
-            "exclude_sandbox_errors": self.local.reward_config.sandbox_errors == "exclude",
-            "max_tests": self.max_tests,
-            "language": self.language if self.source in NAMED_PROBLEMS else None,
-        }
+        body = {"samples": batch, "problems": sent, **self.options.model_dump(mode="json")}
         return self._request("POST", "/verify", body)["verdicts"]
 
     def _request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:

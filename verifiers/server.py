@@ -26,13 +26,13 @@ import base64
 import binascii
 import collections
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import heapq
 import itertools
 import json
 import math
-import os
 import signal
 import sys
 import threading
@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import PlainTextResponse
@@ -56,7 +56,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
 )
@@ -74,9 +73,14 @@ from ..sandbox import (
     SandboxPool,
     SandboxUnavailable,
 )
+from ..settings.command_line import (
+    EXIT_SANDBOX_UNAVAILABLE,
+    refuse,
+    server_settings,
+    settings_command,
+)
 from .bounds import ReadingBounds, reading_within
-from .cli import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE, TOKEN_ENV
-from .extraction import CompletionStyle
+from .options import TOKEN_ENV, VerifyOptions
 from .problems import (
     HUMANEVAL,
     NAMED_PROBLEMS,
@@ -87,7 +91,6 @@ from .problems import (
     posed_in,
     problems_from_records,
 )
-from .rewards import RewardConfig
 from .serving import (
     ASGIApp,
     BodyBudget,
@@ -110,7 +113,6 @@ MAX_DEPTH = 32  # lists and objects nested in one sample or inline problem
 # tests) may unpack to: zlib and base64 pack test data 1.5-4.5x (large numbers 1.5x, a grid of
 # '.' and '#' 4.5x), so honest tests fit, and a request holds at most 4x its body in them.
 UNPACKED_PER_PROBLEM_BYTE = 4
-Config = TypeVar("Config", bound="PoolServerConfig")
 
 
 class PoolServerConfig(HTTPLimits):
@@ -561,32 +563,14 @@ def _command_result(outcome: CaseOutcome | CompileOutcome, output_bytes: int) ->
 # -- /verify: codepost's own
 
 
-class VerifyRequest(BaseModel):
+class VerifyRequest(VerifyOptions):
     """``codepost verify`` in a request: its samples, problems and options."""
-
-    model_config = ConfigDict(extra="forbid")
 
     samples: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_ITEMS)
     problems: str | list[dict[str, Any]] = Field(
         HUMANEVAL,
         max_length=MAX_ITEMS,
         description=f"one of {', '.join(NAMED_PROBLEMS)}, or problem records inline",
-    )
-    completion_style: CompletionStyle = "auto"
-    timeout: float = Field(Limits.wall_time_s, gt=0)
-    compile_timeout: float = Field(
-        Limits.compile_time_s,
-        gt=0,
-        description="a compiled language's compile (C++), per job; held to max_timeout_s, as "
-        "/run_code's is",
-    )
-    memory_mb: int = Field(Limits.memory_mb, gt=0)
-    exclude_sandbox_errors: bool = False
-    max_tests: int | None = Field(
-        None, ge=1, description="at most this many tests per problem, the longest inputs"
-    )
-    language: str | None = Field(
-        None, description="pose every problem in this language (default: each its own)"
     )
 
     @field_validator("samples", "problems")
@@ -775,18 +759,13 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
             if value > cap:
                 raise HTTPException(422, f"{name} {value} is over the server's maximum {cap}")
         problems = await asyncio.to_thread(request_problems, request, config)
+        limits = request.limits(job_time_s=config.max_job_s)
         verifier = Verifier(
             jobs,
-            limits=Limits(
-                wall_time_s=request.timeout,
-                cpu_time_s=request.timeout,
-                memory_mb=request.memory_mb,
-                job_time_s=config.max_job_s,
-                compile_time_s=min(request.compile_timeout, config.max_timeout_s),
+            limits=dataclasses.replace(
+                limits, compile_time_s=min(limits.compile_time_s, config.max_timeout_s)
             ),
-            reward_config=RewardConfig(
-                sandbox_errors="exclude" if request.exclude_sandbox_errors else "fail"
-            ),
+            reward_config=request.reward_config(),
             completion_style=request.completion_style,
         )
         with admission.admit(len(request.samples)):
@@ -834,69 +813,30 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``verify-server`` subcommand to a ``codepost``-style subparsers object."""
-    return add_server_command(
+    parser = settings_command(
         subparsers,
         "verify-server",
         ServerConfig,
-        run,
+        example="--port 8080 --workers 8 --max-timeout-s 30",
         help="serve the sandbox over HTTP: SandboxFusion's /run_code, /verify, /health, /metrics",
         description=(
             "Serve the warm sandbox pool over HTTP: POST /run_code (SandboxFusion's schema, "
             "Python), POST /verify (codepost verify's samples in, its verdicts out), GET /health "
-            "and GET /metrics. Binds to 127.0.0.1 unless --host says otherwise; SIGTERM lets the "
-            "accepted requests finish, then removes the containers."
+            "and GET /metrics. Binds to 127.0.0.1 unless --host says otherwise; the bearer token "
+            f"is ${TOKEN_ENV} unless --token gives one. SIGTERM lets the accepted requests "
+            "finish, then removes the containers."
         ),
-    )
-
-
-def add_server_command(
-    subparsers: Any,
-    name: str,
-    config_model: type[PoolServerConfig],
-    run: Callable[[argparse.Namespace], int],
-    *,
-    help: str,
-    description: str,
-) -> argparse.ArgumentParser:
-    """A server's subcommand: one flag per field of its config, the token from the
-    environment by default."""
-    fields = config_model.model_fields
-    parser = subparsers.add_parser(name, help=help, description=description)
-    for field_name, field in fields.items():
-        if field_name not in ("token", "retry_after_s"):
-            parser.add_argument(
-                "--" + field_name.replace("_", "-"),
-                type=type(field.default),
-                default=field.default,
-                help=f"{field.description} (default {field.default})",
-            )
-    parser.add_argument(
-        "--token",
-        default=os.environ.get(TOKEN_ENV),
-        help=f"{fields['token'].description} (default: ${TOKEN_ENV}, else none)",
     )
     parser.set_defaults(func=run)
     return parser
 
 
-def config_from(args: argparse.Namespace, config_model: type[Config]) -> Config | None:
-    """The server's config from its flags; None, the error printed, when they are wrong."""
-    try:
-        return config_model(
-            **{
-                name: getattr(args, name)
-                for name in config_model.model_fields
-                if hasattr(args, name)
-            }
-        )
-    except ValidationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return None
-
-
 def run(args: argparse.Namespace) -> int:
-    config = config_from(args, ServerConfig)
-    return EXIT_BAD_INPUT if config is None else serve(config)
+    try:
+        config = server_settings(ServerConfig, args, TOKEN_ENV)
+    except (ValueError, OSError) as exc:  # SettingsError, ValidationError, an unreadable file
+        return refuse("verify-server", "invalid settings", exc)
+    return serve(config)
 
 
 def serve(config: ServerConfig) -> int:

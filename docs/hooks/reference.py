@@ -32,6 +32,9 @@ from codepost.pipeline.inference.server import SampleServerConfig
 from codepost.pipeline.post_train import PostTrainConfig
 from codepost.pipeline.rl import algorithms, metric_names
 from codepost.pipeline.stages import STAGES
+from codepost.verifiers.cli import VerifyConfig
+from codepost.verifiers.env_server import EnvServerConfig
+from codepost.verifiers.server import ServerConfig
 from codepost.verifiers.verdicts import VerdictStatus
 
 GENERATED = (
@@ -254,7 +257,9 @@ def reachable_models(*roots: type[BaseModel]) -> list[type[BaseModel]]:
 
 
 def config_page() -> str:
-    models = reachable_models(PostTrainConfig, SampleServerConfig)
+    models = reachable_models(
+        PostTrainConfig, SampleServerConfig, VerifyConfig, ServerConfig, EnvServerConfig
+    )
     intro = f"""# Configuration reference
 
 {GENERATED} Every model here is a pydantic model: the same one reads the YAML file of
@@ -267,7 +272,11 @@ name alone or `{{stage, name, config}}`, whose `config` is the stage's own model
 
 {table(["stage", "config"], ([code(s.name), type_name(s.config)] for s in STAGES.values()))}
 
-`codepost sample-server --config FILE` reads a [SampleServerConfig](#sampleserverconfig)."""
+`codepost sample-server --config FILE` reads a [SampleServerConfig](#sampleserverconfig),
+`codepost verify` a [VerifyConfig](#verifyconfig) (the fields it shares with `verify-server`'s
+`POST /verify` request and the HTTP client are one model, `VerifyOptions`), `codepost
+verify-server` a [ServerConfig](#serverconfig) and `codepost env-server` an
+[EnvServerConfig](#envserverconfig); each field is also a flag of its command."""
     return "\n\n".join([intro, *(model_section(model) for model in models)]) + "\n"
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import signal
 import sys
 import threading
@@ -23,10 +22,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field
 
-from ...settings.command_line import EXIT_BAD_INPUT, settings_command
-from ...settings.config import load_config
+from ...settings.command_line import EXIT_BAD_INPUT, refuse, server_settings, settings_command
 from ...verifiers.serving import (
     BearerToken,
     BodyBudget,
@@ -314,14 +312,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        config = load_config(SampleServerConfig, args.config, args.settings)
-        if config.token is None and TOKEN_ENV in os.environ:  # set, even empty: it must be valid
-            config = SampleServerConfig.model_validate(
-                {**config.model_dump(), "token": os.environ[TOKEN_ENV]}
-            )
-    except (ValueError, ValidationError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        config = server_settings(SampleServerConfig, args, TOKEN_ENV)
+    except (ValueError, OSError) as exc:  # SettingsError, ValidationError, an unreadable file
+        return refuse("sample-server", "invalid settings", exc)
     return serve(config)
 
 
