@@ -2554,27 +2554,29 @@ def cpp(body: str) -> str:
 
 
 @dataclass(frozen=True)
-class CppAttack:
-    """A hostile C++ program and the statuses it may end with: the job's ``compile_error``,
-    else its case's status, with ``failed`` for one that completed with a wrong answer."""
+class IoAttack:
+    """A hostile program in a language other than Python, posed SQUARE, and the statuses it
+    may end with: the job's ``compile_error``, else its case's status, with ``failed`` for one
+    that completed with a wrong answer."""
 
     id: str
     program: str
     expect: frozenset[str]
     compile_time_s: float = 5.0
+    language: str = "cpp"
 
 
 CPP_HONEST = cpp("int main() { long long n; cin >> n; cout << n * n << endl; }\n")
 
 CPP_ATTACKS = [
     # -- processes, memory, output, time
-    CppAttack("cpp_fork_bomb", cpp("int main() { while (true) fork(); }"), frozenset({TIMEOUT})),
-    CppAttack(
+    IoAttack("cpp_fork_bomb", cpp("int main() { while (true) fork(); }"), frozenset({TIMEOUT})),
+    IoAttack(
         "cpp_fork_bomb_of_spinners",
         cpp("int main() { while (true) if (fork() == 0) while (true) {} }"),
         frozenset({TIMEOUT}),
     ),
-    CppAttack(
+    IoAttack(
         "cpp_thread_bomb_spinning",
         cpp("""
         int main() {
@@ -2587,7 +2589,7 @@ CPP_ATTACKS = [
         """),
         frozenset({TIMEOUT}),
     ),
-    CppAttack(
+    IoAttack(
         "cpp_memory_bomb_new",
         cpp("""
         int main() {
@@ -2597,12 +2599,12 @@ CPP_ATTACKS = [
         """),
         frozenset({MEMORY_LIMIT}),
     ),
-    CppAttack(  # malloc's NULL written to: a crash, not a pass
+    IoAttack(  # malloc's NULL written to: a crash, not a pass
         "cpp_memory_bomb_unchecked_malloc",
         cpp("int main() { while (true) memset(malloc(1 << 24), 1, 1 << 24); }"),
         frozenset({MEMORY_LIMIT, RUNTIME_ERROR}),
     ),
-    CppAttack(  # each process within its address space, together over the container's memory
+    IoAttack(  # each process within its address space, together over the container's memory
         "cpp_memory_bomb_across_processes",
         cpp("""
         int main() {
@@ -2618,7 +2620,7 @@ CPP_ATTACKS = [
         """),
         NOT_PASSED | {MEMORY_LIMIT, TIMEOUT},
     ),
-    CppAttack(  # static data over the memory limit: the kernel cannot load it
+    IoAttack(  # static data over the memory limit: the kernel cannot load it
         "cpp_static_array_over_the_memory_limit",
         cpp("""
         static char hog[1 << 30];
@@ -2626,7 +2628,7 @@ CPP_ATTACKS = [
         """),
         frozenset({MEMORY_LIMIT, RUNTIME_ERROR}),
     ),
-    CppAttack(
+    IoAttack(
         "cpp_stack_overflow",
         cpp("""
         int down(int n) { volatile char pad[4096]; pad[0] = n; return down(n + 1) + pad[0]; }
@@ -2634,12 +2636,12 @@ CPP_ATTACKS = [
         """),
         frozenset({RUNTIME_ERROR}),
     ),
-    CppAttack(
+    IoAttack(
         "cpp_stdout_flood",
         cpp("int main() { string x(10000, 'x'); while (true) cout << x << '\\n'; }"),
         frozenset({OUTPUT_LIMIT}),
     ),
-    CppAttack(
+    IoAttack(
         "cpp_stdout_flood_one_write",
         cpp("""
         int main() {
@@ -2651,7 +2653,7 @@ CPP_ATTACKS = [
         """),
         frozenset({OUTPUT_LIMIT}),
     ),
-    CppAttack(
+    IoAttack(
         "cpp_orphan_floods_after_exit",
         cpp("""
         int main() {
@@ -2661,7 +2663,7 @@ CPP_ATTACKS = [
         """),
         frozenset({OUTPUT_LIMIT}),
     ),
-    CppAttack(
+    IoAttack(
         "cpp_spin_ignoring_signals",
         cpp("""
         int main() {
@@ -2671,11 +2673,11 @@ CPP_ATTACKS = [
         """),
         frozenset({TIMEOUT}),
     ),
-    CppAttack(
+    IoAttack(
         "cpp_sleep_forever", cpp("int main() { while (true) pause(); }"), frozenset({TIMEOUT})
     ),
-    CppAttack("cpp_self_sigstop", cpp("int main() { raise(SIGSTOP); }"), frozenset({TIMEOUT})),
-    CppAttack(
+    IoAttack("cpp_self_sigstop", cpp("int main() { raise(SIGSTOP); }"), frozenset({TIMEOUT})),
+    IoAttack(
         "cpp_tmpfs_and_inodes_fill",
         cpp("""
         int main() {
@@ -2693,7 +2695,7 @@ CPP_ATTACKS = [
         NOT_PASSED,
     ),
     # -- signals: the supervisor, the zygote, the judge and other containers are out of reach
-    CppAttack(
+    IoAttack(
         "cpp_kill_everything",
         cpp("""
         int main() {
@@ -2703,16 +2705,14 @@ CPP_ATTACKS = [
         """),
         frozenset({FAILED}),  # kill(-1) spares the caller: it ends, printing nothing
     ),
-    CppAttack(
-        "cpp_self_sigkill", cpp("int main() { raise(SIGKILL); }"), frozenset({RUNTIME_ERROR})
-    ),
-    CppAttack(
+    IoAttack("cpp_self_sigkill", cpp("int main() { raise(SIGKILL); }"), frozenset({RUNTIME_ERROR})),
+    IoAttack(
         "cpp_realtime_signal_death",
         cpp("int main() { signal(SIGRTMAX, SIG_DFL); raise(SIGRTMAX); }"),
         frozenset({RUNTIME_ERROR}),
     ),
     # -- escapes: each prints the right answer only if it worked
-    CppAttack(
+    IoAttack(
         "cpp_network_escape",
         cpp("""
         bool tcp(const char *host, int port) {
@@ -2748,7 +2748,7 @@ CPP_ATTACKS = [
         """),
         frozenset({FAILED}),
     ),
-    CppAttack(
+    IoAttack(
         "cpp_write_outside_the_work_dirs",
         cpp("""
         int main() {
@@ -2770,7 +2770,7 @@ CPP_ATTACKS = [
         """),
         frozenset({FAILED}),
     ),
-    CppAttack(
+    IoAttack(
         "cpp_read_other_users_memory_and_files",
         cpp("""
         int main() {
@@ -2791,7 +2791,7 @@ CPP_ATTACKS = [
         """),
         frozenset({FAILED}),
     ),
-    CppAttack(
+    IoAttack(
         "cpp_ptrace_every_process",
         cpp("""
         int main() {
@@ -2805,7 +2805,7 @@ CPP_ATTACKS = [
         """),
         frozenset({FAILED}),
     ),
-    CppAttack(
+    IoAttack(
         "cpp_privilege_escalation",
         cpp("""
         int main() {
@@ -2831,25 +2831,25 @@ CPP_ATTACKS = [
         frozenset({FAILED}),
     ),
     # -- the compile phase: untrusted source, trusted compiler, the same isolation and limits
-    CppAttack(
+    IoAttack(
         "cpp_compile_include_dev_zero",
         '#include "/dev/zero"\nint main() {}\n',
         frozenset({COMPILE_ERROR}),
         compile_time_s=3.0,
     ),
-    CppAttack(
+    IoAttack(
         "cpp_compile_include_itself",
         "#include __FILE__\nint main() {}\n",
         frozenset({COMPILE_ERROR}),
         compile_time_s=3.0,
     ),
-    CppAttack(
+    IoAttack(
         "cpp_compile_include_root_files",
         '#include "/proc/1/environ"\n#include "/proc/1/maps"\nint main() {}\n',
         frozenset({COMPILE_ERROR}),
         compile_time_s=3.0,
     ),
-    CppAttack(
+    IoAttack(
         "cpp_compile_macro_explosion",
         "#define A0 x\n"
         + "".join(f"#define A{i} A{i - 1} A{i - 1} A{i - 1} A{i - 1}\n" for i in range(1, 20))
@@ -2857,7 +2857,7 @@ CPP_ATTACKS = [
         frozenset({COMPILE_ERROR}),
         compile_time_s=3.0,
     ),
-    CppAttack(
+    IoAttack(
         "cpp_compile_constexpr_spin",
         """
         constexpr long long spin() {
@@ -2872,14 +2872,14 @@ CPP_ATTACKS = [
         frozenset({COMPILE_ERROR}),
         compile_time_s=3.0,
     ),
-    CppAttack(
+    IoAttack(
         "cpp_compile_error_flood",
         # short names: the program stays under the verifier's completion limit (256 KiB)
         "int main() {\n" + "".join(f"e{n}();\n" for n in range(20000)) + "}\n",
         frozenset({COMPILE_ERROR}),
         compile_time_s=3.0,
     ),
-    CppAttack(
+    IoAttack(
         "cpp_compile_binary_over_the_file_size_limit",
         "char data[256 << 20] = {1};\nint main() { return data[7]; }\n",
         frozenset({COMPILE_ERROR}),

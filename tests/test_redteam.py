@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 
 import pytest
+from redteam_javascript import JS_ATTACKS, JS_HONEST, JS_LEAVER
 from redteam_samples import (
     ADD,
     ATTACKS,
@@ -176,22 +177,29 @@ def test_attack_is_contained(pool, verifier, attack):
 
 
 CPP_LIMITS = dataclasses.replace(LIMITS, compile_time_s=5.0)
+IO_ATTACKS = CPP_ATTACKS + JS_ATTACKS
+IO_HONEST = {"cpp": CPP_HONEST, "javascript": JS_HONEST}
+IO_LEAVERS = {"cpp": CPP_LEAVER, "javascript": JS_LEAVER}
 
 
-def run_cpp(
-    pool: SandboxPool, verifier: Verifier, program: str, limits: Limits = CPP_LIMITS
+def run_io(
+    pool: SandboxPool,
+    verifier: Verifier,
+    program: str,
+    language: str,
+    limits: Limits = CPP_LIMITS,
 ) -> Run:
-    """A C++ program through the verifier: a sample in C++ answering the io problem SQUARE
-    (stdin 7, print 49), timed and bounded by HANG_S."""
-    sample = {"task_id": SQUARE.task_id, "completion": program, "language": "cpp"}
+    """A program in ``language`` through the verifier: a sample answering the io problem
+    SQUARE (stdin 7, print 49), timed and bounded by HANG_S."""
+    sample = {"task_id": SQUARE.task_id, "completion": program, "language": language}
     (run,) = run_samples(pool, verifier, [sample], limits)
     return run
 
 
-@pytest.mark.parametrize("attack", CPP_ATTACKS, ids=[attack.id for attack in CPP_ATTACKS])
-def test_cpp_attack_is_contained(pool, verifier, attack):
+@pytest.mark.parametrize("attack", IO_ATTACKS, ids=[attack.id for attack in IO_ATTACKS])
+def test_an_attack_in_another_language_is_contained(pool, verifier, attack):
     limits = dataclasses.replace(CPP_LIMITS, compile_time_s=attack.compile_time_s)
-    run = run_cpp(pool, verifier, attack.program, limits)
+    run = run_io(pool, verifier, attack.program, attack.language, limits)
     status = run.verdict.status.value
     print(f"{attack.id}: {status} in {run.took:.2f} s")
     broken = []
@@ -205,17 +213,23 @@ def test_cpp_attack_is_contained(pool, verifier, attack):
         broken.append(f"took {run.took:.2f} s, at most {longest} s")
     if run.result.attempts != 1:
         broken.append(f"needed {run.result.attempts} attempts: the attack broke its container")
-    after = run_cpp(pool, verifier, CPP_HONEST)
+    after = run_io(pool, verifier, IO_HONEST[attack.language], attack.language)
     if not after.verdict.passed or after.result.attempts != 1:
         broken.append(f"the honest program right after failed: {after.describe()}")
     assert not broken, f"{attack.id}: {'; '.join(broken)}\n{run.describe()}"
 
 
-def test_nothing_a_cpp_program_leaves_reaches_the_next_program(pool, verifier):
-    """The C++ leaver on every container, then the checker on every container (each job is
-    slow enough that no container takes two)."""
+@pytest.mark.parametrize("language", list(IO_LEAVERS))
+def test_nothing_a_program_in_another_language_leaves_reaches_the_next_program(
+    pool, verifier, language
+):
+    """The language's leaver on every container, then the checker on every container (each
+    job is slow enough that no container takes two)."""
+    leaver = IO_LEAVERS[language]
     with concurrent.futures.ThreadPoolExecutor(POOL_SIZE) as threads:
-        left = list(threads.map(lambda _: run_cpp(pool, verifier, CPP_LEAVER), range(POOL_SIZE)))
+        left = list(
+            threads.map(lambda _: run_io(pool, verifier, leaver, language), range(POOL_SIZE))
+        )
     assert all(run.verdict.passed for run in left), [run.describe() for run in left]
     check = {"task_id": LEFTOVERS.task_id, "completion": f"```python\n{CHECKER}```\n"}
     checked = run_samples(pool, verifier, [check] * POOL_SIZE)

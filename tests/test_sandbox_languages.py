@@ -24,18 +24,20 @@ from codepost.verifiers.server import run_code_response
 
 
 def test_every_module_of_the_package_registers_its_language():
-    assert LANGUAGES == ("cpp", "python")
+    assert LANGUAGES == ("cpp", "javascript", "python")
     cpp, python = languages.get("cpp"), languages.get("python")
     assert cpp.compiled and not cpp.in_runner
     assert python.in_runner and not python.compiled
-    command = cpp.compile_command()
+    command = cpp.compile_command(1024)
     assert command[0] == "g++" and "/tmp/main.cpp" in command
     assert f"{languages.OUTPUT_DIR}/main" in command
-    assert cpp.run_command("/build/abc") == ["/build/abc/main"]
+    assert cpp.run_command("/build/abc", 256) == ["/build/abc/main"]
 
 
 def test_an_unknown_language_is_refused_naming_the_known_ones():
-    with pytest.raises(ValueError, match="unknown language 'java': the sandbox runs cpp, python"):
+    with pytest.raises(
+        ValueError, match="unknown language 'java': the sandbox runs cpp, javascript, python"
+    ):
         Job(program="class Main {}", stdin_cases=("",), language="java")
     with pytest.raises(ValueError, match="registered twice"):
         languages.register(languages.Language(name="cpp", source_file="x.cpp"))

@@ -295,6 +295,26 @@ CPP_SQUARE = (
 )
 
 
+def test_sandbox_fusion_client_runs_javascript_by_its_name_there(server):
+    """SandboxFusion names JavaScript ``nodejs`` (its client allows no other name); codepost's
+    own ``javascript`` and ``js`` are taken too."""
+    program = "const [a, b] = require('fs').readFileSync(0, 'utf8').split(' ').map(Number);\n"
+    program += "console.log(a + b);\n"
+    ok = run_code(RunCodeRequest(code=program, stdin="2 3", language="nodejs"), endpoint=server.url)
+    assert ok.status == RunStatus.Success, ok
+    assert (ok.run_result.stdout, ok.run_result.return_code) == ("5\n", 0)
+    assert ok.compile_result is None  # nothing compiled
+    for language in ("javascript", "js"):
+        body = {"code": program, "stdin": "2 3", "language": language}
+        answer = httpx.post(f"{server.url}/run_code", json=body, timeout=30).json()
+        assert (answer["status"], answer["run_result"]["stdout"]) == ("Success", "5\n"), answer
+    wrong = run_code(
+        RunCodeRequest(code="throw new Error('x')", language="nodejs"), endpoint=server.url
+    )
+    assert wrong.status == RunStatus.Failed and wrong.run_result.return_code == 1, wrong
+    assert "Error: x" in wrong.run_result.stderr
+
+
 @pytest.mark.parametrize(
     ("completion", "results", "status"),
     [
@@ -477,7 +497,12 @@ def test_verify_with_no_server_there_exits_3(tmp_path, capsys):
     [
         ("/run_code", b'{"code": "print(1)", "language": ', 400, "malformed JSON"),
         ("/run_code", b'{"language": "python"}', 422, "code: Field required"),
-        ("/run_code", b'{"code": "class A {}", "language": "java"}', 400, "runs cpp, python only"),
+        (
+            "/run_code",
+            b'{"code": "class A {}", "language": "java"}',
+            400,
+            "runs cpp, javascript, python only",
+        ),
         ("/run_code", b'{"code": "1", "language": "python", "run_timeout": 0}', 422, "run_timeout"),
         ("/run_code", b'{"code": "1", "language": "python", "files": {"a": "#"}}', 400, "base64"),
         ("/run_code", b'{"code": "1", "language": "python", "files": {"../a": ""}}', 400, "'../a'"),

@@ -80,6 +80,7 @@ from ..settings.command_line import (
     settings_command,
 )
 from .bounds import ReadingBounds, reading_within
+from .languages import canonical_language
 from .options import TOKEN_ENV, VerifyOptions
 from .problems import (
     HUMANEVAL,
@@ -456,8 +457,10 @@ class RunCodeRequest(BaseModel):
 
 
 def run_code_job(request: RunCodeRequest, config: ServerConfig) -> Job:
-    """The io job for a request, within the server's caps; 4xx naming what is wrong."""
-    if request.language not in LANGUAGES:
+    """The io job for a request, within the server's caps; 4xx naming what is wrong. A
+    language by any of its names (SandboxFusion's ``nodejs`` is ``javascript``)."""
+    language = canonical_language(request.language)
+    if language not in LANGUAGES:
         raise HTTPException(
             400,
             f"language {request.language!r} is not supported: this server runs "
@@ -494,7 +497,7 @@ def run_code_job(request: RunCodeRequest, config: ServerConfig) -> Job:
             limits=limits,
             files=files,
             fetch_files=tuple(request.fetch_files),
-            language=request.language,
+            language=language,
         )
     except ValueError as exc:  # a file path outside the working directory
         raise HTTPException(400, str(exc)) from None

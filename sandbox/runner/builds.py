@@ -72,7 +72,12 @@ class Builds:
             "wall_cap_s": job_limits["compile_cap_s"],
         }
         started = time.monotonic()
-        request = {"language": language.name, "program": job["program"], "files": job["files"]}
+        request = {
+            "language": language.name,
+            "program": job["program"],
+            "files": job["files"],
+            "memory_mb": limits["memory_mb"],
+        }
 
         def judge_and_keep(ran: Ran) -> tuple[str, int | None, str]:
             status, exit_code, reason = _compile_status(language, ran, limits)

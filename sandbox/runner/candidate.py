@@ -294,7 +294,7 @@ def compile_program(rpc_in: int, rpc_out: int) -> None:
     job = read_frame(rpc_in)
     os.close(rpc_in)
     _prepare(job, rpc_out, source=True, output=True)
-    _exec(languages.get(job["language"]).compile_command(), rpc_out)
+    _exec(languages.get(job["language"]).compile_command(job["memory_mb"]), rpc_out)
 
 
 def run_main(rpc_in: int, rpc_out: int) -> None:
@@ -310,7 +310,7 @@ def run_main(rpc_in: int, rpc_out: int) -> None:
         # recursion is common in contest solutions); threads keep glibc's default stacks.
         _, hard = resource.getrlimit(resource.RLIMIT_STACK)
         resource.setrlimit(resource.RLIMIT_STACK, (hard, hard))
-        _exec(language.run_command(job["output"]), rpc_out)
+        _exec(language.run_command(job["output"], job["memory_mb"]), rpc_out)
     try:
         code = _compile(job["program"])
     except (SyntaxError, ValueError) as exc:

@@ -57,6 +57,7 @@ def run_io(supervisor: Supervisor, job: IoJob) -> Result:
             "files": job["files"],
             "language": language.name,
             "output": None if build is None else build.output,
+            "memory_mb": limits["memory_mb"],
         }
     )
     for stdin_text in job["stdin_cases"]:
@@ -91,9 +92,11 @@ def run_case(
     """One io case, the output bytes it used and the processes its clean-up found left."""
     limits, fetch = job["limits"], job["fetch_files"]
     case_started = time.monotonic()
+    # the address space its runtime reserves beyond the memory limit (V8's)
+    reserving: Limits = {**limits, "memory_mb": limits["memory_mb"] + language.reserved_mb}
     ran, (files, files_note), leftover = supervisor.run_process(
         "io",
-        limits,
+        reserving,
         program,
         stdin,
         budget,

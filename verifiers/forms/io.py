@@ -42,10 +42,10 @@ from pydantic import (
     model_validator,
 )
 
-from ...sandbox import CaseOutcome, ExecStatus, ExecutionResult, Job, Limits
+from ...sandbox import LANGUAGES, CaseOutcome, ExecStatus, ExecutionResult, Job, Limits
 from ...sandbox.api import check_path
 from ..judges import longest_first
-from ..languages import PYTHON, canonical_language
+from ..languages import PYTHON, canonical_language, checker_languages
 from ..verdicts import Assessment, VerdictStatus, assess_cases, case_error, clip, conclude
 from . import Form, FormTests, register, without_none
 
@@ -101,14 +101,22 @@ class CheckerProgram(BaseModel):
     kind: Literal["program"] = "program"
     source: str
     # python: argv input, expected and actual output files; cpp: testlib's input, actual
-    # output, expected answer. Exit 0 accepts.
-    language: Literal["python", "cpp"] = "python"
+    # output, expected answer. Exit 0 accepts. One of checker_languages().
+    language: str = PYTHON
     files: dict[str, str] = Field(default_factory=dict)  # beside it: testlib.h, a helper module
 
     @field_validator("language", mode="before")
     @classmethod
     def _language_name(cls, name: Any) -> Any:
-        return canonical_language(name) if isinstance(name, str) else name
+        if not isinstance(name, str):
+            return name
+        language = canonical_language(name)
+        if language not in checker_languages():
+            raise ValueError(
+                f"a checker in {name!r} is not run here: checkers are written in "
+                f"{', '.join(checker_languages())}"
+            )
+        return language
 
     @field_validator("files")
     @classmethod
@@ -172,7 +180,7 @@ class IOTests(FormTests):
 class IOForm(Form):
     tests_model = IOTests
     marker = "io"
-    languages = (PYTHON, "cpp")
+    languages = LANGUAGES  # every language the sandbox runs reads stdin and writes stdout
     per_case_limits = True
 
     def instructions(self, problem: Problem) -> list[str]:

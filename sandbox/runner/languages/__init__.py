@@ -1,10 +1,13 @@
 """The languages the sandbox runs programs in: one module each in this package.
 
-A language declares how a program becomes something to run and how that starts: Python runs
-in the runner's own interpreter (a process forked from the zygote, nothing to prepare); C++ is
-compiled once per job, in the sandbox, and its binary executed for each case. The supervisor
-and the candidate process read only these declarations, so Java, Go or Rust is one more module
-here (a ``Language`` passed to ``register``) plus its toolchain in ``Dockerfile.sandbox``.
+A language declares all that codepost needs of it: how a prompt names it and the fence tags
+that hold its code (the verifier), the Debian packages of its toolchain (the image), how a
+program becomes something to run and how that starts (the supervisor and the candidate
+process), and whether a problem's checker may be written in it. Python runs in the runner's
+own interpreter (a process forked from the zygote, nothing to prepare); C++ is compiled once
+per job, in the sandbox, and its binary executed for each case; JavaScript's source is run by
+Node.js. Java, Go or Rust is one more module here (a ``Language`` passed to ``register``):
+nothing else names a language.
 
 Standard library only: the package is imported inside the container and by the host, which
 validates a job's language against it.
@@ -27,8 +30,9 @@ BUILDS_DIR = "/build"
 class Language(NamedTuple):
     """How the sandbox prepares and starts a program in one language.
 
-    Commands are argument lists whose ``{source}`` (the program's file) and ``{output}`` (the
+    Commands are argument lists whose ``{source}`` (the program's file), ``{output}`` (the
     directory the compiler writes into, and at run time the directory holding what it wrote)
+    and ``{memory_mb}`` (the process's memory limit, for a runtime that sizes its own heap)
     are filled in by the runner. A compile runs in ``/work``, where the job's files are.
 
     A named tuple, not a dataclass: the zygotes import this package, and ``dataclasses`` (with
@@ -37,11 +41,24 @@ class Language(NamedTuple):
 
     name: str
     source_file: str  # the program's file name, for its compiler or interpreter
+    title: str = ""  # how a prompt names it (default: its name)
+    # The markdown fence tags that hold its code; the first is the one a prompt asks for
+    # (default: its name).
+    fences: tuple[str, ...] = ()
     compile: tuple[str, ...] = ()  # () when nothing is prepared
     run: tuple[str, ...] = ()  # () runs the program in the runner's own Python interpreter
     # Text at the end of a program's (or its compiler's) stderr when it ran out of memory.
     memory_errors: tuple[str, ...] = ()
-    # Commands run once as root when the image is built (a precompiled header, ...).
+    # Address space its runtime reserves and never uses (V8's code range and heap
+    # reservations), allowed beyond the memory limit; the run command holds the heap to the
+    # limit ({memory_mb}), and the container's memory limit binds what is really used.
+    reserved_mb: int = 0
+    # A problem's checker may be written in it (the verifier's io form hands the checker its
+    # files: Python's as arguments, testlib's convention for C++).
+    checker: bool = False
+    # Debian packages of its toolchain, and commands run once as root after they are
+    # installed, when the image is built (a precompiled header, ...).
+    packages: tuple[str, ...] = ()
     image_setup: tuple[tuple[str, ...], ...] = ()
 
     @property
@@ -57,17 +74,19 @@ class Language(NamedTuple):
     def source_path(self) -> str:
         return f"{SOURCE_DIR}/{self.source_file}"
 
-    def compile_command(self) -> list[str]:
-        return self._fill(self.compile, OUTPUT_DIR)
+    def compile_command(self, memory_mb: int) -> list[str]:
+        return self._fill(self.compile, OUTPUT_DIR, memory_mb)
 
-    def run_command(self, output: str) -> list[str]:
-        return self._fill(self.run, output)
+    def run_command(self, output: str, memory_mb: int) -> list[str]:
+        return self._fill(self.run, output, memory_mb)
 
-    def _fill(self, command: tuple[str, ...], output: str) -> list[str]:
-        return [arg.format(source=self.source_path(), output=output) for arg in command]
+    def _fill(self, command: tuple[str, ...], output: str, memory_mb: int) -> list[str]:
+        source = self.source_path()
+        return [arg.format(source=source, output=output, memory_mb=memory_mb) for arg in command]
 
     def ran_out_of_memory(self, stderr: bytes | bytearray) -> bool:
-        tail = bytes(stderr[-400:])
+        # 4 KiB: V8 writes its native stack (about 2 KiB) after its message
+        tail = bytes(stderr[-4096:])
         return any(marker.encode() in tail for marker in self.memory_errors)
 
 
@@ -95,9 +114,18 @@ def names() -> tuple[str, ...]:
 
 
 def prepare_image() -> None:
-    """Run every language's image set-up commands (``Dockerfile.sandbox`` calls this)."""
+    """Install every language's packages, then run its set-up commands, as root while the
+    image is built (``Dockerfile.sandbox`` calls this)."""
     import subprocess  # not at the top: the zygote imports this package, and forks stay small
 
+    packages = sorted({package for language in _REGISTRY.values() for package in language.packages})
+    if packages:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update"], check=True, env=env)
+        install = ["apt-get", "install", "-y", "--no-install-recommends", *packages]
+        subprocess.run(install, check=True, env=env)
+        lists = "/var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old /var/log/*"
+        subprocess.run(["sh", "-c", f"rm -rf {lists}"], check=True)
     for language in _REGISTRY.values():
         for command in language.image_setup:
             subprocess.run(command, check=True)

@@ -22,6 +22,8 @@ register(
     Language(
         name="cpp",
         source_file="main.cpp",
+        title="C++",
+        fences=("cpp", "c++", "cc", "cxx"),
         # -iquote .: `#include "x.h"` finds the job's files; -fmax-errors bounds the message;
         # -static: a case starts in 0.6 ms of CPU instead of 2.4 ms (no dynamic loading of
         # libstdc++), for 0.1 s more of linking once per job.
@@ -43,6 +45,8 @@ register(
             "out of memory allocating",
             "PCH allocation failure",  # no room to map the precompiled header (~150 MB)
         ),
+        checker=True,
+        packages=("g++",),
         image_setup=(("sh", "-c", _PRECOMPILE),),
     )
 )
