@@ -30,9 +30,9 @@ from codepost.pipeline.inference.engines import close_samplers, get_sampler
 from codepost.pipeline.inference.episodes import EpisodeConfig
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
+from codepost.pipeline.rl.batches import collate_rollouts
 from codepost.pipeline.rl.metric_names import Update
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rl.rollouts import collate_rollouts
 from codepost.pipeline.stages.scoring import ScoreConfig, close_pools, score_rollouts, with_episodes
 from codepost.verifiers.problems import MBPP
 

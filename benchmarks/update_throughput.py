@@ -71,8 +71,8 @@ from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from codepost.pipeline import sharding
+from codepost.pipeline.rl.batches import RolloutBatch, collate_rollouts
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rl.rollouts import RolloutBatch, collate_rollouts
 
 # Architectures of the models we train, built from their config with random weights (no
 # download): the FLOP and memory profile is the architecture's, not the weights'.

@@ -20,7 +20,7 @@ from ..settings.command_line import SettingsParser
 # name -> ("module:register function", one-line help shown by `codepost --help`)
 COMMANDS: dict[str, tuple[str, str]] = {
     "verify": (
-        "codepost.verifiers.cli:register",
+        "codepost.verifiers.verify_command:register",
         "run candidate code against problem tests in the sandbox",
     ),
     "verify-server": (
@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "serve a sampling engine over HTTP, for stages whose engine.server_url names it",
     ),
     "evaluate": (
-        "codepost.pipeline.cli:register",
+        "codepost.pipeline.evaluate_command:register",
         "pass@k of a checkpoint (greedy pass@1, sampled pass@k) in the sandbox",
     ),
     "run": (
@@ -48,7 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "serve the deployments (nightly series, every flow on demand) to a Prefect server",
     ),
     "checkpoints": (
-        "codepost.pipeline.checkpoints.cli:register",
+        "codepost.pipeline.checkpoints.command:register",
         "list, show, verify, tag and prune the checkpoints of a run folder",
     ),
     "env": (

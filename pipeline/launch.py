@@ -7,7 +7,7 @@ The entry runs one registered stage in the current process group::
 
 ``config.json`` is the stage's config (its pydantic model as JSON), ``inputs.json`` an
 :class:`~.stages.registry.Artifacts` object. With ``--out-root`` the stage runs under the resume
-rule of :func:`~.stages.registry.run_stage` into ``D/<key>/``, exactly as ``codepost run`` lays
+rule of :func:`~.stages.resume.run_stage` into ``D/<key>/``, exactly as ``codepost run`` lays
 it out; with ``--out-dir`` it runs into that folder and nothing more, for a driver whose own
 ``run_stage`` has keyed the folder and writes the record. Every rank runs the stage's code (the
 update and SFT share each batch among the ranks); only the main process writes files (the

@@ -1,6 +1,6 @@
 """Nights without a model, for the series' own logic (tags, records, retention, the gate's
 checks, the alpha each night spends) in seconds: the night, its run, the stages' resume rule
-and the checkpoint registry are the real ones; only the stage executor is fake. Its ``sft``
+and the checkpoint catalog are the real ones; only the stage executor is fake. Its ``sft``
 publishes a checkpoint that knows the answers of the problems it trained on, as they were
 then; its ``evaluate`` scores a checkpoint on the problems as they are now (a model name knows
 nothing). The real series, with a model and the Docker sandbox: tests/test_nightly.py. Also
@@ -18,8 +18,8 @@ from typing import Any
 
 from evaluation_helpers import outcomes, write_evaluation
 
+from codepost.pipeline.checkpoints.catalog import Entry, tag
 from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish
-from codepost.pipeline.checkpoints.registry import Entry, tag
 from codepost.pipeline.data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from codepost.pipeline.inference.sampling import EngineConfig
 from codepost.pipeline.launch import LaunchConfig

@@ -22,9 +22,9 @@ from codepost.verifiers import (
     SampleError,
     Verifier,
     build_program,
-    cli,
     load_problems,
     pass_at_k,
+    verify_command,
 )
 from codepost.verifiers.chat import user_message
 from codepost.verifiers.forms.io import (
@@ -217,11 +217,11 @@ def test_a_checkers_exit_status_is_read_as_testlibs(exit_code, stderr, language,
 def test_compile_limits_reach_the_jobs(tmp_path, monkeypatch):
     assert ScoreConfig(compile_timeout_s=3).limits().compile_time_s == 3
     recorder = Recorder(ExecutionResult(ExecStatus.COMPLETED, cases=()))
-    monkeypatch.setattr(cli, "Verifier", lambda **options: Verifier(recorder, **options))
+    monkeypatch.setattr(verify_command, "Verifier", lambda **options: Verifier(recorder, **options))
     samples = tmp_path / "samples.jsonl"
     samples.write_text(json.dumps({"task_id": "1000_A. Handshakes", "completion": CPP}) + "\n")
     options = ["--problems", "codecontests-sample", "--language", "cpp", "--compile-timeout", "2.5"]
-    assert cli.main(["verify", str(samples), *options]) == 0
+    assert verify_command.main(["verify", str(samples), *options]) == 0
     (job,) = recorder.jobs
     assert (job.language, job.limits.compile_time_s) == ("cpp", 2.5)
 
@@ -279,7 +279,7 @@ def test_cpp_through_codepost_verify(tmp_path):
     ]
     samples, output = tmp_path / "samples.jsonl", tmp_path / "out.jsonl"
     samples.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    code = cli.main(
+    code = verify_command.main(
         [
             "verify",
             str(samples),

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from codepost.verifiers import cli, load_problems
+from codepost.verifiers import load_problems, verify_command
 from codepost.verifiers.problems import NAMED_PROBLEMS, packaged_path
 
 pytestmark = pytest.mark.docker
@@ -18,7 +18,7 @@ SAMPLE_SETS = [name for name in NAMED_PROBLEMS if name.endswith("-sample")]
 
 
 def verify(*args: str) -> int:
-    return cli.main(["verify", *args, "--workers", "2"])
+    return verify_command.main(["verify", *args, "--workers", "2"])
 
 
 @pytest.mark.parametrize("name", SAMPLE_SETS)

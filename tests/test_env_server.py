@@ -17,7 +17,7 @@ from fake_executors import InProcessExecutor
 from servers import Server
 from starlette.testclient import TestClient, WebSocketDenialResponse
 
-from codepost.verifiers import cli
+from codepost.verifiers import verify_command
 from codepost.verifiers.env_server import EnvServerConfig, create_app
 
 TOKEN = "env-token-1"
@@ -32,7 +32,7 @@ def server(tmp_path_factory) -> Iterator[Server]:
         "env-server",
         tmp_path_factory.mktemp("env-server"),
         *("--workers", "2", "--max-answer-chars", "2000", "--header-timeout-s", "2"),
-        env={cli.TOKEN_ENV: TOKEN},
+        env={verify_command.TOKEN_ENV: TOKEN},
     ) as up:
         yield up
 

@@ -24,8 +24,8 @@ from codepost.pipeline.inference.episodes import EpisodeConfig, EpisodeSampler, 
 from codepost.pipeline.inference.sampling import EngineConfig, HFSampler, SamplingConfig
 from codepost.pipeline.model_config import ModelConfig, load_tokenizer
 from codepost.pipeline.rl.algorithms import LossInputs, get_policy_loss
+from codepost.pipeline.rl.batches import collate_rollouts
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rl.rollouts import collate_rollouts
 from codepost.verifiers import Problem
 from codepost.verifiers.environments import Environment, Episode, Reply
 
@@ -331,7 +331,7 @@ def test_a_repair_rate_is_compared_between_checkpoints_on_the_same_problems(tmp_
     between two evaluations where both failed some first answer."""
     from evaluation_helpers import write_evaluation
 
-    from codepost.pipeline.cli import compare
+    from codepost.pipeline.evaluate_command import compare
     from codepost.pipeline.reporting.evaluations import read_per_problem
 
     failed, repaired, kept = [False, False], [False, True], [True, True]

@@ -16,8 +16,8 @@ from rich.console import Console
 from tiny_models import char_tokenizer, next_token_lm
 
 from codepost.flows.cli import main
-from codepost.pipeline.cli import print_table
 from codepost.pipeline.data.problem_sets import ProblemSet
+from codepost.pipeline.evaluate_command import print_table
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.reporting.evaluations import EvaluationResults, pass_at_k_of_rows
 from codepost.pipeline.stages.evaluation import EvalConfig, run_evaluate

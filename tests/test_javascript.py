@@ -14,7 +14,7 @@ import pytest
 from codepost.pipeline.data.prompts import reference_answer
 from codepost.sandbox import LANGUAGES, ExecStatus, Job, Limits
 from codepost.sandbox.runner import languages
-from codepost.verifiers import Problem, build_program, cli, load_problems
+from codepost.verifiers import Problem, build_program, load_problems, verify_command
 from codepost.verifiers.chat import user_message
 from codepost.verifiers.forms.io import CheckerProgram
 from codepost.verifiers.languages import canonical_language, checker_languages
@@ -118,7 +118,7 @@ def test_a_problem_set_posed_in_javascript_through_codepost_verify(tmp_path):
     samples.write_text("".join(json.dumps(row) + "\n" for row in rows))
     argv = ["verify", str(samples), "--problems", "codecontests-sample", "--language", "javascript"]
     options = ["--output", str(output), "--workers", "2", "--timeout", "3", "--memory-mb", "128"]
-    assert cli.main([*argv, *options, "--k", "1"]) == 0
+    assert verify_command.main([*argv, *options, "--k", "1"]) == 0
     verdicts = [json.loads(line) for line in output.read_text().splitlines()]
     statuses = [verdict["status"] for verdict in verdicts]
     assert statuses[:4] == ["passed", "passed", "passed", "failed"], verdicts

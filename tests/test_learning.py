@@ -20,9 +20,9 @@ from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.pipeline.data.prompts import Prompt
 from codepost.pipeline.inference.generate import generate_rollouts
+from codepost.pipeline.rl.batches import collate_rollouts
 from codepost.pipeline.rl.models import ValueModel
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rl.rollouts import collate_rollouts
 from codepost.sandbox import Limits
 from codepost.verifiers import Problem, RewardConfig, Verifier
 

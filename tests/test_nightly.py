@@ -23,8 +23,8 @@ from safetensors.torch import load_file, save_file
 from tiny_models import char_tokenizer, next_token_lm
 from transformers import AutoTokenizer
 
+from codepost.pipeline.checkpoints.catalog import resolve
 from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish_model
-from codepost.pipeline.checkpoints.registry import resolve
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
 from codepost.pipeline.launch import execute_launched

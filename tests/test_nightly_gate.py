@@ -16,7 +16,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import gammaln
 from scipy.stats import norm, ttest_1samp
 
-from codepost.pipeline.checkpoints.registry import Entry
+from codepost.pipeline.checkpoints.catalog import Entry
 from codepost.pipeline.nightly import (
     Decision,
     GateConfig,

@@ -23,8 +23,8 @@ from nightly_helpers import (
     write_problems,
 )
 
+from codepost.pipeline.checkpoints.catalog import read_tags, tag
 from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish
-from codepost.pipeline.checkpoints.registry import read_tags, tag
 from codepost.pipeline.nightly import (
     ChampionUnusable,
     Decision,

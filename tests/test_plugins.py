@@ -19,7 +19,7 @@ from stage_helpers import SIGNAL, small_rl_config
 from codepost.pipeline.inference.sampling import EngineConfig
 from codepost.pipeline.rl.algorithms import AdvantageInputs, get_advantage_estimator
 from codepost.pipeline.rl.update_config import UpdateConfig
-from codepost.pipeline.stages.registry import named_inputs
+from codepost.pipeline.stages.resume import named_inputs
 from codepost.pipeline.stages.rl import METRICS_FILE, run_rl
 from codepost.verifiers import Problem, RewardConfig, Verifier
 

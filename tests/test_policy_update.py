@@ -38,9 +38,9 @@ from codepost.pipeline.rl.algorithms import (
     register_algorithm,
     register_policy_loss,
 )
+from codepost.pipeline.rl.batches import collate_rollouts
 from codepost.pipeline.rl.models import ValueModel
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rl.rollouts import collate_rollouts
 from codepost.pipeline.sharding import make_accelerator
 
 # --------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from codepost.pipeline.inference.sampling import (
     trainer_probe_logprobs,
 )
 from codepost.pipeline.model_config import ModelConfig, load_causal_lm, load_tokenizer
-from codepost.pipeline.rl.rollouts import collate_rollouts
+from codepost.pipeline.rl.batches import collate_rollouts
 
 
 def test_too_little_memory_for_the_kv_cache_is_said_before_vllm_starts(monkeypatch):

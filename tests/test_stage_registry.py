@@ -26,13 +26,8 @@ from codepost.pipeline.model_config import ModelConfig
 from codepost.pipeline.run_lock import RunFolderLocked, run_folder_lock
 from codepost.pipeline.stages import STAGES, evaluation, get_stage
 from codepost.pipeline.stages.evaluation import EvalConfig
-from codepost.pipeline.stages.registry import (
-    Artifacts,
-    Stage,
-    StaleOutputError,
-    register,
-    run_stage,
-)
+from codepost.pipeline.stages.registry import Artifacts, Stage, StaleOutputError, register
+from codepost.pipeline.stages.resume import run_stage
 from codepost.pipeline.stages.scoring import SandboxSettings, ScoreConfig
 from codepost.sandbox import DEFAULT_IMAGE, SandboxUnavailable
 

@@ -19,8 +19,8 @@ from transformers import AutoModelForCausalLM
 from trl import GRPOConfig, GRPOTrainer
 from update_cases import ALPHABET, gradients, random_rows
 
+from codepost.pipeline.rl.batches import collate_rollouts
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rl.rollouts import collate_rollouts
 
 GROUP_SIZE = 4
 MAX_COMPLETION = 7

@@ -7,7 +7,14 @@ import json
 import pytest
 
 from codepost.sandbox import Limits
-from codepost.verifiers import Problem, RewardConfig, VerdictStatus, Verifier, cli, load_problems
+from codepost.verifiers import (
+    Problem,
+    RewardConfig,
+    VerdictStatus,
+    Verifier,
+    load_problems,
+    verify_command,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -167,7 +174,7 @@ def test_cli_end_to_end(tmp_path, humaneval, capsys):
         {"task_id": "HumanEval/0", "completion": "    return True\n"},
     ]
     samples.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    assert cli.main(["verify", str(samples), "--workers", "1", "--timeout", "5"]) == 0
+    assert verify_command.main(["verify", str(samples), "--workers", "1", "--timeout", "5"]) == 0
     written = [json.loads(line) for line in (tmp_path / "samples.jsonl_results.jsonl").open()]
     assert [row["passed"] for row in written] == [True, False]
     assert "pass@1" in capsys.readouterr().out

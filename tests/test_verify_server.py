@@ -35,7 +35,7 @@ from redteam_samples import (
 from sandbox_fusion import RunCodeRequest, RunStatus, run_code
 from servers import STARTUP_S, Server, codepost, free_port
 
-from codepost.verifiers import cli
+from codepost.verifiers import verify_command
 from codepost.verifiers.problems import packaged_path
 
 pytestmark = pytest.mark.docker
@@ -49,7 +49,7 @@ SAMPLE_SETS = packaged_path("cpp-sample").parent
 def running_server(tmp_path: Path, *options: str, token: str | None = None) -> Iterator[Server]:
     """``codepost verify-server`` in its own process, with ``token`` or none."""
     with servers.running_server(
-        "verify-server", tmp_path, *options, env={cli.TOKEN_ENV: token}
+        "verify-server", tmp_path, *options, env={verify_command.TOKEN_ENV: token}
     ) as server:
         yield server
 
@@ -426,11 +426,11 @@ def test_verify_with_a_server_writes_what_verify_alone_writes(server, tmp_path, 
     else:
         samples = write_jsonl(tmp_path / "samples.jsonl", MIXED)
     alone, served = tmp_path / "alone.jsonl", tmp_path / "served.jsonl"
-    code_alone = cli.main(
+    code_alone = verify_command.main(
         ["verify", str(samples), "--output", str(alone), "--workers", "2", *options]
     )
     out_alone = capsys.readouterr().out
-    code_served = cli.main(
+    code_served = verify_command.main(
         ["verify", str(samples), "--output", str(served), "--server", server.url, *options]
     )
     out_served = capsys.readouterr().out
@@ -463,7 +463,9 @@ def test_cpp_through_a_server_as_without_one(server, tmp_path, capsys):
         for where, extra in (("alone", ["--workers", "2"]), ("served", ["--server", server.url])):
             output = tmp_path / f"{name}-{where}.jsonl"
             options = ["--output", str(output), "--compile-timeout", "20", "--k", "1"]
-            assert cli.main(["verify", *args, *options, *extra]) == 0, capsys.readouterr().err
+            assert verify_command.main(["verify", *args, *options, *extra]) == 0, (
+                capsys.readouterr().err
+            )
             rows[where] = rows_without_timings(output)
         assert rows["served"] == rows["alone"], name
         expected = [row.get("expect", "passed") for row in rows["served"]]
@@ -475,8 +477,8 @@ def test_verify_with_a_server_names_a_bad_sample_before_anything_runs(server, tm
         tmp_path / "s.jsonl", [*MIXED[:2], {"task_id": "HumanEval/999", "completion": ""}]
     )
     before = httpx.get(f"{server.url}/metrics").text.count('endpoint="/verify"')
-    code = cli.main(["verify", str(samples), "--server", server.url])
-    assert code == cli.EXIT_BAD_INPUT
+    code = verify_command.main(["verify", str(samples), "--server", server.url])
+    assert code == verify_command.EXIT_BAD_INPUT
     assert f"{samples}:3: unknown task_id 'HumanEval/999'" in capsys.readouterr().err
     assert httpx.get(f"{server.url}/metrics").text.count('endpoint="/verify"') == before
     assert not (tmp_path / "s.jsonl_results.jsonl").exists()
@@ -485,7 +487,10 @@ def test_verify_with_a_server_names_a_bad_sample_before_anything_runs(server, tm
 def test_verify_with_no_server_there_exits_3(tmp_path, capsys):
     samples = write_jsonl(tmp_path / "s.jsonl", MIXED[:1])
     url = f"http://127.0.0.1:{free_port()}"
-    assert cli.main(["verify", str(samples), "--server", url]) == cli.EXIT_SANDBOX_UNAVAILABLE
+    assert (
+        verify_command.main(["verify", str(samples), "--server", url])
+        == verify_command.EXIT_SANDBOX_UNAVAILABLE
+    )
     assert f"cannot reach the verify server {url}" in capsys.readouterr().err
 
 
@@ -608,10 +613,10 @@ def test_a_bearer_token_guards_everything_but_health(tmp_path, capsys):
         )
         assert allowed.json()["status"] == "Success"
         samples = str(write_jsonl(tmp_path / "s.jsonl", MIXED[:1]))
-        assert cli.main(["verify", samples, "--server", guarded.url]) == 3
+        assert verify_command.main(["verify", samples, "--server", guarded.url]) == 3
         assert "answered 401: missing or wrong bearer token" in capsys.readouterr().err
         argv = ["verify", samples, "--server", guarded.url, "--server-token", "s3cret"]
-        assert cli.main(argv) == 0
+        assert verify_command.main(argv) == 0
         # bound to 127.0.0.1 only: another address of this machine is not served
         others = {
             info[4][0]
@@ -639,7 +644,7 @@ def test_overload_is_refused_at_once_and_accepted_work_is_kept(tmp_path):
             # the command line waits its turn (Retry-After) and loses nothing
             samples = write_jsonl(tmp_path / "s.jsonl", MIXED[:5])
             argv = ["verify", str(samples), "--server", small.url, "--timeout", "1"]
-            assert cli.main(argv) == 0
+            assert verify_command.main(argv) == 0
             answers = [future.result() for future in accepted]
             metrics = client.get(f"{small.url}/metrics").text
         assert refused.status_code == 429 and refused.headers["Retry-After"] == "1"

@@ -22,9 +22,9 @@ from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.pipeline.launch import leave_process_group
 from codepost.pipeline.model_config import ModelConfig
+from codepost.pipeline.rl.batches import RolloutBatch, collate_rollouts
 from codepost.pipeline.rl.models import ValueModel
 from codepost.pipeline.rl.policy_update import PolicyUpdater, UpdateConfig
-from codepost.pipeline.rl.rollouts import RolloutBatch, collate_rollouts
 
 ALPHABET = "def():\n rtun0123456789+"
 

@@ -32,10 +32,10 @@ from codepost.pipeline.inference.server import SampleServerConfig
 from codepost.pipeline.post_train import PostTrainConfig
 from codepost.pipeline.rl import algorithms, metric_names
 from codepost.pipeline.stages import STAGES
-from codepost.verifiers.cli import VerifyConfig
 from codepost.verifiers.env_server import EnvServerConfig
 from codepost.verifiers.server import ServerConfig
 from codepost.verifiers.verdicts import VerdictStatus
+from codepost.verifiers.verify_command import VerifyConfig
 
 GENERATED = (
     "This page is generated from the code when the site is built (`docs/hooks/reference.py`)."

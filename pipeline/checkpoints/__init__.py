@@ -1,1 +1,1 @@
-"""Published checkpoints: model folders with a manifest, and the registry of a run folder."""
+"""Published checkpoints: model folders with a manifest, and the catalog of a run folder."""

@@ -1,6 +1,6 @@
 """Retention: a series keeps its champion, every tagged checkpoint and the checkpoints of its
 last N nights (in the order they first started, which a rerun does not change); the rest go
-through the registry (:func:`..checkpoints.registry.delete`), each with the record of the stage
+through the catalog (:func:`..checkpoints.catalog.delete`), each with the record of the stage
 that made it, so a night asked again makes it again instead of refusing a record whose output
 is gone."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..checkpoints.registry import Entry, delete, list_checkpoints
+from ..checkpoints.catalog import Entry, delete, list_checkpoints
 from .records import NightRecord
 
 

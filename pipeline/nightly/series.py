@@ -1,7 +1,7 @@
 """A night of a series: a new run folder, trained from the series' champion, then the promotion
 gate, the history and retention. Plain Python; the ``nightly`` flow wraps :func:`run_night`.
 
-The layout of a series folder (its checkpoint registry: the champion is its tag
+The layout of a series folder (its checkpoint catalog: the champion is its tag
 ``champion``)::
 
     <root>/<series>/.lock  tags.json  report.md  history.png
@@ -28,8 +28,8 @@ from pydantic import BaseModel, Field, model_validator
 
 from ...settings.config import Settings
 from ...settings.walk import settings_of
+from ..checkpoints.catalog import TAGS_FILE, read_tags, resolve, tag
 from ..checkpoints.manifest import MANIFEST, is_published, verify
-from ..checkpoints.registry import TAGS_FILE, read_tags, resolve, tag
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..launch import LaunchingExecutor, execute_launched
 from ..post_train import PostTrainConfig, RunResult, embedded_default, run_post_train
@@ -361,7 +361,7 @@ def _spend(config: NightlyConfig, record: NightRecord, previous: NightRecord | N
 
 
 def _in_series(config: NightlyConfig, checkpoint: str) -> str:
-    """``checkpoint``'s folder relative to the series folder (its name in the registry)."""
+    """``checkpoint``'s folder relative to the series folder (its name in the catalog)."""
     return str(Path(checkpoint).resolve().relative_to(config.series_dir.resolve()))
 
 

@@ -50,9 +50,9 @@ from .algorithms import (
     truncated_is_weights,
     value_loss,
 )
+from .batches import RolloutBatch
 from .metric_names import IS_WEIGHT_METRICS, MAXIMA, Sampler, Update, loss_metric
 from .models import ActorCritic, ValueModel, disable_dropout
-from .rollouts import RolloutBatch
 from .update_config import UpdateConfig
 
 log = logging.getLogger(__name__)

@@ -50,6 +50,7 @@ from ...settings.config import Seed, Settings
 from ...verifiers import Problem, RewardConfig
 from ...verifiers.problems import MBPP
 from .. import atomic
+from ..checkpoints.catalog import delete
 from ..checkpoints.manifest import (
     MANIFEST,
     CheckpointManifest,
@@ -60,7 +61,6 @@ from ..checkpoints.manifest import (
     write_model,
 )
 from ..checkpoints.manifest import publish as publish_folder
-from ..checkpoints.registry import delete
 from ..data.problem_sets import ProblemSet, fingerprint, load_problem_set
 from ..data.prompts import Prompt, PromptStyle, build_prompt
 from ..data.rows import SCORED_COLUMNS, TO_TRAIN, read_rows, read_table, write_rows, write_table
@@ -68,16 +68,17 @@ from ..inference.engines import get_sampler
 from ..inference.episodes import EpisodeConfig, check_episodes
 from ..inference.sampling import (
     EngineConfig,
+    Sampler,
     SamplingConfig,
     check_room,
     probe_ids,
 )
-from ..inference.sampling import Sampler as Engine
 from ..model_config import ModelConfig, load_causal_lm, load_tokenizer
 from ..progress import track
 from ..reporting.plots import plot_curves
 from ..rl.asynchronous import AsyncConfig, SampleQueue
-from ..rl.metric_names import ITERATION, Data, Reward, Sampler, Time, Update
+from ..rl.metric_names import ITERATION, Data, Reward, Time, Update
+from ..rl.metric_names import Sampler as SamplerMetrics
 from ..rl.update_config import UpdateConfig
 from ..tracking import log_stage_metrics
 from ..training import already_published
@@ -348,7 +349,7 @@ def problems_and_prompts(config: RLConfig) -> tuple[dict[str, Problem], Any, dic
 
 def engine_for(
     config: RLConfig, tokenizer: Any, problems: dict[str, Problem], checkpoint: str | Path | None
-) -> Engine:
+) -> Sampler:
     """The engine that samples the run's rows (episodes, with ``episodes.max_turns`` > 1),
     serving ``checkpoint``'s weights (None: the model's)."""
     return with_episodes(
@@ -404,7 +405,10 @@ def run_rl(config: RLConfig, out_dir: Path) -> Path:
             probe_diff = publish(run, iteration, metrics, phases)
             shown.advance()
             if run.main:
-                record(run, {**metrics, Sampler.REFRESH_PROBE_DIFF: probe_diff, **phases.seconds})
+                record(
+                    run,
+                    {**metrics, SamplerMetrics.REFRESH_PROBE_DIFF: probe_diff, **phases.seconds},
+                )
     return iteration_dir(run.out_dir, run.iterations)
 
 
@@ -419,7 +423,7 @@ class _Run:
     schedule: Iterator[list[str]]  # each iteration's prompts, in rounds
     tokenizer: Any
     updater: PolicyUpdater
-    sampler: Engine | None  # this rank's engine, if it samples in this process
+    sampler: Sampler | None  # this rank's engine, if it samples in this process
     queue: SampleQueue | None  # asynchronous: the sampler's process and what it sampled
     vocab_size: int  # the policy's: the weight-refresh probe spans it
     iterations: int
@@ -524,7 +528,7 @@ class Batch:
             **uniform_groups(self.seen),
             Data.SCHEDULE_BATCHES: float(run.batches_drawn),
             Data.EPOCH: run.batches_drawn * per_iteration / len(run.problems),
-            Sampler.ENGINES: float(self.engines),
+            SamplerMetrics.ENGINES: float(self.engines),
             **self.queue,
         }
 
@@ -585,7 +589,7 @@ def round_sampling(config: RLConfig, batch_number: int) -> SamplingConfig:
 
 def train(run: _Run, iteration: int, batch: Batch, phases: Phases) -> dict[str, float]:
     """The policy update on the batch's informative groups; without any, the weights stay."""
-    from ..rl.rollouts import collate_rollouts
+    from ..rl.batches import collate_rollouts
 
     with phases(Time.UPDATE):
         if batch.trained:
@@ -653,7 +657,11 @@ def record(run: _Run, metrics: dict[str, Any]) -> None:
                 Data.GROUPS_DROPPED,
                 Data.GROUPS_UNIFORM_REWARD,
             ],
-            "sampler vs trainer": [Sampler.LOGPROB_DIFF_MEAN, Update.KL_REF, Update.APPROX_KL],
+            "sampler vs trainer": [
+                SamplerMetrics.LOGPROB_DIFF_MEAN,
+                Update.KL_REF,
+                Update.APPROX_KL,
+            ],
             "seconds per phase": list(Time.PHASES),
         },
         title="RL iterations",
@@ -670,13 +678,13 @@ def record(run: _Run, metrics: dict[str, Any]) -> None:
         run.config.dynamic_sampling_metric,
         metrics[Data.SAMPLING_ROUNDS],
         metrics[Data.GROUPS_UNIFORM_REWARD],
-        metrics.get(Sampler.LOGPROB_DIFF_MEAN, float("nan")),
+        metrics.get(SamplerMetrics.LOGPROB_DIFF_MEAN, float("nan")),
         ", ".join(f"{k} {metrics[k]:.1f}" for k in Time.PHASES if k in metrics),
     )
 
 
 def _sample_on_ranks(
-    sampler: Engine | None,
+    sampler: Sampler | None,
     prompts: list[Prompt],
     sampling: SamplingConfig,
     policy_version: int,
@@ -800,7 +808,7 @@ def run_update(config: UpdateStageConfig, scored: Path, out_dir: Path) -> Path:
     so the weights do not depend on the number of ranks; the main process alone publishes."""
     import torch
 
-    from ..rl.rollouts import collate_rollouts
+    from ..rl.batches import collate_rollouts
     from ..rl.trainer_state import has_trainer_state, load_trainer_state
 
     stage = f"update-{config.update.algorithm}"

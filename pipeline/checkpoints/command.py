@@ -1,4 +1,4 @@
-"""``codepost checkpoints``: the registry of a run folder (list, show, verify, tag, prune), and
+"""``codepost checkpoints``: the catalog of a run folder (list, show, verify, tag, prune), and
 a version pushed to the Hugging Face hub."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rich.table import Table
 from ...settings.command_line import EXIT_BAD_INPUT, stdout_console
 from ..atomic import WriteError
 from ..rl.metric_names import Reward
-from . import registry
+from . import catalog
 from .hub import HubError, push_to_hub
 from .manifest import verify
 
@@ -22,7 +22,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "checkpoints",
         help="list, show, verify, tag, prune and push the checkpoints of a run folder",
-        description="The checkpoint registry of a run folder: every published checkpoint "
+        description="The checkpoint catalog of a run folder: every published checkpoint "
         "(model folder + manifest.json) under it is a version.",
     )
     parser.add_argument("--root", type=Path, default=Path("runs"), help="the run folder")
@@ -60,7 +60,7 @@ def checkpoints(args: argparse.Namespace) -> int:
             table.add_column("version", no_wrap=True)  # what `tag` and `verify` take
             for column in ("state", "tags", "parent", "created", "key metrics"):
                 table.add_column(column)
-            for entry in registry.list_checkpoints(args.root, unpublished=True):
+            for entry in catalog.list_checkpoints(args.root, unpublished=True):
                 manifest = entry.manifest
                 table.add_row(
                     entry.name,
@@ -72,15 +72,15 @@ def checkpoints(args: argparse.Namespace) -> int:
                 )
             console.print(table)
         elif args.action == "show":
-            entry = registry.resolve(args.root, args.ref)
+            entry = catalog.resolve(args.root, args.ref)
             if entry.manifest is None:
                 raise ValueError(f"{entry.name} is {entry.state}")
             console.print_json(entry.manifest.model_dump_json())
         elif args.action == "verify":
             entries = (
-                [registry.resolve(args.root, args.ref)]
+                [catalog.resolve(args.root, args.ref)]
                 if args.ref
-                else registry.list_checkpoints(args.root)
+                else catalog.list_checkpoints(args.root)
             )
             failed = 0
             for entry in entries:
@@ -93,15 +93,15 @@ def checkpoints(args: argparse.Namespace) -> int:
             if failed:
                 return 1
         elif args.action == "tag":
-            entry = registry.tag(args.root, args.ref, args.name)
+            entry = catalog.tag(args.root, args.ref, args.name)
             console.print(f"{args.name} -> {entry.name} ({entry.path})")
         elif args.action == "prune":
-            doomed = registry.prune(args.root, args.keep_last, dry_run=args.dry_run)
+            doomed = catalog.prune(args.root, args.keep_last, dry_run=args.dry_run)
             verb = "would delete" if args.dry_run else "deleted"
             names = [e.name if e.healthy else f"{e.name} ({e.state})" for e in doomed]
             console.print(f"{verb} {len(doomed)}: {', '.join(names) or '-'}")
         elif args.action == "push":
-            entry = registry.resolve(args.root, args.ref)
+            entry = catalog.resolve(args.root, args.ref)
             url = push_to_hub(entry.path, args.repo_id, private=args.private)
             console.print(f"{entry.name} -> {args.repo_id}: {url}")
     except (LookupError, ValueError, FileNotFoundError) as exc:

@@ -358,8 +358,8 @@ def _report_sandbox_errors(err: Console, lines: list[int], scores: PassAtK, wher
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m codepost.verifiers.cli verify ...``"""
-    parser = argparse.ArgumentParser(prog="python -m codepost.verifiers.cli")
+    """``python -m codepost.verifiers.verify_command verify ...``"""
+    parser = argparse.ArgumentParser(prog="python -m codepost.verifiers.verify_command")
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=SettingsParser
     )

@@ -1,4 +1,4 @@
-"""The checkpoint registry of a run folder: list, show, tag (``best``, ``production``), prune.
+"""The checkpoint catalog of a run folder: list, show, tag (``best``, ``production``), prune.
 
 Every published checkpoint under the folder (a model folder with ``manifest.json``) is a
 version; tags live in ``tags.json`` at the folder's root, written atomically. A version whose
@@ -27,7 +27,7 @@ WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json")
 @dataclass(frozen=True)
 class Entry:
     path: Path
-    folder: str  # relative to the registry's root
+    folder: str  # relative to the catalog's root
     manifest: CheckpointManifest | None  # None: unreadable, or none at all (unpublished)
     tags: tuple[str, ...]
     problems: tuple[str, ...]  # why it cannot be used; empty when it looks whole

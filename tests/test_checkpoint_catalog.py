@@ -1,4 +1,4 @@
-"""The checkpoint registry and ``codepost checkpoints``: list, show, verify, tag, prune."""
+"""The checkpoint catalog and ``codepost checkpoints``: list, show, verify, tag, prune."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import pytest
 
 from codepost.flows.cli import main
-from codepost.pipeline.checkpoints import registry
+from codepost.pipeline.checkpoints import catalog
 from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish
 
 
@@ -31,7 +31,7 @@ def run(tmp_path):
 
 
 def test_list_is_every_published_version_oldest_first(run):
-    names = [e.name for e in registry.list_checkpoints(run)]
+    names = [e.name for e in catalog.list_checkpoints(run)]
     assert names == ["sft/final"] + [f"rl-grpo/iteration-{i}" for i in range(4)]
 
 
@@ -41,19 +41,19 @@ def test_only_model_folders_without_a_manifest_are_listed_unpublished(run):
     (run / "rl" / "5d754ecf907e" / "config.json").write_text(json.dumps({"iterations": 3}))
     (run / "half").mkdir()  # a model folder whose publishing never finished
     (run / "half" / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    listed = registry.list_checkpoints(run, unpublished=True)
+    listed = catalog.list_checkpoints(run, unpublished=True)
     assert [e.folder for e in listed if not e.published] == ["half"]
 
 
 def test_tags_resolve_move_and_survive_pruning(run):
-    registry.tag(run, "rl-grpo/iteration-0", "best")
-    registry.tag(run, "sft/final", "production")
-    assert registry.resolve(run, "best").name == "rl-grpo/iteration-0"
-    registry.tag(run, "rl-grpo/iteration-1", "best")  # moves
-    assert registry.resolve(run, "best").tags == ("best",)
-    deleted = registry.prune(run, keep_last=2)
+    catalog.tag(run, "rl-grpo/iteration-0", "best")
+    catalog.tag(run, "sft/final", "production")
+    assert catalog.resolve(run, "best").name == "rl-grpo/iteration-0"
+    catalog.tag(run, "rl-grpo/iteration-1", "best")  # moves
+    assert catalog.resolve(run, "best").tags == ("best",)
+    deleted = catalog.prune(run, keep_last=2)
     assert [e.name for e in deleted] == ["rl-grpo/iteration-0"]
-    remaining = [e.name for e in registry.list_checkpoints(run)]
+    remaining = [e.name for e in catalog.list_checkpoints(run)]
     assert remaining == [
         "sft/final",
         "rl-grpo/iteration-1",
@@ -65,7 +65,7 @@ def test_tags_resolve_move_and_survive_pruning(run):
 
 def test_an_unknown_reference_lists_what_exists(run):
     with pytest.raises(LookupError, match="sft/final"):
-        registry.resolve(run, "nope")
+        catalog.resolve(run, "nope")
 
 
 def test_the_command_verifies_and_reports_tampering(run, capsys):
@@ -131,7 +131,7 @@ def test_broken_checkpoints_are_listed_as_such_and_never_tagged(damaged, capsys)
     assert "unpublished (no manifest.json)" in rows["rl/iteration-0002"]
     assert main(["checkpoints", "--root", str(damaged), "tag", "rl/iteration-0001", "best"]) == 2
     assert "model.safetensors missing" in capsys.readouterr().err
-    assert not (damaged / registry.TAGS_FILE).exists()
+    assert not (damaged / catalog.TAGS_FILE).exists()
     assert main(["checkpoints", "--root", str(damaged), "verify", "rl/iteration-0001"]) == 1
 
 
@@ -140,5 +140,5 @@ def test_pruning_keeps_the_newest_healthy_checkpoint_not_a_broken_one(damaged, c
     assert "deleted 1: rl/iteration-0001 (broken: model.safetensors missing)" in " ".join(
         capsys.readouterr().out.split()
     )
-    assert [e.name for e in registry.list_checkpoints(damaged)] == ["sft/final"]
+    assert [e.name for e in catalog.list_checkpoints(damaged)] == ["sft/final"]
     assert (damaged / "rl" / "iteration-0002" / "model.safetensors").is_file()  # not ours to delete
