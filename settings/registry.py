@@ -1,41 +1,52 @@
-"""Named plug-ins of one kind (test forms, record schemas): each built-in one is a module of
-its package, imported on the first look-up, and any other module registers its own."""
+"""Named plug-ins of one kind, in one class for every kind: stages, advantage estimators,
+policy losses, algorithms, test forms, record schemas, environments, trackers, reward terms.
+
+A name registers once (a module imported again may register the same entry again), and an
+unknown name fails naming the known ones. With ``package``, each module of that package is
+imported on the first look-up, so a built-in entry is a module that registers itself on
+import and nothing else names it."""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
 import threading
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
 
-class Registry(Generic[T]):
-    def __init__(self, kind: str, package: str) -> None:
+class Registry(dict[str, T]):
+    def __init__(self, kind: str, package: str | None = None) -> None:
+        """``kind`` names an entry in messages (``test form``)."""
+        super().__init__()
         self.kind, self.package = kind, package
-        self._items: dict[str, T] = {}
-        self._imported = False
-        self._importing = threading.RLock()  # first look-ups from several threads wait for one
+        self._loaded = package is None
+        self._loading = threading.RLock()  # first look-ups from several threads wait for one
 
-    def register(self, name: str, item: T) -> T:
-        if name in self._items:
+    def register(self, name: str, entry: T) -> T:
+        if name in self and self[name] != entry:
             raise ValueError(f"a {self.kind} named {name!r} is already registered")
-        self._items[name] = item
-        return item
+        self[name] = entry
+        return entry
 
     def all(self) -> dict[str, T]:
         """Every registered one by name, the package's own modules imported first."""
-        with self._importing:  # reentrant: a module being imported may look up the registry
-            if not self._imported:
-                package = importlib.import_module(self.package)
-                for module in pkgutil.iter_modules(package.__path__):
-                    importlib.import_module(f"{self.package}.{module.name}")
-                self._imported = True
-        return dict(self._items)
+        self._load()
+        return dict(self)
 
-    def get(self, name: str) -> T:
-        known = self.all()
-        if name not in known:
-            raise ValueError(f"unknown {self.kind} {name!r} (known: {', '.join(known)})")
-        return known[name]
+    def __missing__(self, name: str) -> T:
+        if not self._loaded:
+            self._load()
+            if name in self:
+                return self[name]
+        raise ValueError(f"unknown {self.kind} {name!r} (known: {', '.join(sorted(self))})")
+
+    def _load(self) -> None:
+        with self._loading:  # reentrant: a module being imported may look up the registry
+            if self._loaded or self.package is None:
+                return
+            package = importlib.import_module(self.package)
+            for module in pkgutil.iter_modules(package.__path__):
+                importlib.import_module(f"{self.package}.{module.name}")
+            self._loaded = True

@@ -22,6 +22,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..settings.registry import Registry
 from .extraction import Program, find_code_blocks, parse, strip_think
 from .languages import PYTHON, source_language
 from .plugins import Plugin
@@ -40,16 +41,16 @@ class RewardTerm:
     floor: float = 0.0
 
 
-REWARD_TERMS: dict[str, RewardTerm] = {}
+REWARD_TERMS: Registry[RewardTerm] = Registry("reward term")
 
 
 def reward_term(name: str, floor: float = 0.0) -> Callable[[TermFunction], TermFunction]:
     """Decorator registering a reward term of the completion under ``name``."""
 
     def decorator(fn: TermFunction) -> TermFunction:
-        if name == TEST or name in REWARD_TERMS:
-            raise ValueError(f"reward term {name!r} is already registered")
-        REWARD_TERMS[name] = RewardTerm(fn, floor)
+        if name == TEST:
+            raise ValueError(f"reward term {name!r} is the tests' own")
+        REWARD_TERMS.register(name, RewardTerm(fn, floor))
         return fn
 
     return decorator

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -39,12 +39,12 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from ...settings.registry import Registry
 from ...verifiers.plugins import Plugin
 
 if TYPE_CHECKING:
     from torch import Tensor
 
-T = TypeVar("T")
 
 # exp(20) is already far outside any clip range; beyond it float32 overflows to inf.
 _MAX_LOG_RATIO = 20.0
@@ -190,23 +190,6 @@ class Hyperparameters(BaseModel):
         self.__pydantic_fields_set__.add("name")
 
 
-class Registry(dict[str, T]):
-    """Names -> entries: a name registers once, and an unknown name fails listing the known."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__()
-        self.kind = kind
-
-    def add(self, name: str, entry: T) -> T:
-        if name in self:
-            raise ValueError(f"{self.kind} {name!r} is already registered")
-        self[name] = entry
-        return entry
-
-    def __missing__(self, name: str) -> T:
-        raise ValueError(f"unknown {self.kind} {name!r}; known: {sorted(self)}")
-
-
 @dataclass(frozen=True)
 class _Entry:
     """A registered function with the model of its hyperparameters."""
@@ -340,7 +323,7 @@ def register_advantage(
                 return fn(inputs, params)
 
         entry = AdvantageEstimator(params, without_grad, needs_critic, min_group_size)
-        ADVANTAGE_ESTIMATORS.add(_registered_name(params), entry)
+        ADVANTAGE_ESTIMATORS.register(_registered_name(params), entry)
         return without_grad
 
     return decorator
@@ -762,7 +745,7 @@ def register_policy_loss(
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         entry = PolicyLoss(params, fn, ratio_level, behaviour_weighted)
-        POLICY_LOSSES.add(_registered_name(params), entry)
+        POLICY_LOSSES.register(_registered_name(params), entry)
         return fn
 
     return decorator
@@ -1085,7 +1068,7 @@ ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
 
 
 def register_algorithm(name: str, algorithm: Algorithm) -> Algorithm:
-    return ALGORITHMS.add(name, algorithm)
+    return ALGORITHMS.register(name, algorithm)
 
 
 def get_algorithm(name: str) -> Algorithm:

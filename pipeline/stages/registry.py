@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from ...settings.registry import Registry
 from ..code_version import code_files
 from ..data.problem_sets import ProblemSet
 
@@ -82,21 +83,15 @@ class Executor(Protocol):
     ) -> Artifacts: ...
 
 
-STAGES: dict[str, Stage] = {}
+STAGES: Registry[Stage] = Registry("stage")
 
 
 def register(stage: Stage) -> Stage:
-    if stage.name in STAGES and STAGES[stage.name].run is not stage.run:
-        raise ValueError(f"stage {stage.name!r} is already registered")
-    STAGES[stage.name] = stage
-    return stage
+    return STAGES.register(stage.name, stage)
 
 
 def get_stage(name: str) -> Stage:
-    try:
-        return STAGES[name]
-    except KeyError:
-        raise KeyError(f"no stage {name!r}; registered: {', '.join(sorted(STAGES))}") from None
+    return STAGES[name]
 
 
 class StaleOutputError(RuntimeError):

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ...settings.registry import Registry
 from ..endpoints import ask
 
 CHECK_TIMEOUT_S = 5.0  # a service that has not answered by then is not going to take a run
@@ -68,14 +69,11 @@ class Tracker(ABC):
         """End the run, marked failed where the tracker has such a mark."""
 
 
-TRACKERS: dict[str, type[Tracker]] = {}
+TRACKERS: Registry[type[Tracker]] = Registry("tracker")
 
 
 def register(tracker: type[Tracker]) -> type[Tracker]:
-    if tracker.name in TRACKERS and TRACKERS[tracker.name] is not tracker:
-        raise ValueError(f"tracker {tracker.name!r} is already registered")
-    TRACKERS[tracker.name] = tracker
-    return tracker
+    return TRACKERS.register(tracker.name, tracker)
 
 
 def check_answers(url: str, variable: str, timeout_s: float = CHECK_TIMEOUT_S) -> None:

@@ -154,7 +154,7 @@ def forms() -> dict[str, Form]:
 
 
 def form_named(name: str) -> Form:
-    return _FORMS.get(name)
+    return _FORMS[name]
 
 
 def form_of(problem: Problem) -> Form:
