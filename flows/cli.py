@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run candidate code against problem tests in the sandbox",
     ),
     "verify-server": (
-        "codepost.verifiers.server:register",
+        "codepost.verifiers.server.command:register",
         "serve the sandbox over HTTP: SandboxFusion's /run_code, codepost's /verify",
     ),
     "env-server": (

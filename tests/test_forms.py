@@ -139,7 +139,8 @@ def test_max_tests_keeps_the_longest_inputs_in_order():
 
 
 def test_a_problems_own_limits_within_a_servers_caps():
-    from codepost.verifiers.server import ServerConfig, within_caps
+    from codepost.verifiers.server.config import ServerConfig
+    from codepost.verifiers.server.verify import within_caps
 
     problem = Problem(
         task_id="x",

@@ -19,7 +19,7 @@ import yaml
 
 from codepost.flows.cli import build_parser
 from codepost.settings.config import load_config
-from codepost.verifiers.server import ServerConfig
+from codepost.verifiers.server.config import ServerConfig
 
 MANIFESTS = Path(__file__).parents[1] / "deploy" / "kubernetes"
 VERSIONS = ["1.29.0", "1.37.0"]

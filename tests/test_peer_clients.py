@@ -29,7 +29,7 @@ from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.sandbox import ExecStatus, ExecutionResult, Job
 from codepost.verifiers import load_problems, user_message
-from codepost.verifiers.server import VERL, JobQueue, known_caller
+from codepost.verifiers.server.admission import VERL, JobQueue, known_caller
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from codepost.sandbox import (
 )
 from codepost.sandbox import pool as pool_module
 from codepost.sandbox.runner import languages
-from codepost.verifiers.server import run_code_response
+from codepost.verifiers.server.run_code import run_code_response
 
 
 def test_every_module_of_the_package_registers_its_language():

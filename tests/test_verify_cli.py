@@ -27,7 +27,7 @@ from codepost.settings.config import load_config, setting_flags
 from codepost.verifiers import Verifier, load_problems, verify_command
 from codepost.verifiers.options import VerifyOptions
 from codepost.verifiers.remote import RemoteVerifier
-from codepost.verifiers.server import VerifyRequest
+from codepost.verifiers.server.verify import VerifyRequest
 
 HUMANEVAL = read_problems()
 GOOD_0 = HUMANEVAL["HumanEval/0"]["canonical_solution"]

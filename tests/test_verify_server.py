@@ -579,7 +579,7 @@ def test_huge_bodies_are_refused_before_they_are_read(server):
 
 def test_health_and_prometheus_metrics(server):
     health = httpx.get(f"{server.url}/health").json()
-    assert health["status"] == "ok" and health["languages"] == ["cpp", "python"]
+    assert health["status"] == "ok" and health["languages"] == ["cpp", "javascript", "python"]
     assert (health["workers"], health["max_pending"]) == (2, 256)
     httpx.post(f"{server.url}/run_code", json={"code": "print(1)", "language": "python"})
     text = httpx.get(f"{server.url}/metrics").text

@@ -28,7 +28,8 @@ from processes import wait_until
 from servers import free_port
 
 from codepost.sandbox import ExecutionResult, Job
-from codepost.verifiers.server import ServerConfig, create_app
+from codepost.verifiers.server.app import create_app
+from codepost.verifiers.server.config import ServerConfig
 from codepost.verifiers.serving import MAX_ERRORS, http_server
 
 HUMANEVAL_0 = read_problems()["HumanEval/0"]

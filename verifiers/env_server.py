@@ -46,15 +46,15 @@ from .forms import describe_validation, form_of
 from .options import TOKEN_ENV
 from .problems import HUMANEVAL, NAMED_PROBLEMS, Problem
 from .rewards import RewardConfig
-from .server import (
+from .server.app import pool_app
+from .server.command import serve_pool
+from .server.config import PoolServerConfig
+from .server.verify import (
     MAX_DEPTH,
-    PoolServerConfig,
     check_test_counts,
     named_or_inline,
     named_problems,
     nesting_depth,
-    pool_app,
-    serve_pool,
     within_caps,
 )
 from .serving import BodyBudget, JSONAnswer, busy

@@ -33,7 +33,7 @@ from codepost.pipeline.post_train import PostTrainConfig
 from codepost.pipeline.rl import algorithms, metric_names
 from codepost.pipeline.stages import STAGES
 from codepost.verifiers.env_server import EnvServerConfig
-from codepost.verifiers.server import ServerConfig
+from codepost.verifiers.server.config import ServerConfig
 from codepost.verifiers.verdicts import VerdictStatus
 from codepost.verifiers.verify_command import VerifyConfig
 
