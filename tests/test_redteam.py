@@ -2,8 +2,8 @@
 
 No cheat may pass or earn reward, every attack must end within its limit with the right status
 (never ``sandbox_error``, never a retry), nothing one program leaves behind may reach the next,
-and honest solutions must still pass right after, in the same pool. The samples are in
-``tests/redteam_samples.py``.
+and honest solutions must still pass right after, in the same pool. The samples are in one
+module per class of attack (``tests/redteam_*.py``; the shared parts in ``redteam_samples``).
 """
 
 from __future__ import annotations
@@ -15,34 +15,51 @@ import time
 from collections.abc import Sequence
 
 import pytest
-from redteam_javascript import JS_ATTACKS, JS_HONEST, JS_LEAVER
-from redteam_samples import (
-    ADD,
-    ATTACKS,
+from redteam_cheats import (
+    CHEATS,
+)
+from redteam_checkers import (
     CHECKED_HONEST,
-    CHECKER,
     CHECKER_ATTACKS,
+    SPLIT,
+)
+from redteam_cpp import (
     CPP_ATTACKS,
     CPP_CHECKED_HONEST,
     CPP_CHECKER_ATTACKS,
     CPP_HONEST,
     CPP_LEAVER,
+    SPLIT_CPP,
+)
+from redteam_forms import (
+    FORM_ATTACKS,
+)
+from redteam_javascript import JS_ATTACKS, JS_HONEST, JS_LEAVER
+from redteam_resources import (
+    AVAILABILITY_ATTACKS,
+    IO_ATTACKS,
+    POOL_BREAKERS,
+    RESOURCE_ATTACKS,
+)
+from redteam_samples import (
+    ADD,
     HONEST,
+    LEFTOVERS,
+    NOT_PASSED,
+    PROBLEMS,
+    SQUARE,
+    TIMEOUT,
+    Attack,
+)
+from redteam_state import (
+    CHECKER,
     JUDGE_CACHE_ATTACKER,
     JUDGE_CACHE_TESTS,
     LARGE_RESULT,
     LARGE_RESULT_TESTS,
     LEAVERS,
-    LEFTOVERS,
-    NOT_PASSED,
-    PROBLEMS,
-    SPLIT,
-    SPLIT_CPP,
-    SQUARE,
     STATE_ATTACKS,
     STATE_VICTIM,
-    TIMEOUT,
-    Attack,
     state_attacker,
 )
 
@@ -59,6 +76,10 @@ from codepost.sandbox import (
 from codepost.verifiers import Verdict, Verifier
 
 pytestmark = pytest.mark.docker
+
+ATTACKS = (
+    CHEATS + RESOURCE_ATTACKS + IO_ATTACKS + AVAILABILITY_ATTACKS + POOL_BREAKERS + FORM_ATTACKS
+)
 
 POOL_SIZE = 2
 LIMITS = Limits(

