@@ -259,6 +259,8 @@ def _set(
     elif kind == "mapping":
         key, child, annotation = segment, (value or {}).get(segment), info
         node = _kind(info)
+        if node[0] == "model" and isinstance(child, node[1]):  # an entry of its own model
+            node = ("model", type(child))  # (a reward term's settings)
         if rest and key not in (data or {}):
             raise SettingsError(_no_entry(flag, segments, list(data or {})))
     elif kind == "entries":

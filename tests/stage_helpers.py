@@ -25,7 +25,9 @@ from codepost.verifiers import RewardConfig
 SIGNAL = ScoreConfig(
     workers=2,
     timeout_s=3.0,
-    reward=RewardConfig(weights={"test": 1.0, "length": 1.0}, length_budget=1, length_buffer=200),
+    reward=RewardConfig(
+        weights={"test": 1.0, "length": 1.0}, params={"length": {"budget": 1, "buffer": 200}}
+    ),
 )
 
 # A chat template in the tokenizer's own characters, so chat-style prompts work on tiny models.

@@ -52,7 +52,10 @@ def tiny_config(tmp_path):
                     engine=HF,
                     scoring=ScoreConfig(
                         workers=2,
-                        reward=RewardConfig(weights={"test": 1.0, "length": 1.0}, length_budget=1),
+                        reward=RewardConfig(
+                            weights={"test": 1.0, "length": 1.0},
+                            params={"length": {"budget": 1}},
+                        ),
                     ),
                     update=UpdateConfig(learning_rate=1e-2),
                 ),

@@ -40,7 +40,10 @@ def _config(tmp_path: Path, lr: float) -> PostTrainConfig:
         sampling=SamplingConfig(num_generations=2, max_tokens=8),
         engine=HF,
         scoring=ScoreConfig(
-            workers=2, reward=RewardConfig(weights={"test": 1.0, "length": 1.0}, length_budget=1)
+            workers=2,
+            reward=RewardConfig(
+                weights={"test": 1.0, "length": 1.0}, params={"length": {"budget": 1}}
+            ),
         ),
         update=UpdateConfig(learning_rate=lr),
     )

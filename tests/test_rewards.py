@@ -10,8 +10,10 @@ from pydantic import ValidationError
 from trl.trainer.utils import get_callable_name, is_async_callable
 
 from codepost.sandbox import ExecStatus, ExecutionResult
+from codepost.settings.config import SettingsError, load_config
 from codepost.verifiers import Problem, RewardConfig, Verifier, build_program, make_trl_reward_funcs
 from codepost.verifiers.rewards import (
+    TermParams,
     combine,
     find_forbidden,
     format_reward,
@@ -37,8 +39,28 @@ def test_config_rejects_unknown_fields():
         RewardConfig(format_wieght=1.0)
     with pytest.raises(ValidationError, match="no reward term"):
         RewardConfig(weights={"fromat": 1.0})
-    with pytest.raises(ValidationError):
-        RewardConfig(length_budget=0)
+    with pytest.raises(ValidationError, match="budget"):
+        RewardConfig(params={"length": {"budget": 0}})
+    with pytest.raises(ValidationError, match="bugdet"):  # a term's own settings, by its model
+        RewardConfig(params={"length": {"bugdet": 10}})
+    with pytest.raises(ValidationError, match=r"unknown reward term 'lenght' \(known: "):
+        RewardConfig(params={"lenght": {"budget": 10}})
+
+
+def test_each_term_has_its_own_settings_and_old_spellings_name_the_new():
+    config = RewardConfig(params={"length": {"budget": 10}})
+    assert config.term_params("length").budget == 10 and config.term_params("length").buffer == 1024
+    assert config.term_params("format").require_think is False  # left out: its defaults
+    assert config.term_params("syntax") == TermParams()  # a term without settings
+    dumped = config.model_dump()  # a resume key holds every setting of every term
+    assert dumped["params"]["length"] == {"unit": "chars", "budget": 10, "buffer": 1024}
+    assert RewardConfig.model_validate(dumped) == config
+    with pytest.raises(
+        SettingsError, match=r"--length-budget is renamed: use --params.length.budget"
+    ):
+        load_config(RewardConfig, None, [(["length-budget"], "10")])
+    flagged = load_config(RewardConfig, None, [(["params", "length", "budget"], "10")])
+    assert flagged.term_params("length").budget == 10
 
 
 def test_test_reward_modes():
@@ -91,7 +113,8 @@ def test_length_penalty(length, expected):
 def forbidden(completion: str, style: str = "auto") -> list[str]:
     config = RewardConfig()
     program = build_program(PROBLEM, completion, style)
-    return find_forbidden(program, config.forbidden_imports, config.forbidden_calls)
+    params = config.term_params("forbidden")
+    return find_forbidden(program, params.imports, params.calls)
 
 
 def test_forbidden_code_is_found_in_the_models_code_only():
@@ -119,7 +142,8 @@ def test_combine_weights_components():
 
 def test_verdict_reward_uses_the_config():
     config = RewardConfig(
-        weights={"test": 1.0, "format": 0.5, "syntax": 0.1, "forbidden": 1.0}, require_think=True
+        weights={"test": 1.0, "format": 0.5, "syntax": 0.1, "forbidden": 1.0},
+        params={"format": {"require_think": True}},
     )
     verifier = Verifier(InProcessExecutor(), reward_config=config)
     good, cheat = verifier.verify(
@@ -207,7 +231,8 @@ def test_trl_test_reward_of_sandbox_errors_is_a_failure_unless_excluded(policy, 
 
 def test_trl_weights_and_token_lengths_come_from_the_given_config():
     config = RewardConfig(
-        weights={"test": 0.0, "length": 3.0}, length_unit="tokens", length_budget=4, length_buffer=4
+        weights={"test": 0.0, "length": 3.0},
+        params={"length": {"unit": "tokens", "budget": 4, "buffer": 4}},
     )
     (length,) = make_trl_reward_funcs(Verifier(InProcessExecutor()), PROBLEMS, config)
     kwargs = trl_kwargs(["x", "x"], ["add", "add"])

@@ -488,15 +488,16 @@ def test_bad_samples_fail_before_anything_runs(humaneval):
     with pytest.raises(SampleError, match="missing field 'completion'"):
         verifier.verify(humaneval, [{"task_id": "HumanEval/0"}])
     with pytest.raises(SampleError, match="completion_ids"):
-        Verifier(executor, reward_config=RewardConfig(length_unit="tokens")).verify(
-            humaneval, [{"task_id": "HumanEval/0", "completion": "x"}]
-        )
+        Verifier(
+            executor, reward_config=RewardConfig(params={"length": {"unit": "tokens"}})
+        ).verify(humaneval, [{"task_id": "HumanEval/0", "completion": "x"}])
     assert executor.jobs == []
 
 
 def test_token_lengths_come_from_completion_ids(humaneval):
     config = RewardConfig(
-        weights={"test": 1.0, "length": 1}, length_unit="tokens", length_budget=2, length_buffer=2
+        weights={"test": 1.0, "length": 1},
+        params={"length": {"unit": "tokens", "budget": 2, "buffer": 2}},
     )
     sample = {
         "task_id": "HumanEval/0",

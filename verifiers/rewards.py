@@ -1,12 +1,14 @@
 """Reward terms and their weighted sum.
 
 The test term comes from the verdict (in [0, 1]); every other term is a small pure function of
-the completion, registered once in :data:`REWARD_TERMS` with the least it gives: format and
-syntax in {0, 1}, the length and forbidden-code penalties in [-1, 0]. ``RewardConfig.weights``
-maps term names to weights; the verdict keeps the test term and the weighted terms, unweighted
-(a term with weight 0 is not computed: two of them parse the whole program). A new term is one
-registered function (:func:`reward_term`) and a weight in the config, or a user's own function
-named by import path in ``RewardConfig.custom`` (no fork needed). A ``sandbox_error`` is the
+the completion, registered once in :data:`REWARD_TERMS` with the least it gives and the model
+of its own settings (as an advantage estimator has its hyperparameters): format and syntax in
+{0, 1}, the length and forbidden-code penalties in [-1, 0]. ``RewardConfig.weights`` maps term
+names to weights and ``RewardConfig.params`` a term's name to its settings; the verdict keeps
+the test term and the weighted terms, unweighted (a term with weight 0 is not computed: two of
+them parse the whole program). A new term is one registered function (:func:`reward_term`)
+with its settings model, and a weight in the config, or a user's own function named by import
+path in ``RewardConfig.custom`` (no fork needed). A ``sandbox_error`` is the
 infrastructure's failure, never the program's (a program that breaks its containers gets a
 ``runtime_error``; one whose replies are slow to decide, a ``timeout``): by default its test
 reward is ``None`` ("no reward" to TRL) and the callers count what they left out, so an engine
@@ -18,9 +20,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
 from ..settings.registry import Registry
 from .extraction import Program, find_code_blocks, parse, strip_think
@@ -28,32 +30,81 @@ from .languages import PYTHON, source_language
 from .plugins import Plugin
 
 TEST = "test"  # the verdict's term; the others are registered below
-# (config, completion, program, length) -> value; length counts RewardConfig.length_unit
-TermFunction = Callable[["RewardConfig", str, Program, int], float]
+
+
+class TermParams(BaseModel):
+    """A reward term's own settings (``RewardConfig.params[name]``); a term without settings
+    takes this one, which has none."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# (its settings, completion, program, length) -> value; length counts the length term's unit
+TermFunction = Callable[[Any, str, Program, int], float]
 
 
 @dataclass(frozen=True)
 class RewardTerm:
-    """A term of the text: its function and the least it gives (``floor``), what a completion
-    too long to make a program of gets."""
+    """A term of the text: its function, the least it gives (``floor``, what a completion too
+    long to make a program of gets) and the model of its settings."""
 
     fn: TermFunction
     floor: float = 0.0
+    params: type[TermParams] = TermParams
 
 
 REWARD_TERMS: Registry[RewardTerm] = Registry("reward term")
 
 
-def reward_term(name: str, floor: float = 0.0) -> Callable[[TermFunction], TermFunction]:
-    """Decorator registering a reward term of the completion under ``name``."""
+def reward_term(
+    name: str, floor: float = 0.0, params: type[TermParams] = TermParams
+) -> Callable[[TermFunction], TermFunction]:
+    """Decorator registering a reward term of the completion under ``name``, called with its
+    settings (a ``params`` instance) first."""
 
     def decorator(fn: TermFunction) -> TermFunction:
         if name == TEST:
             raise ValueError(f"reward term {name!r} is the tests' own")
-        REWARD_TERMS.register(name, RewardTerm(fn, floor))
+        REWARD_TERMS.register(name, RewardTerm(fn, floor, params))
         return fn
 
     return decorator
+
+
+class FormatParams(TermParams):
+    require_think: bool = Field(
+        False, description="the format reward also asks for a closed <think> block"
+    )
+
+
+class LengthParams(TermParams):
+    unit: Literal["chars", "tokens"] = Field(
+        "chars", description="what a length counts; tokens: samples carry completion_ids"
+    )
+    budget: int = Field(4096, gt=0, description="no penalty up to this length")
+    buffer: int = Field(1024, gt=0, description="the penalty reaches -1 this far past the budget")
+
+
+class ForbiddenParams(TermParams):
+    imports: tuple[str, ...] = Field(
+        ("ctypes", "multiprocessing", "socket", "subprocess"),
+        description="modules (and their submodules) the model's code may not import",
+    )
+    calls: tuple[str, ...] = Field(
+        (
+            "__import__",
+            "compile",
+            "eval",
+            "exec",
+            "exit",
+            "os._exit",
+            "os.kill",
+            "os.system",
+            "quit",
+            "sys.exit",
+        ),
+        description="calls the model's code may not make, import aliases resolved",
+    )
 
 
 def term_names() -> tuple[str, ...]:
@@ -73,7 +124,7 @@ class CustomTerm(Plugin):
     def term(self) -> RewardTerm:
         fn, kwargs = self.function, self.kwargs
         return RewardTerm(
-            lambda config, completion, program, length: float(
+            lambda params, completion, program, length: float(
                 fn(completion, program, length, **kwargs)
             ),
             self.floor,
@@ -84,8 +135,16 @@ class RewardConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     # Spellings of earlier versions, refused with the new one's name.
     renamed: ClassVar[dict[str, str]] = {
-        f"{name}_weight": f"weights.{name}"
-        for name in ("test", "format", "syntax", "length", "forbidden")
+        **{
+            f"{name}_weight": f"weights.{name}"
+            for name in ("test", "format", "syntax", "length", "forbidden")
+        },
+        "require_think": "params.format.require_think",
+        "length_unit": "params.length.unit",
+        "length_budget": "params.length.budget",
+        "length_buffer": "params.length.buffer",
+        "forbidden_imports": "params.forbidden.imports",
+        "forbidden_calls": "params.forbidden.calls",
     }
 
     weights: dict[str, float] = Field(
@@ -99,25 +158,29 @@ class RewardConfig(BaseModel):
         "floor}: function(completion, program, length, **kwargs) -> float, weighted by "
         "weights[name]",
     )
+    params: dict[str, SerializeAsAny[TermParams]] = Field(
+        default_factory=lambda: {
+            name: term.params() for name, term in REWARD_TERMS.items() if term.params.model_fields
+        },
+        description="a registered term's own settings, by its name: format {require_think}, "
+        "length {unit, budget, buffer}, forbidden {imports, calls}; a term left out keeps its "
+        "defaults",
+    )
     test_reward: Literal["binary", "pass_fraction"] = "binary"
     sandbox_errors: Literal["exclude", "fail"] = "exclude"  # a sandbox error's test reward
-    require_think: bool = False  # the format reward also asks for a closed <think> block
-    length_unit: Literal["chars", "tokens"] = "chars"  # tokens: samples carry completion_ids
-    length_budget: int = Field(default=4096, gt=0)  # no penalty up to here
-    length_buffer: int = Field(default=1024, gt=0)  # penalty reaches -1 this far past the budget
-    forbidden_imports: tuple[str, ...] = ("ctypes", "multiprocessing", "socket", "subprocess")
-    forbidden_calls: tuple[str, ...] = (
-        "__import__",
-        "compile",
-        "eval",
-        "exec",
-        "exit",
-        "os._exit",
-        "os.kill",
-        "os.system",
-        "quit",
-        "sys.exit",
-    )
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _each_terms_own(cls, params: Any) -> Any:
+        """Each entry read by its term's own model (unknown keys named by the term)."""
+        if not isinstance(params, dict):
+            return params
+        return {
+            name: value
+            if isinstance(value, REWARD_TERMS[name].params)
+            else REWARD_TERMS[name].params.model_validate(value)
+            for name, value in params.items()
+        }
 
     @model_validator(mode="after")
     def _known_terms(self) -> RewardConfig:
@@ -131,6 +194,14 @@ class RewardConfig(BaseModel):
 
     def weight(self, name: str) -> float:
         return self.weights.get(name, 0.0)
+
+    def term_params(self, name: str) -> Any:
+        """Term ``name``'s settings: as given, else its defaults."""
+        return self.params.get(name) or self.terms()[name].params()
+
+    def term_value(self, name: str, completion: str, program: Program, length: int) -> float:
+        """Term ``name`` of one completion, unweighted, with its settings."""
+        return self.terms()[name].fn(self.term_params(name), completion, program, length)
 
     def terms(self) -> dict[str, RewardTerm]:
         """The terms of the text: the registered ones, then this config's own."""
@@ -246,22 +317,20 @@ def _dotted(node: ast.expr) -> str | None:
     return None
 
 
-reward_term("format")(
-    lambda config, completion, program, length: format_reward(
-        completion, config.require_think, program.language
+reward_term("format", params=FormatParams)(
+    lambda params, completion, program, length: format_reward(
+        completion, params.require_think, program.language
     )
 )
 reward_term("syntax")(
-    lambda config, completion, program, length: syntax_reward(program.source, program.language)
+    lambda params, completion, program, length: syntax_reward(program.source, program.language)
 )
-reward_term("length", floor=-1.0)(
-    lambda config, completion, program, length: length_penalty(
-        length, config.length_budget, config.length_buffer
-    )
+reward_term("length", floor=-1.0, params=LengthParams)(
+    lambda params, completion, program, length: length_penalty(length, params.budget, params.buffer)
 )
-reward_term("forbidden", floor=-1.0)(
-    lambda config, completion, program, length: forbidden_penalty(
-        program, config.forbidden_imports, config.forbidden_calls
+reward_term("forbidden", floor=-1.0, params=ForbiddenParams)(
+    lambda params, completion, program, length: forbidden_penalty(
+        program, params.imports, params.calls
     )
 )
 
@@ -273,7 +342,9 @@ def rule_components(
     program, which costs ~300x its size in memory); with no ``program`` (a completion over
     the size limit), each one's floor."""
     return {
-        name: term.floor if program is None else term.fn(config, completion, program, length)
+        name: term.floor
+        if program is None
+        else config.term_value(name, completion, program, length)
         for name, term in config.terms().items()
         if config.weight(name)
     }

@@ -136,13 +136,13 @@ class RuleReward:
                 continue
             problem = self.problems[str(tid)]
             program = build_program(problem, text, self.completion_style)  # type: ignore[arg-type]
-            if self.config.length_unit == "tokens":
+            if self.config.term_params("length").unit == "tokens":
                 if completion_ids is None:
-                    raise ValueError("length_unit='tokens' needs completion_ids")
+                    raise ValueError("the length term's unit 'tokens' needs completion_ids")
                 length = len(completion_ids[index])
             else:
                 length = len(text)
-            rewards.append(weight * self.term.fn(self.config, text, program, length))
+            rewards.append(weight * self.config.term_value(self.component, text, program, length))
         return rewards
 
 

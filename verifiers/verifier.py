@@ -56,7 +56,7 @@ class PreparedSample:
     completion: str
     program: Program | None  # None when ``refused``
     job: Job | None  # the first job; the problem's form may call for more (``finish``)
-    length: int  # for the length penalty, in RewardConfig.length_unit
+    length: int  # for the length penalty, in the length term's unit
     refused: str = ""  # why it fails without running (a completion over the size limit)
 
 
@@ -193,11 +193,13 @@ class Verifier:
         return problem, completion, self._length(index, sample, completion)
 
     def _length(self, index: int, sample: Mapping[str, Any], completion: str) -> int:
-        if self.reward_config.length_unit == "chars":
+        if self.reward_config.term_params("length").unit == "chars":
             return len(completion)
         ids = sample.get("completion_ids")
         if ids is None:
-            raise SampleError(index, "length_unit='tokens' needs the sample's completion_ids")
+            raise SampleError(
+                index, "the length term's unit 'tokens' needs the sample's completion_ids"
+            )
         return len(ids)
 
     def finish(self, prepared: PreparedSample, *results: ExecutionResult) -> Verdict:
