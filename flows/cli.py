@@ -31,6 +31,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "codepost.verifiers.env_server:register",
         "serve the environments (multi-turn episodes) over HTTP and WebSocket, OpenEnv's shape",
     ),
+    "gym-server": (
+        "codepost.verifiers.gym_server:register",
+        "serve codepost's verdicts as NeMo-Gym's code resource server (/seed_session, /verify)",
+    ),
     "sample-server": (
         "codepost.pipeline.inference.server:register",
         "serve a sampling engine over HTTP, for stages whose engine.server_url names it",

@@ -33,6 +33,7 @@ from codepost.pipeline.post_train import PostTrainConfig
 from codepost.pipeline.rl import algorithms, metric_names
 from codepost.pipeline.stages import STAGES
 from codepost.verifiers.env_server import EnvServerConfig
+from codepost.verifiers.gym_server import GymServerConfig
 from codepost.verifiers.server.config import ServerConfig
 from codepost.verifiers.verdicts import VerdictStatus
 from codepost.verifiers.verify_command import VerifyConfig
@@ -258,7 +259,12 @@ def reachable_models(*roots: type[BaseModel]) -> list[type[BaseModel]]:
 
 def config_page() -> str:
     models = reachable_models(
-        PostTrainConfig, SampleServerConfig, VerifyConfig, ServerConfig, EnvServerConfig
+        PostTrainConfig,
+        SampleServerConfig,
+        VerifyConfig,
+        ServerConfig,
+        EnvServerConfig,
+        GymServerConfig,
     )
     intro = f"""# Configuration reference
 
@@ -275,8 +281,9 @@ name alone or `{{stage, name, config}}`, whose `config` is the stage's own model
 `codepost sample-server --config FILE` reads a [SampleServerConfig](#sampleserverconfig),
 `codepost verify` a [VerifyConfig](#verifyconfig) (the fields it shares with `verify-server`'s
 `POST /verify` request and the HTTP client are one model, `VerifyOptions`), `codepost
-verify-server` a [ServerConfig](#serverconfig) and `codepost env-server` an
-[EnvServerConfig](#envserverconfig); each field is also a flag of its command."""
+verify-server` a [ServerConfig](#serverconfig), `codepost env-server` an
+[EnvServerConfig](#envserverconfig) and `codepost gym-server` a
+[GymServerConfig](#gymserverconfig); each field is also a flag of its command."""
     return "\n\n".join([intro, *(model_section(model) for model in models)]) + "\n"
 
 
