@@ -9,7 +9,7 @@ import difflib
 import os
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -113,16 +113,37 @@ def settings_command(
     return parser
 
 
-def server_settings(model: type[M], args: argparse.Namespace, token_env: str) -> M:
-    """A server's settings from ``--config`` and its flags, its bearer token from the variable
-    ``token_env`` where neither gives one (set, even empty, it must be a valid token, as a
-    flag's is). Raises ValueError naming the problem."""
-    from .config import load_config
+def server_command(
+    subparsers: Any,
+    name: str,
+    model: type[M],
+    serve: Callable[[M], int],
+    token_env: str,
+    *,
+    example: str,
+    **kwargs: Any,
+) -> argparse.ArgumentParser:
+    """A server's subcommand (:func:`settings_command`): its settings from ``--config`` and its
+    flags, its bearer token from the variable ``token_env`` where neither gives one (set, even
+    empty, it must be a valid token, as a flag's is); refused in one line when they are wrong,
+    else ``serve(config)``."""
+    parser = settings_command(subparsers, name, model, example=example, **kwargs)
 
-    config = load_config(model, args.config, args.settings)
-    if getattr(config, "token", None) is None and token_env in os.environ:
-        config = model.model_validate({**config.model_dump(), "token": os.environ[token_env]})
-    return config
+    def run(args: argparse.Namespace) -> int:
+        from .config import load_config
+
+        try:
+            config = load_config(model, args.config, args.settings)
+            if getattr(config, "token", None) is None and token_env in os.environ:
+                config = model.model_validate(
+                    {**config.model_dump(), "token": os.environ[token_env]}
+                )
+        except (ValueError, OSError) as exc:  # SettingsError, ValidationError, unreadable file
+            return refuse(name, "invalid settings", exc)
+        return serve(config)
+
+    parser.set_defaults(func=run)
+    return parser
 
 
 def _settings_epilog(model: type[BaseModel], example: str, every: bool) -> str:

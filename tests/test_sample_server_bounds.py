@@ -3,7 +3,6 @@ process (``tests/test_sample_server.py`` runs the real server on vLLM and transf
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -22,6 +21,7 @@ from safetensors.torch import save_file
 from tiny_models import char_tokenizer
 from transformers.generation.stopping_criteria import STOP_STRING_EMBEDDING_CACHE
 
+from codepost.flows.cli import build_parser
 from codepost.pipeline.inference import remote
 from codepost.pipeline.inference.generate import StopStrings, stopped_lengths
 from codepost.pipeline.inference.remote import TOKEN_ENV
@@ -33,7 +33,6 @@ from codepost.pipeline.inference.sampling import (
     start_tensors,
 )
 from codepost.pipeline.inference.server import SampleServerConfig, create_app
-from codepost.pipeline.inference.server import run as run_server
 from codepost.pipeline.model_config import ModelConfig
 
 PROMPT = {"task_id": "a", "text": "def f():", "completion_style": "continuation"}
@@ -269,7 +268,8 @@ def test_a_token_that_no_client_can_send_is_refused_at_start(token, monkeypatch,
     with pytest.raises(ValueError, match="printable ASCII"):
         SampleServerConfig(token=token)
     monkeypatch.setenv(TOKEN_ENV, token)  # set, even empty: the server must not start open
-    assert run_server(argparse.Namespace(config=None, settings=[])) == 2
+    args = build_parser("sample-server").parse_args(["sample-server"])
+    assert args.func(args) == 2
     assert "printable ASCII" in capsys.readouterr().err
 
 

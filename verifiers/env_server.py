@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.exceptions import HTTPException
 
 from ..sandbox import Limits, SandboxPool, SandboxUnavailable
-from ..settings.command_line import refuse, server_settings, settings_command
+from ..settings.command_line import server_command
 from .environments import Environment, Episode, environments
 from .extraction import MAX_COMPLETION_CHARS
 from .forms import describe_validation, form_of
@@ -460,10 +460,12 @@ def ws_error(exc: HTTPException) -> dict[str, Any]:
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``env-server`` subcommand to a ``codepost``-style subparsers object."""
-    parser = settings_command(
+    return server_command(
         subparsers,
         "env-server",
         EnvServerConfig,
+        serve,
+        TOKEN_ENV,
         example="--port 8000 --workers 4 --max-sessions 64",
         help="serve the environments (multi-turn episodes) in OpenEnv's shape",
         description=(
@@ -474,15 +476,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "lets the accepted requests finish, then removes the containers."
         ),
     )
-    parser.set_defaults(func=run)
-    return parser
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        config = server_settings(EnvServerConfig, args, TOKEN_ENV)
-    except (ValueError, OSError) as exc:  # SettingsError, ValidationError, an unreadable file
-        return refuse("env-server", "invalid settings", exc)
+def serve(config: EnvServerConfig) -> int:
     return serve_pool(
         "env-server",
         config,

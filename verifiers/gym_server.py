@@ -29,7 +29,7 @@ from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..sandbox import Limits, SandboxPool
-from ..settings.command_line import refuse, server_settings, settings_command
+from ..settings.command_line import server_command
 from .extraction import build_program, find_code_blocks, strip_think
 from .options import TOKEN_ENV
 from .rewards import RewardConfig
@@ -222,10 +222,12 @@ def create_app(config: GymServerConfig, pool: SandboxPool) -> FastAPI:
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``gym-server`` subcommand to a ``codepost``-style subparsers object."""
-    parser = settings_command(
+    return server_command(
         subparsers,
         "gym-server",
         GymServerConfig,
+        serve,
+        TOKEN_ENV,
         example="--port 8002 --workers 4 --timeout-s 10",
         help="serve codepost's verdicts as NeMo-Gym's code resource server",
         description=(
@@ -236,15 +238,9 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "--token gives one."
         ),
     )
-    parser.set_defaults(func=run)
-    return parser
 
 
-def run(args: argparse.Namespace) -> int:
-    try:
-        config = server_settings(GymServerConfig, args, TOKEN_ENV)
-    except (ValueError, OSError) as exc:  # SettingsError, ValidationError, an unreadable file
-        return refuse("gym-server", "invalid settings", exc)
+def serve(config: GymServerConfig) -> int:
     return serve_pool(
         "gym-server",
         config,

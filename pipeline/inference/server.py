@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, HTTPException
 from pydantic import ConfigDict, Field
 
-from ...settings.command_line import EXIT_BAD_INPUT, refuse, server_settings, settings_command
+from ...settings.command_line import EXIT_BAD_INPUT, server_command
 from ...verifiers.serving import (
     BearerToken,
     BodyBudget,
@@ -293,10 +293,12 @@ def checkpoint_folder(name: str, root: Path | None) -> Path:
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``sample-server`` subcommand to a ``codepost``-style subparsers object."""
-    parser = settings_command(
+    return server_command(
         subparsers,
         "sample-server",
         SampleServerConfig,
+        serve,
+        TOKEN_ENV,
         example="--model.name-or-path embedded:smollm2-135m-instruct --engine.backend hf",
         help="serve a sampling engine over HTTP, for stages whose engine.server_url names it",
         description=(
@@ -306,16 +308,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "engine.server_url names it. Binds to 127.0.0.1 unless --host says otherwise."
         ),
     )
-    parser.set_defaults(func=run)
-    return parser
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        config = server_settings(SampleServerConfig, args, TOKEN_ENV)
-    except (ValueError, OSError) as exc:  # SettingsError, ValidationError, an unreadable file
-        return refuse("sample-server", "invalid settings", exc)
-    return serve(config)
 
 
 def serve(config: SampleServerConfig) -> int:

@@ -16,12 +16,7 @@ from ...sandbox import (
     SandboxPool,
     SandboxUnavailable,
 )
-from ...settings.command_line import (
-    EXIT_SANDBOX_UNAVAILABLE,
-    refuse,
-    server_settings,
-    settings_command,
-)
+from ...settings.command_line import EXIT_SANDBOX_UNAVAILABLE, server_command
 from ..options import TOKEN_ENV
 from ..serving import (
     http_server,
@@ -33,10 +28,12 @@ from .config import PoolServerConfig, ServerConfig
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``verify-server`` subcommand to a ``codepost``-style subparsers object."""
-    parser = settings_command(
+    return server_command(
         subparsers,
         "verify-server",
         ServerConfig,
+        serve,
+        TOKEN_ENV,
         example="--port 8080 --workers 8 --max-timeout-s 30",
         help="serve the sandbox over HTTP: SandboxFusion's /run_code, /verify, /health, /metrics",
         description=(
@@ -47,16 +44,6 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
             "finish, then removes the containers."
         ),
     )
-    parser.set_defaults(func=run)
-    return parser
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        config = server_settings(ServerConfig, args, TOKEN_ENV)
-    except (ValueError, OSError) as exc:  # SettingsError, ValidationError, an unreadable file
-        return refuse("verify-server", "invalid settings", exc)
-    return serve(config)
 
 
 def serve(config: ServerConfig) -> int:
