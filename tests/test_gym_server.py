@@ -116,3 +116,6 @@ def test_seed_session_and_requests_it_refuses(server):
     assert packed.status_code == 413 and "unpacks past" in packed.text
     uneven = verify(server, request(answer, {"inputs": ["1\n"], "outputs": []}))
     assert uneven.status_code == 422
+    not_an_object = base64.b64encode(zlib.compress(b"[1, 2]")).decode()
+    listed = verify(server, request(answer, {"packed": not_an_object}))
+    assert listed.status_code == 422 and "expected an object" in listed.text

@@ -120,9 +120,12 @@ def unit_tests(metadata: dict[str, Any] | None, unpacked_bytes: int) -> dict[str
                 413, f"verifier_metadata.unit_tests.packed unpacks past {unpacked_bytes} bytes"
             )
         try:
-            tests = {**json.loads(text), "fn_name": tests.get("fn_name")}
+            unpacked = json.loads(text)
         except (ValueError, RecursionError) as exc:
             raise HTTPException(422, f"verifier_metadata.unit_tests.packed: {exc}") from None
+        if not isinstance(unpacked, dict):
+            raise HTTPException(422, "verifier_metadata.unit_tests.packed: expected an object")
+        tests = {**unpacked, "fn_name": tests.get("fn_name")}
     inputs, outputs = tests.get("inputs"), tests.get("outputs")
     if not (isinstance(inputs, list) and isinstance(outputs, list) and len(inputs) == len(outputs)):
         raise HTTPException(
