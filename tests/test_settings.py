@@ -10,17 +10,20 @@ import sys
 import typing
 from typing import Annotated
 
+import jsonschema
 import pytest
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from codepost.flows import cli
+from codepost.pipeline.nightly.series import NightlyConfig
 from codepost.pipeline.post_train import PostTrainConfig, embedded_default
 from codepost.pipeline.rl.algorithms import GAEParams
 from codepost.pipeline.stages.evaluation import EvalConfig
 from codepost.settings.command_line import EXIT_BAD_INPUT
 from codepost.settings.config import SettingsError, load_config, settings_help, split_settings
+from codepost.verifiers.rewards import RewardConfig
 
 
 def _run_config(*argv: str, path=None) -> PostTrainConfig:
@@ -394,3 +397,18 @@ def test_a_command_reads_its_config_without_the_ml_stack_or_prefect():
     )
     assert loaded == []
     assert "did you mean learning_rate" in err
+
+
+def test_every_config_validates_against_its_own_json_schema():
+    """Prefect's form is drawn from a config's JSON schema and a deployment's parameters are
+    checked against it on the server: a schema that refuses the config's own values (a reward
+    term's settings, typed by a base with no field) failed every deployment of `codepost
+    serve`."""
+    params = {"length": {"budget": 10}, "format": {"require_think": True}}
+    tuned = RewardConfig(weights={"test": 1.0, "length": 0.5}, params=params)
+    configs = [embedded_default(), NightlyConfig(), tuned]
+    for config in configs:
+        jsonschema.validate(config.model_dump(mode="json"), type(config).model_json_schema())
+    with pytest.raises(jsonschema.ValidationError, match="bugdet"):
+        wrong = {**tuned.model_dump(mode="json"), "params": {"length": {"bugdet": 10}}}
+        jsonschema.validate(wrong, RewardConfig.model_json_schema())

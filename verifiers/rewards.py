@@ -131,6 +131,19 @@ class CustomTerm(Plugin):
         )
 
 
+def _each_terms_schema(schema: dict[str, Any]) -> None:
+    """``params``' JSON schema with each registered term's own settings, as the values are
+    read (:meth:`RewardConfig._each_terms_own`): what Prefect's form shows and what a
+    deployment's parameters are checked against (the base model alone allows no field)."""
+    schema.pop("additionalProperties", None)
+    schema["properties"] = {
+        name: term.params.model_json_schema()
+        for name, term in REWARD_TERMS.items()
+        if term.params.model_fields
+    }
+    schema["additionalProperties"] = False
+
+
 class RewardConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     # Spellings of earlier versions, refused with the new one's name.
@@ -165,6 +178,7 @@ class RewardConfig(BaseModel):
         description="a registered term's own settings, by its name: format {require_think}, "
         "length {unit, budget, buffer}, forbidden {imports, calls}; a term left out keeps its "
         "defaults",
+        json_schema_extra=lambda schema: _each_terms_schema(schema),
     )
     test_reward: Literal["binary", "pass_fraction"] = "binary"
     sandbox_errors: Literal["exclude", "fail"] = "exclude"  # a sandbox error's test reward
