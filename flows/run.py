@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,16 +71,35 @@ def _run_flow(config: PostTrainConfig, args: argparse.Namespace) -> int:
     except EphemeralServerError as exc:
         return refuse("run", "Prefect's server", exc)
     verbosity: Verbosity = "quiet" if args.quiet else "verbose" if args.verbose else "normal"
-    with terminal(Path(config.run_dir), verbosity):
-        state = post_train(config, return_state=True)
+    kept = f"Finished stages are kept in {config.run_dir}: the same command resumes after the last one."
+
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        with terminal(Path(config.run_dir), verbosity):
+            state = post_train(config, return_state=True)
+    except Stopped as stop:  # Prefect has recorded the flow run as crashed and logged it
+        stderr_console().print(f"[red]codepost run: stopped by {stop.signal.name}[/red]\n{kept}")
+        return 128 + stop.signal
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if not state.is_completed():  # Prefect has logged the traceback
-        stderr_console().print(
-            f"[red]codepost run: {state.message}[/red]\nFinished stages are kept in "
-            f"{config.run_dir}: the same command resumes after the last one."
-        )
+        stderr_console().print(f"[red]codepost run: {state.message}[/red]\n{kept}")
         return 1
     _print_results(config, state.result())
     return 0
+
+
+class Stopped(BaseException):
+    """A SIGTERM (a service manager, a scheduler's time limit), raised where the run was:
+    a BaseException, so that Prefect records a crash and lets it through, as it does its own."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signal = signal.Signals(signum)
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise Stopped(signum)
 
 
 def _check_services(config: PostTrainConfig) -> int:

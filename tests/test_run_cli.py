@@ -162,13 +162,13 @@ def test_a_dead_sample_server_is_named_before_anything_starts(tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
-def _start_run(tmp_path: Path, log: Path, **env_vars: str) -> subprocess.Popen:
+def _start_run(tmp_path: Path, log: Path, problems: int = 2, **env_vars: str) -> subprocess.Popen:
     """``codepost run`` of a tiny evaluation as a newcomer starts it: its own process, no
     PREFECT_API_URL (Prefect's ephemeral server) and a PREFECT_HOME with no database yet."""
     settings = {
         "model": {"name_or_path": saved_tiny_model(tmp_path / "tiny").name_or_path},
         "stages": [],
-        "evaluations": {"tiny": {"problems": {"limit": 2}, "prompt_style": "continuation",
+        "evaluations": {"tiny": {"problems": {"limit": problems}, "prompt_style": "continuation",
                                  "sampling": {"max_tokens": 8}, "engine": {"backend": "hf"}}},
     }  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # ephemeral mode
@@ -231,6 +231,28 @@ def test_a_killed_run_takes_its_ephemeral_prefect_server_with_it(tmp_path):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.pid, signal.SIGKILL)
+
+
+@pytest.mark.docker
+def test_a_stopped_run_says_how_to_resume(tmp_path):
+    """SIGTERM, as a service manager or a scheduler's time limit stops a run: Prefect records
+    the flow run as crashed; then the run says what is kept and how to go on (only Prefect's
+    server stopping at the exit may follow)."""
+    log = tmp_path / "run.log"
+    run = _start_run(tmp_path, log, problems=164)  # minutes of sampling: still under way
+    try:
+        _wait_for_child(run, "codepost.flows.stage_worker", timeout=300)
+        os.kill(run.pid, signal.SIGTERM)
+        assert run.wait(timeout=120) == 128 + signal.SIGTERM, log.read_text()[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+    output = " ".join(log.read_text().split())
+    said = output.rfind(
+        "codepost run: stopped by SIGTERM Finished stages are kept in "
+        f"{tmp_path / 'run'}: the same command resumes after the last one."
+    )
+    assert said > output.rfind("Crash detected!") > 0, output[-3000:]  # after Prefect's own
 
 
 def _wait_for_child(process: subprocess.Popen, name: str, timeout: float) -> psutil.Process:
