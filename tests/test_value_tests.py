@@ -472,6 +472,12 @@ REBIND_ABS = {
     "exec": "exec('abs = len')\n",
     "sys.modules": "import sys\nsys.modules['builtins'].abs = len\n",
     "a class": "class abs:\n    pass\n",
+    "a function's globals": "def _h():\n    pass\n_h.__globals__['abs'] = lambda x: 1.0\n",
+    "a frame's globals": "import inspect as _i\n_i.currentframe().f_globals['abs'] = len\n",
+    "a frame reached without inspect": "try:\n    1 / 0\nexcept Exception as e:\n"
+    "    e.__traceback__.tb_frame.f_globals['abs'] = len\n",
+    "getattr": "def _h():\n    pass\ngetattr(_h, '__glob' + 'als__')['abs'] = len\n",
+    "the collector": "import gc as _g\n_g.get_referrers(len)[0]['abs'] = len\n",
 }
 
 
@@ -513,9 +519,14 @@ def test_asserts_whose_imports_rebind_their_function_keep_their_judge():
 
 
 @pytest.mark.docker
-def test_a_setup_that_rebinds_abs_decides_as_its_judge_does(sandbox_pool):
+@pytest.mark.parametrize(
+    "setup",
+    ["abs = lambda x: 1.0\n", "def _h():\n    pass\n_h.__globals__['abs'] = lambda x: 1.0\n"],
+    ids=["by name", "through a function's globals"],
+)
+def test_a_setup_that_rebinds_abs_decides_as_its_judge_does(sandbox_pool, setup):
     """The tests compare with the setup's `abs`, which a program cannot satisfy."""
-    problem = close_problem("abs = lambda x: 1.0\n")
+    problem = close_problem(setup)
     job = Job(program="def f(x):\n    return 0.5\n", judge=check_judge(problem), limits=FAST)
     result = sandbox_pool.run(job)
     assert result.status is ExecStatus.COMPLETED and not result.tests[0].passed, result

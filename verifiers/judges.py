@@ -108,7 +108,13 @@ def value_case(source: str, callee: str) -> ValueCase | None:
 # Names through which code reaches any binding, builtins included, without naming it.
 _INDIRECT = frozenset(
     {"builtins", "__builtins__", "__builtin__", "globals", "locals", "vars", "exec", "eval",
-     "compile", "setattr", "delattr", "__import__", "importlib", "sys"}
+     "compile", "getattr", "setattr", "delattr", "__import__", "importlib", "sys", "gc",
+     "inspect", "ctypes"}
+)  # fmt: skip
+# Attributes that reach a namespace besides a dunder one (``f.__globals__``): a frame's.
+_FRAME_ATTRIBUTES = frozenset(
+    {"f_globals", "f_locals", "f_builtins", "f_back", "tb_frame", "gi_frame", "cr_frame",
+     "ag_frame"}
 )  # fmt: skip
 
 
@@ -118,7 +124,8 @@ def may_rebind(code: str, names: Collection[str]) -> bool:
     of them anywhere in it (assignment and unpacking, ``del``, imports, definitions at any
     depth, ``global``, ``:=``, loop, ``with`` and ``except`` targets, match captures,
     parameters), a star import, or a way to bind without naming (``builtins``, ``globals()``,
-    ``exec``, ``sys.modules``, ``__dict__``). Code that does not parse may."""
+    ``exec``, ``getattr``, ``sys.modules``, ``gc``, ``inspect``, any dunder attribute such as a
+    function's ``__globals__``, a frame's ``f_globals``). Code that does not parse may."""
     try:
         tree = parse_python(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -132,7 +139,8 @@ def may_rebind(code: str, names: Collection[str]) -> bool:
             imported = (node.asname or node.name).split(".")[0]
             bound = node.name == "*" or imported in names or node.name.split(".")[0] in _INDIRECT
         elif isinstance(node, ast.Attribute):
-            bound = node.attr in ("__dict__", "__builtins__")
+            attr = node.attr
+            bound = (attr.startswith("__") and attr.endswith("__")) or attr in _FRAME_ATTRIBUTES
         elif isinstance(node, ast.Global | ast.Nonlocal):
             bound = any(name in names for name in node.names)
         else:
