@@ -24,7 +24,7 @@ from tiny_models import char_tokenizer, tiny_causal_lm
 
 from codepost.pipeline.data.problem_sets import ProblemSet, load_problem_set
 from codepost.pipeline.data.prompts import Prompt, build_prompt
-from codepost.pipeline.data.rows import Completion, rollout_rows
+from codepost.pipeline.data.rows import Completion, Context, rollout_rows
 from codepost.pipeline.inference.engines import get_sampler
 from codepost.pipeline.inference.generate import cut_after_stop, generate_rollouts, stopped_lengths
 from codepost.pipeline.inference.sampling import (
@@ -123,6 +123,25 @@ def test_hf_sampler_rows_and_refresh(tiny_checkpoints):
         check_probe(sampler.probe_logprobs(), other_probe, 1e-4)
     assert sampler.refresh(second, other_probe) < 1e-5
     assert sampler.weights == str(second)
+
+
+def test_each_context_stops_at_its_own_stop_strings_on_the_hf_backend(tiny_checkpoints):
+    """One generate call stops at every stop string it is given: contexts that differ in
+    theirs must not share one (a context without stops came back cut at another's)."""
+    first, _ = tiny_checkpoints
+    sampler = HFSampler(
+        str(first), ModelConfig(name_or_path=str(first)), EngineConfig(backend="hf")
+    )
+    ids = sampler.tokenizer.encode("def f():", add_special_tokens=False)
+    greedy = SamplingConfig(num_generations=1, max_tokens=12, temperature=0)
+    ((plain,),) = sampler.complete([Context(ids, ())], greedy)
+    stop = plain.text[2:4]
+    assert len(plain.token_ids) == 12 and len(stop) == 2, plain
+    (unstopped,), (stopped,) = sampler.complete([Context(ids, ()), Context(ids, (stop,))], greedy)
+    assert unstopped.text == plain.text and unstopped.finish_reason == "length"
+    assert (
+        stopped.finish_reason == "stop" and stopped.text == plain.text[: plain.text.index(stop) + 2]
+    )
 
 
 def test_a_refused_refresh_leaves_the_served_weights_as_they_were(

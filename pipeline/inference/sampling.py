@@ -541,25 +541,32 @@ class HFSampler:
         self, contexts: Sequence[Context], config: SamplingConfig
     ) -> list[list[Completion]]:
         """``config.num_generations`` completions of each context, a bounded number of
-        sequences per ``generate`` call (each holds a KV cache for all of its sequences)."""
+        sequences per ``generate`` call (each holds a KV cache for all of its sequences); one
+        call holds contexts of the same stop strings only, since a call stops at all of its."""
         from .generate import generate_completions
 
         per_call = max(1, self.engine_config.hf_max_sequences // config.num_generations)
-        groups: list[list[Completion]] = []
-        for start in range(0, len(contexts), per_call):
-            chunk = contexts[start : start + per_call]
-            groups += generate_completions(
-                self.model,
-                self.tokenizer,
-                [context.ids for context in chunk],
-                num_generations=config.num_generations,
-                max_new_tokens=config.max_tokens,
-                temperature=config.temperature,
-                top_p=config.top_p,
-                stop_strings=tuple(dict.fromkeys(s for c in chunk for s in c.stop)),
-                seed=config.seed + start,
-                tokens_per_forward=self.engine_config.hf_logprob_tokens,
-            )
+        by_stop: dict[tuple[str, ...], list[int]] = {}
+        for index, context in enumerate(contexts):
+            by_stop.setdefault(context.stop, []).append(index)
+        groups: list[list[Completion]] = [[] for _ in contexts]
+        for stop, indices in by_stop.items():
+            for start in range(0, len(indices), per_call):
+                chunk = indices[start : start + per_call]
+                made = generate_completions(
+                    self.model,
+                    self.tokenizer,
+                    [contexts[index].ids for index in chunk],
+                    num_generations=config.num_generations,
+                    max_new_tokens=config.max_tokens,
+                    temperature=config.temperature,
+                    top_p=config.top_p,
+                    stop_strings=stop,
+                    seed=config.seed + chunk[0],
+                    tokens_per_forward=self.engine_config.hf_logprob_tokens,
+                )
+                for index, group in zip(chunk, made, strict=True):
+                    groups[index] = group
         return groups
 
     def probe_logprobs(self) -> list[float]:
