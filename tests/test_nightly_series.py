@@ -175,6 +175,28 @@ def test_a_champion_gone_or_corrupt_stops_the_next_night(tmp_path, damage, probl
     assert not (config.series_dir / "n2").exists()
 
 
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (Path.unlink, "no champion tag, yet night 'n1' was promoted"),
+        (lambda path: path.write_text("{}"), "no champion tag, yet night 'n1' was promoted"),
+        (lambda path: path.write_text('{"champ'), "not JSON"),
+        (lambda path: path.write_text("[]"), "not a mapping of tag names"),
+    ],
+    ids=["deleted", "emptied", "truncated", "not a mapping"],
+)
+def test_a_lost_tags_file_stops_the_next_night(tmp_path, damage, problem):
+    """A series that promoted has a champion: without the tag the next night would start
+    from, and be gated against, the run's model without a word."""
+    config = fake_series(tmp_path)
+    assert run_night(config, "n1", fake_execute).decision.promoted  # type: ignore[union-attr]
+    tags = config.series_dir / "tags.json"
+    damage(tags)
+    with pytest.raises(ChampionUnusable, match=f"{tags}: {problem}"):
+        run_night(config, "n2", fake_execute)
+    assert not (config.series_dir / "n2").exists()
+
+
 def test_retention_leaves_a_failed_night_askable_and_keeps_the_newest_nights(tmp_path, monkeypatch):
     """keep_nights=1: night 2 failed at the gate, its checkpoint went when night 3 ran; asked
     again, it trains again (no "does not match its record"), keeps its place in the series'

@@ -66,8 +66,17 @@ def _entry(root: Path, folder: Path, tags: dict[str, str]) -> Entry:
 
 
 def read_tags(root: Path) -> dict[str, str]:
+    """The root's tags; ValueError naming the file when it is not a mapping of names."""
     path = Path(root) / TAGS_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        tags = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(tags, dict) or not all(type(v) is str for v in tags.values()):
+        raise ValueError(f"{path}: not a mapping of tag names to checkpoint folders")
+    return tags
 
 
 def list_checkpoints(root: Path, *, unpublished: bool = False) -> list[Entry]:

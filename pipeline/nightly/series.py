@@ -114,12 +114,22 @@ class ChampionUnusable(RuntimeError):
 
 def champion(series_dir: Path) -> str | None:
     """The champion's folder, checked against its manifest; None when the series has no
-    champion tag (before its first promotion). Raises ChampionUnusable naming the tag."""
-    tagged = read_tags(series_dir).get(CHAMPION)
+    champion tag (before its first promotion). Raises ChampionUnusable naming the tag, or the
+    tags file when a night was promoted and the tag is not there (a lost or emptied file)."""
+    fix = f"tag another checkpoint {CHAMPION} (codepost checkpoints --root {series_dir} tag)"
+    try:
+        tagged = read_tags(series_dir).get(CHAMPION)
+    except ValueError as exc:
+        raise ChampionUnusable(f"{exc}; {fix}") from None
     if tagged is None:
+        promoted = [r.night for r in read_history(series_dir) if r.decision and r.decision.promoted]
+        if promoted:
+            raise ChampionUnusable(
+                f"{Path(series_dir) / TAGS_FILE}: no {CHAMPION} tag, yet night "
+                f"{promoted[-1]!r} was promoted; {fix}"
+            )
         return None
     where = f"{Path(series_dir) / TAGS_FILE}: {CHAMPION} -> {tagged!r}"
-    fix = f"tag another checkpoint {CHAMPION} (codepost checkpoints --root {series_dir} tag)"
     try:
         entry = resolve(series_dir, CHAMPION)
     except LookupError:
