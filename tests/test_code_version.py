@@ -57,6 +57,9 @@ def test_a_stage_that_reaches_a_plug_in_package_holds_every_module_of_it():
     assert "verifiers/forms/asserts.py" in evaluate
     assert "pipeline/tracking/wandb.py" in rl  # a stage that reports runs any tracker
     assert "pipeline/stages/rl.py" not in evaluate  # the stage registry stays unmarked
+    # A language's fences shape SFT's and DPO's targets, though neither stage runs a program.
+    for stage in ("sft", "dpo", "evaluate"):
+        assert "sandbox/runner/languages/python.py" in get_stage(stage).code_files(), stage
 
 
 def test_a_user_s_plug_in_package_is_keyed_whole_and_a_new_module_in_it_counts(
@@ -90,9 +93,8 @@ def test_a_user_s_plug_in_package_is_keyed_whole_and_a_new_module_in_it_counts(
 LOADS_BY_NAME = re.compile(
     r"iter_modules\(__path__\)|Registry\([^)]*__name__\)|listdir\(os\.path\.dirname\(__file__\)\)"
 )
-# Loaded by name and left unmarked on purpose: one stage's code is no part of another stage's
-# key; the runner's languages run in the sandbox image, keyed by its id and the runner's version.
-UNMARKED = {"pipeline/stages", "sandbox/runner/languages"}
+# Loaded by name and left unmarked on purpose: one stage's code is no part of another stage's key.
+UNMARKED = {"pipeline/stages"}
 
 
 def test_every_package_that_loads_its_modules_by_name_is_marked_a_plug_in_package():

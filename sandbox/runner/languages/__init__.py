@@ -131,6 +131,11 @@ def prepare_image() -> None:
             subprocess.run(command, check=True)
 
 
+# Loaded by name (below): the host reads them too (a prompt's fence, the tags answers are
+# extracted from), so a stage that reaches this package holds all of them in its resume key
+# (pipeline/code_version.py), the stages that never run a program included.
+__modules_loaded_by_name__ = True
+
 # Each module of this folder, found without pkgutil, whose module search imports ``inspect`` (and
 # with it ``ast``, ``dis`` and ``tokenize``) into the zygotes.
 for _file in sorted(os.listdir(os.path.dirname(__file__))):
