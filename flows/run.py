@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from rich.table import Table
 
+from ..pipeline.checkpoints.manifest import is_published, verified
 from ..pipeline.data.problem_sets import check_problem_files
 from ..pipeline.inference.remote import check_server
 from ..pipeline.inference.sampling import EngineConfig
@@ -47,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
         print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False), end="")
         return 0
     try:
-        config.model.check_available()  # a missing model, or a hub id out of reach
+        model = Path(config.model.check_available())  # a missing model, a hub id out of reach
+        if is_published(model):  # a checkpoint edited after it was published
+            verified(model)
         check_problem_files(config)  # and a malformed problems file
     except (ValueError, OSError) as exc:
         return refuse("run", "invalid settings", exc)

@@ -20,6 +20,7 @@ from processes import busy_cores, drop_page_caches, gone, wait_until
 from servers import free_port
 
 from codepost.flows import cli
+from codepost.pipeline.checkpoints.manifest import CheckpointManifest, publish
 from codepost.settings.command_line import EXIT_BAD_INPUT, EXIT_SANDBOX_UNAVAILABLE
 
 
@@ -126,6 +127,24 @@ def test_a_failing_stage_ends_the_run_with_its_error_and_how_to_resume(
     err = " ".join(capsys.readouterr().err.split())
     assert f"model {model}: unreadable weights" in err, err
     assert err.endswith(f"kept in {run_dir}: the same command resumes after the last one.")
+
+
+def test_a_model_edited_after_it_was_published_is_refused_before_anything_starts(tmp_path, capsys):
+    """Its weights replaced under an intact manifest: the first stage refused it inside
+    Prefect, with a traceback and a line saying the same command resumes."""
+
+    def write(target: Path) -> None:
+        (target / "config.json").write_text('{"model_type": "llama"}')
+        (target / "model.safetensors").write_bytes(b"weights v1")
+
+    model = tmp_path / "published"
+    publish(model, write, CheckpointManifest(stage="sft", version="v1"))
+    (model / "model.safetensors").write_bytes(b"weights v2, longer")
+    config = _config(tmp_path, {"model": {"name_or_path": str(model)}})
+    assert cli.main(["run", "--config", config, "--run-dir", str(tmp_path / "run")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{model}/model.safetensors: sha256 differs from the manifest" in err, err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
 
 
 def test_a_malformed_problems_file_is_refused_before_anything_starts(tmp_path, capsys):
