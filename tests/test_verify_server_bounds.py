@@ -303,6 +303,42 @@ def test_packed_tests_are_refused_as_they_inflate_past_the_bound():
     assert accepted.json()["verdicts"][0]["pass_fraction"] == 1.0
 
 
+def test_a_requests_problems_are_read_within_one_budget_for_all_of_them(monkeypatch):
+    """Records each within a piece's bound add up: 400 records of packed tests, each
+    inflating to just under 4 MiB, took a server to 1.7 GB; 31 asserts of 32k characters
+    each, 34 s of parsing; 20 records of 93,000 tiny tests, 21 s and 1 GB before the count."""
+    from codepost.verifiers.server import verify as verify_module
+
+    config = ServerConfig(max_problem_bytes=128 << 10, max_request_code_chars=8192)
+    inflating = [  # each 64 KiB of tests from about 300 bytes: 8 x 300 is the most it may take
+        {**lcb_record([{"input": "a" * (64 << 10), "output": "a", "testtype": "stdin"}]),
+         "question_id": f"lcb{i}"}
+        for i in range(3)
+    ]  # fmt: skip
+    asserts = {  # each assert under a piece's bound (32k), all of them over the request's
+        "task_id": "p",
+        "prompt": "Write identity.",
+        "entry_point": "identity",
+        "test_list": [f"assert identity({i}) == {i}" + " " * 3000 for i in range(3)],
+    }
+    monkeypatch.setattr(verify_module, "MAX_ITEMS", 10)
+    counted = lcb_record(
+        [{"input": f"{i}\n", "output": f"{i}\n", "testtype": "stdin"} for i in range(11)]
+    )
+    sample = {"task_id": "lcb0", "completion": "print(input())"}
+    unpacked, parsed, tests = requests(
+        config,
+        None,
+        ("POST", "/verify", {"json": {"samples": [sample], "problems": inflating}}),
+        verify(asserts),
+        ("POST", "/verify", {"json": {"samples": [sample], "problems": [counted]}}),
+    )
+    for answer, kind in ((unpacked, "unpacked bytes"), (parsed, "code chars"), (tests, "tests")):
+        assert answer.status_code == 422, answer.text
+        assert f"bound on {kind}" in answer.json()["detail"], answer.text
+        assert "send fewer problems in one request" in answer.json()["detail"]
+
+
 def test_json_text_nested_past_the_parser_is_a_422_naming_its_field():
     deep = "[" * 100_000
     apps, lcb, fine = requests(
@@ -335,6 +371,23 @@ def test_compile_timeout_is_held_to_the_servers_maximum_on_both_endpoints():
     )
     assert [answer.status_code for answer in answers] == [200] * 4, [a.text for a in answers]
     assert [job.limits.compile_time_s for job in executor.jobs] == [20, 20, 5, 5]
+
+
+def test_a_default_past_the_servers_maximum_is_held_to_it_a_value_asked_for_is_refused():
+    """A server started with --max-timeout-s 5 refused every /verify that left the time-out
+    at its default of 10 s."""
+    executor = InProcessExecutor()
+    sample = {"task_id": "HumanEval/0", "completion": HUMANEVAL_0["canonical_solution"]}
+    default, asked = requests(
+        ServerConfig(max_timeout_s=5, max_memory_mb=256),
+        executor,
+        ("POST", "/verify", {"json": {"samples": [sample]}}),
+        ("POST", "/verify", {"json": {"samples": [sample], "timeout": 7}}),
+    )
+    assert default.status_code == 200, default.text
+    ((limits),) = {job.limits for job in executor.jobs}
+    assert (limits.wall_time_s, limits.memory_mb) == (5, 256)
+    assert asked.status_code == 422 and "timeout 7.0 is over the server's maximum 5" in asked.text
 
 
 def test_samples_nested_too_deep_are_refused_before_any_job_runs():

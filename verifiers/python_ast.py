@@ -47,12 +47,15 @@ def parse_problem_code(source: str, what: str) -> ast.Module:
 def check_code_length(source: str, what: str) -> None:
     """ValueError naming ``what`` when a problem's code is longer than the problems being read
     may have: one ``ast.parse`` of it would hold the interpreter lock that much longer."""
-    limit = reading_bounds().code_chars
+    bounds = reading_bounds()
+    limit = bounds.code_chars
     if limit is not None and len(source) > limit:
         raise ValueError(
             f"{what} is {len(source)} characters of Python, over the {limit} a piece of a "
             "problem's code may have here"
         )
+    if bounds.budget is not None:
+        bounds.budget.spend("code_chars", len(source), what)
 
 
 def is_docstring(node: ast.stmt) -> bool:

@@ -11,7 +11,7 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -314,10 +314,13 @@ class Verifier:
         problems: Mapping[str, Problem],
         samples: Iterable[Mapping[str, Any]],
         progress: Progress | None = None,
+        prepare_in: ThreadPoolExecutor | None = None,
     ) -> list[Verdict]:
-        # Parsing and building the jobs may take a while (a large inline test module): off the
-        # event loop, as a pool start is.
-        prepared = await asyncio.to_thread(self.prepare, problems, samples)
+        """``verify`` on an event loop; ``prepare_in``: the executor that parses and builds the
+        jobs (a large inline test module takes a while), by default the loop's own."""
+        prepared = await asyncio.get_running_loop().run_in_executor(
+            prepare_in, self.prepare, problems, samples
+        )
         executor = await asyncio.to_thread(lambda: self.executor)
 
         async def one(item: PreparedSample) -> Verdict:

@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from ..bounds import reading_bounds
+from ..bounds import Budget, reading_bounds
 from . import (
     ProblemFormatError,
     Schema,
@@ -48,7 +48,13 @@ def private_tests(text: str) -> Any:
     """LiveCodeBench's private tests: JSON, or base64(zlib(pickle(JSON string))), refused as
     soon as they inflate past the bound of the problems being read (:mod:`..bounds`), before
     they are unpickled."""
-    limit = reading_bounds().unpacked_bytes
+    bounds = reading_bounds()
+    budget = bounds.budget
+    limit = (
+        bounds.unpacked_bytes
+        if budget is None
+        else min(bounds.unpacked_bytes, budget.unpacked_bytes)
+    )
     try:
         return json.loads(text)
     except json.JSONDecodeError:
@@ -63,6 +69,12 @@ def private_tests(text: str) -> Any:
         raise ProblemFormatError(
             f"field 'private_test_cases': neither JSON nor LiveCodeBench's packed form ({exc})"
         ) from None
+    if inflater.unconsumed_tail and limit < bounds.unpacked_bytes:
+        raise ProblemFormatError(
+            f"field 'private_test_cases': its packed tests inflate past the {limit} bytes left "
+            "of the problems read together's bound on unpacked bytes: send fewer problems in one "
+            "request"
+        )
     if inflater.unconsumed_tail:
         raise ProblemFormatError(
             f"field 'private_test_cases': its packed tests inflate past {limit} bytes, the most "
@@ -73,7 +85,16 @@ def private_tests(text: str) -> Any:
             f"field 'private_test_cases': the packed tests hold a {type(value).__name__}, "
             "not a JSON string"
         )
+    if budget is not None:
+        _spend(budget, "unpacked_bytes", len(data))
     return json_field({"private_test_cases": value}, "private_test_cases")
+
+
+def _spend(budget: Budget, kind: str, amount: int) -> None:
+    try:
+        budget.spend(kind, amount, "field 'private_test_cases'")
+    except ValueError as exc:
+        raise ProblemFormatError(str(exc)) from None
 
 
 def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
@@ -82,6 +103,9 @@ def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
     private = record.get("private_test_cases")
     if private:
         tests += private_tests(private) if isinstance(private, str) else private
+    budget = reading_bounds().budget
+    if budget is not None:  # counted before a case is built
+        _spend(budget, "tests", len(tests))
     if not tests or not all(
         isinstance(t, Mapping) and {"input", "output"} <= t.keys() for t in tests
     ):

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -143,6 +144,10 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
     """The server's app over a started ``pool``, which stays the caller's to close."""
     admission = Admission(config.max_pending, config.retry_after_s, config.max_pending_bytes)
     jobs = JobQueue(pool, config.workers)
+    # Inline problems are read, and their jobs built, in one thread: parsing their code holds
+    # the interpreter lock (a piece at a time, up to its bound), and parsers side by side would
+    # hold it in turns, stalling every other request and /health that much longer each.
+    inline_reader = ThreadPoolExecutor(1, thread_name_prefix="inline-problems")
     retries = RetryPlaces()
     metrics = Metrics(config, admission, jobs)
     app = pool_app(
@@ -197,9 +202,21 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
             ("timeout", request.timeout, config.max_timeout_s),
             ("memory_mb", request.memory_mb, config.max_memory_mb),
         ):
-            if value > cap:
+            if value > cap and name in request.model_fields_set:
                 raise HTTPException(422, f"{name} {value} is over the server's maximum {cap}")
-        problems = await asyncio.to_thread(request_problems, request, config)
+        request = request.model_copy(  # a default past the server's cap is held to it
+            update={
+                "timeout": min(request.timeout, config.max_timeout_s),
+                "memory_mb": min(request.memory_mb, config.max_memory_mb),
+            }
+        )
+        inline = isinstance(request.problems, list)
+        if inline:
+            problems = await asyncio.get_running_loop().run_in_executor(
+                inline_reader, request_problems, request, config
+            )
+        else:
+            problems = await asyncio.to_thread(request_problems, request, config)
         limits = request.limits(job_time_s=config.max_job_s)
         verifier = Verifier(
             jobs,
@@ -211,7 +228,9 @@ def create_app(config: ServerConfig, pool: SandboxPool) -> FastAPI:
         )
         with admission.admit(len(request.samples)):
             try:
-                verdicts = await verifier.averify(problems, request.samples)
+                verdicts = await verifier.averify(
+                    problems, request.samples, prepare_in=inline_reader if inline else None
+                )
             except SampleError as exc:
                 detail = {"detail": str(exc), "index": exc.index, "reason": exc.reason}
                 return JSONAnswer(detail, status_code=422)

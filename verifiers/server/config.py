@@ -44,6 +44,13 @@ class PoolServerConfig(HTTPLimits):
         "test file, one assert, its setup code, a prompt that is code): parsing it holds the "
         "server's interpreter about 4 us a character, whatever else it serves",
     )
+    max_request_code_chars: int = Field(
+        1 << 20,
+        ge=1024,
+        description="Python code parsed to read all the inline problems of one request "
+        "together (HumanEval's 164 problems inline: about 250,000 characters); the server "
+        "parses one request's at a time, at about 4 us a character",
+    )
     shutdown_timeout_s: int = Field(
         120,
         ge=1,

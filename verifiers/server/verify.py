@@ -14,7 +14,7 @@ from pydantic import (
     field_validator,
 )
 
-from ..bounds import ReadingBounds, reading_within
+from ..bounds import Budget, ReadingBounds, reading_within
 from ..options import VerifyOptions
 from ..problems import (
     HUMANEVAL,
@@ -28,12 +28,13 @@ from ..problems import (
 )
 from .config import PoolServerConfig, ServerConfig
 
-MAX_ITEMS = 1 << 16  # samples, or inline problems, in one /verify request
+MAX_ITEMS = 1 << 16  # samples, or inline problems, or their test cases, in one /verify request
 MAX_DEPTH = 32  # lists and objects nested in one sample or inline problem
-# How many times max_problem_bytes an inline problem's packed tests (LiveCodeBench's private
-# tests) may unpack to: zlib and base64 pack test data 1.5-4.5x (large numbers 1.5x, a grid of
-# '.' and '#' 4.5x), so honest tests fit, and a request holds at most 4x its body in them.
+# What packed tests (LiveCodeBench's private tests) may unpack to: one field, 4x the largest
+# problem; all of a request's together, 8x its problems' bytes. zlib and base64 pack test data
+# 1.5-4.5x (large numbers 1.5x, a grid of '.' and '#' 4.5x), so honest tests fit both.
 UNPACKED_PER_PROBLEM_BYTE = 4
+UNPACKED_PER_REQUEST_BYTE = 8
 
 
 class VerifyRequest(VerifyOptions):
@@ -117,6 +118,7 @@ def named_or_inline(
                 " send other problems inline",
             )
         return named_problems(problems)
+    total = 0
     for index, record in enumerate(problems):
         size = len(json.dumps(record))
         if size > config.max_problem_bytes:
@@ -125,9 +127,15 @@ def named_or_inline(
                 f"problems[{index}] is {size} bytes of JSON, over the server's "
                 f"max_problem_bytes {config.max_problem_bytes}",
             )
+        total += size
     bounds = ReadingBounds(
         unpacked_bytes=UNPACKED_PER_PROBLEM_BYTE * config.max_problem_bytes,
         code_chars=config.max_problem_code_chars,
+        budget=Budget(
+            unpacked_bytes=UNPACKED_PER_REQUEST_BYTE * total,
+            code_chars=config.max_request_code_chars,
+            tests=MAX_ITEMS,
+        ),
     )
     try:
         with reading_within(bounds):
