@@ -173,6 +173,9 @@ def test_two_problem_sets_may_share_problems_where_their_source_split_and_ids_me
     local = tmp_path / "mbpp.jsonl"
     local.symlink_to(packaged_path("mbpp"))
     assert mbpp.may_share_problems(ProblemSet(source=str(local), split="all"))  # one file
+    copy = tmp_path / "copy.jsonl"  # the same problems under another name: a copy was accepted
+    copy.write_bytes(packaged_path("mbpp").read_bytes())
+    assert mbpp.may_share_problems(ProblemSet(source=str(copy), split="train"))
     assert mbpp.may_share_problems(
         ProblemSet(source="humaneval", more_sources=["mbpp"], split="all")
     )

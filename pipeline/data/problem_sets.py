@@ -161,9 +161,13 @@ def check_problem_files(config: BaseModel) -> int:
 
 
 def _place(source: str) -> str:
-    """Where a source's problems are: a local or packaged file's resolved path, else its name."""
+    """What a source's problems are: a local or packaged file's (or folder's) content, so that
+    a copy under another name is the same place; else its name (a hub id)."""
     path = packaged_path(source)
-    return str(path.resolve()) if path.exists() else source
+    if not path.exists():
+        return source
+    files = sorted(path_digests("", path).items())
+    return "content " + hashlib.sha256(json.dumps(files).encode()).hexdigest()
 
 
 def _chosen(problems: dict[str, Problem], problem_set: ProblemSet) -> list[str]:
