@@ -95,6 +95,18 @@ def test_a_persistent_sandbox_error_is_counted_and_scored_as_configured(mode, re
     assert math.isnan(pass_rate) if excluded else pass_rate == 0.0
 
 
+@pytest.mark.parametrize(("mode", "excluded"), [("fail", False), ("exclude", True)])
+def test_an_episode_the_sandbox_cut_short_is_left_out_as_a_sandbox_error_is(mode, excluded):
+    """Its public tests' run failed, so the episode ended before the model saw feedback: its
+    final answer's verdict is real, but not what the policy would have reached."""
+    rows = rows_for([reference("HumanEval/0"), reference("HumanEval/0")])
+    rows[0]["episode_end"], rows[1]["episode_end"] = "sandbox_error", "passed"
+    config = ScoreConfig(reward=RewardConfig(sandbox_errors=mode))
+    cut, ended = score_rollouts(rows, PROBLEMS, config, executor=InProcessExecutor())
+    assert cut["status"] == ended["status"] == "passed" and not ended["excluded"]
+    assert cut["excluded"] is excluded and math.isnan(cut["reward"]) is excluded
+
+
 def test_sandbox_errors_are_left_out_of_the_rewards_by_default():
     assert RewardConfig().sandbox_errors == "exclude"
 

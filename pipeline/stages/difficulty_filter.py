@@ -143,8 +143,10 @@ def run_difficulty_filter(config: DifficultyFilterConfig, out_dir: Path) -> Path
         return published / PROBLEMS_FILE
     problems = load_problem_set(config.problems)
     rows, rounds = _sample_rounds(config, problems, out_dir / "rollouts")
-    rates = select_problems(problem_counts(rows), config)
-    kept = [task for task in problems if rates[task]["kept"]]
+    # A sample the sandbox failed on says nothing of the problem's difficulty (scoring stops
+    # the stage past its bound on them): a problem with no other sample is not rated.
+    rates = select_problems(problem_counts(rows, exclude_sandbox_errors=True), config)
+    kept = [task for task in problems if task in rates and rates[task]["kept"]]
     if not kept:
         raise ValueError(
             f"{STAGE}: no problem of {len(problems)} has a pass rate in "

@@ -230,6 +230,9 @@ def score_rollouts(
     executor = executor or get_pool(config.sandbox.pool_config(config.workers))
     scored: list[dict[str, Any] | None] = [None] * len(rows)
     pending = list(range(len(rows)))
+    # An episode the sandbox cut short (its public tests' run failed): what the model would
+    # have done with the feedback is unknown, so it is left out as a sandbox error is.
+    cut_out = config.reward.sandbox_errors == "exclude"
     with track(description, len(rows)) as task:
         for attempt in range(config.sandbox_retries + 1):
             by_style: dict[CompletionStyle, list[int]] = {}
@@ -254,6 +257,8 @@ def score_rollouts(
                 for position, verdict in verifier.iter_verify(problems, samples):
                     index = indices[position]
                     scored[index] = {**rows[index], **_scores(verdict)}
+                    if rows[index].get("episode_end") == "sandbox_error" and cut_out:
+                        scored[index].update(reward=math.nan, excluded=True)
                     last_try = attempt == config.sandbox_retries
                     if verdict.status is VerdictStatus.SANDBOX_ERROR and not last_try:
                         retry.append(index)
