@@ -219,6 +219,9 @@ def test_best_of_n_compares_each_pick_on_the_same_problems() -> None:
         sampled_row("d", True, [-0.3]),
     ]
     scores = [0.0, 2.0, 1.0, 5.0, -5.0, 0.0, 1.0, 0.7, 0.7]
+    # a sample the sandbox failed on is no candidate, however the reward model scores it
+    lost = {**sampled_row("c", False, [-0.01]), "status": "sandbox_error"}
+    rows, scores = [*rows, lost, {**lost, "prompt_id": "e"}], [*scores, 9.0, 9.0]
     result = best_of_n(rows, scores, "rm", left_out=2)
     picked = {task: p.picked for task, p in result.per_problem.items()}
     assert picked == {

@@ -93,9 +93,12 @@ def best_of_n(
     rows: Sequence[Mapping[str, Any]], scores: Sequence[float], reward_model: str, left_out: int
 ) -> BestOfN:
     """Each problem's picks among its ``rows`` (sampled completions, scored by the verifier),
-    the reward model's ``scores`` of them given in the same order."""
+    the reward model's ``scores`` of them given in the same order. A sample the sandbox failed
+    on has no verdict to pick: it is left out (a problem with no other, with it)."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row, score in zip(rows, scores, strict=True):
+        if row.get("status") == "sandbox_error":
+            continue
         groups[row["prompt_id"]].append(
             {**row, "reward_model_score": score, "mean_logprob": mean_logprob(row)}
         )
@@ -130,7 +133,7 @@ def best_of_n(
     return BestOfN(
         reward_model=reward_model,
         problems=len(per_problem),
-        samples=len(rows),
+        samples=sum(p.samples for p in per_problem.values()),
         left_out_trained=left_out,
         picks=picks,
         comparisons={
