@@ -256,9 +256,10 @@ def score_rollouts(
                 ]
                 for position, verdict in verifier.iter_verify(problems, samples):
                     index = indices[position]
-                    scored[index] = {**rows[index], **_scores(verdict)}
+                    scores = _scores(verdict)
                     if rows[index].get("episode_end") == "sandbox_error" and cut_out:
-                        scored[index].update(reward=math.nan, excluded=True)
+                        scores.update(reward=math.nan, excluded=True)
+                    scored[index] = {**rows[index], **scores}
                     last_try = attempt == config.sandbox_retries
                     if verdict.status is VerdictStatus.SANDBOX_ERROR and not last_try:
                         retry.append(index)
