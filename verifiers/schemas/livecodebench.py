@@ -86,13 +86,13 @@ def private_tests(text: str) -> Any:
             "not a JSON string"
         )
     if budget is not None:
-        _spend(budget, "unpacked_bytes", len(data))
+        _spend(budget, "unpacked_bytes", len(data), "field 'private_test_cases'")
     return json_field({"private_test_cases": value}, "private_test_cases")
 
 
-def _spend(budget: Budget, kind: str, amount: int) -> None:
+def _spend(budget: Budget, kind: str, amount: int, what: str) -> None:
     try:
-        budget.spend(kind, amount, "field 'private_test_cases'")
+        budget.spend(kind, amount, what)
     except ValueError as exc:
         raise ProblemFormatError(str(exc)) from None
 
@@ -105,7 +105,7 @@ def fields(record: Mapping[str, Any], position: int) -> dict[str, Any]:
         tests += private_tests(private) if isinstance(private, str) else private
     budget = reading_bounds().budget
     if budget is not None:  # counted before a case is built
-        _spend(budget, "tests", len(tests))
+        _spend(budget, "tests", len(tests), f"its {len(tests)} test cases")
     if not tests or not all(
         isinstance(t, Mapping) and {"input", "output"} <= t.keys() for t in tests
     ):
