@@ -153,6 +153,30 @@ def test_adaptive_rounds_find_the_rare_pass_and_the_kept_problems_are_split(tmp_
     assert checkpoints.verify(path.parent) == []
 
 
+def test_a_sample_the_sandbox_failed_on_says_nothing_of_a_problems_difficulty(tmp_path):
+    """Problem 2 passed twice in two verdicts (two sandbox errors beside them): 1.0, too easy
+    to keep, not 0.5; problem 3 has no verdict at all: not rated. Counted as failures, both
+    errors made problem 2 look half solved."""
+    config = filter_config(tmp_path)
+    out = tmp_path / "filter" / "rollouts"
+    verdicts = {"1": ["passed", "failed", "failed", "failed"],
+                "2": ["passed", "passed", "sandbox_error", "sandbox_error"],
+                "3": ["sandbox_error"] * 4}  # fmt: skip
+    rows = [
+        rollout(task, ADD, status == "passed", None, status=status)
+        for task, statuses in verdicts.items()
+        for status in statuses
+    ]
+    write_round(out, rows)
+    write_rollouts(out / "scored.parquet", rows)  # scored already: the stage reads them
+    path = run_difficulty_filter(config, tmp_path / "filter")
+    rates = json.loads((path.parent / "pass_rates.json").read_text())["problems"]
+    assert {t: (r["samples"], r["passed"], r["kept"]) for t, r in rates.items()} == {
+        "1": (4, 1, True), "2": (2, 2, False)
+    }  # fmt: skip
+    assert [json.loads(line)["task_id"] for line in path.read_text().splitlines()] == ["1"]
+
+
 @pytest.mark.docker
 def test_adaptive_rounds_sample_a_real_model_until_the_budget(tmp_path):
     """A tiny random model never passes: every problem is sampled in every round, up to
