@@ -36,7 +36,10 @@ def signal_rollouts(problems: int = 12, per_side: int = 3) -> list[dict[str, Any
 
 def small_reward_model_config(folder: Path, **settings: Any) -> RewardModelConfig:
     """A tiny random model under the head (its tokenizer pads with EOS, as SmolLM2's does) and
-    settings that fit :func:`signal_rollouts`: one epoch at a high learning rate."""
+    settings that fit :func:`signal_rollouts`: two epochs at a high learning rate. The tests
+    ask every held-out pair ranked right: one epoch did so down to a third of this rate (at a
+    tenth, AUROC 0.94), a margin a machine's floating-point path could eat; two epochs do at
+    a tenth (at a thirtieth, 0.987)."""
     model = saved_tiny_model(folder / "model")
     return RewardModelConfig.model_validate(
         {
@@ -45,6 +48,7 @@ def small_reward_model_config(folder: Path, **settings: Any) -> RewardModelConfi
             "min_held_out_problems": 2,
             "training": {
                 "learning_rate": 3e-3,
+                "num_train_epochs": 2,
                 "per_device_train_batch_size": 4,
                 "max_length": 128,
                 "logging_steps": 1,
