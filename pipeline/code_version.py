@@ -9,8 +9,8 @@ stage's module does not. The whole package's source would be simpler, but then a
 anywhere (a command's help text, the sandbox server) would recompute every stage of every run.
 
 A plug-in package, whose modules are loaded by name at run time rather than imported (test
-forms, record schemas, trackers, the sandbox's languages), says so in its ``__init__.py`` with :data:`MARKER`
-(``__modules_loaded_by_name__ = True``): a stage that reaches the package runs any of them, so
+forms, record schemas, trackers, the sandbox's languages), says so in its ``__init__.py`` with
+:data:`MARKER` (``__modules_loaded_by_name__ = True``): a stage that reaches the package runs any of them, so
 all of them, and what they import, are part of its code. A user's new plug-in package needs
 only that line. The stage registry (``pipeline/stages``) loads every stage module by name too,
 but is deliberately not marked: one stage's code is no part of another's key, and a stage that
