@@ -10,14 +10,14 @@ anywhere (a command's help text, the sandbox server) would recompute every stage
 
 A plug-in package, whose modules are loaded by name at run time rather than imported (test
 forms, record schemas, trackers, the sandbox's languages), says so in its ``__init__.py`` with
-:data:`MARKER` (``__modules_loaded_by_name__ = True``): a stage that reaches the package runs any of them, so
-all of them, and what they import, are part of its code. A user's new plug-in package needs
-only that line. The stage registry (``pipeline/stages``) loads every stage module by name too,
-but is deliberately not marked: one stage's code is no part of another's key, and a stage that
-runs another's code imports it (``rl`` imports ``rollouts``), which is followed. The sandbox
-runner (``sandbox/runner``) runs inside the image: a stage that runs programs keys the runner's
-source version with the image's id (``SandboxSettings.content_digests``); of the runner, only
-the languages are read by the host too, and keyed as a plug-in package.
+:data:`MARKER` (``__modules_loaded_by_name__ = True``): a stage that reaches the package runs
+any of them, so all of them, and what they import, are part of its code. A user's new plug-in
+package needs only that line. The stage registry (``pipeline/stages``) loads every stage module
+by name too, but is deliberately not marked: one stage's code is no part of another's key, and a
+stage that runs another's code imports it (``rl`` imports ``rollouts``), which is followed. The
+sandbox runner (``sandbox/runner``) runs inside the image: a stage that runs programs keys the
+runner's source version with the image's id (``SandboxSettings.content_digests``); of the
+runner, only the languages are read by the host too, and keyed as a plug-in package.
 """
 
 from __future__ import annotations
