@@ -2,7 +2,8 @@
 each iteration trains on (fast, from headers alone), then the real RL stage on a tiny model
 with the transformers engine and the Docker sandbox: at ``max_staleness: 0`` the same rows and
 weights as the synchronous loop, bitwise; no trained row older than ``max_staleness``; the
-sampler's process killed (-9) mid-iteration, restarted or resumed, and the run unchanged."""
+sampler's process killed (-9) mid-iteration, restarted or resumed, and the run unchanged. Last,
+the same K = 0 equality with SmolLM2 sampled by vLLM, its scheduling made deterministic."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from engines import TEST_ENGINE
 from safetensors.torch import load_file
 from stage_helpers import SIGNAL, save_tiny_model
 
@@ -255,6 +257,16 @@ def test_no_row_more_than_max_staleness_versions_old_is_trained(tiny_model, tmp_
     assert len(identities) == len(set(identities))
 
 
+def rl_in_a_process(config: RLConfig, out: Path) -> subprocess.Popen:
+    """The RL stage run in a Python process of its own (this one's environment)."""
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from codepost.pipeline.stages.rl import RLConfig, run_rl\n"
+        "run_rl(RLConfig.model_validate_json(sys.argv[1]), Path(sys.argv[2]))\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", script, config.model_dump_json(), str(out)])
+
+
 def kill_sampler_once(out: Path, when: Callable[[], bool]) -> list[int]:
     """Kill the sampler's process (-9) as soon as ``when()`` holds, from a thread; the pids
     killed are appended to the list returned."""
@@ -312,14 +324,7 @@ def test_a_trainer_killed_mid_iteration_leaves_no_sampler_and_resumes_unchanged(
     """The other side: the trainer's process killed (-9) after iteration 1; its sampler ends on
     its own, and the run started again picks up the queue it left."""
     config = rl_config(tiny_model, AsyncConfig(max_staleness=0))
-    script = (
-        "import sys; from pathlib import Path\n"
-        "from codepost.pipeline.stages.rl import RLConfig, run_rl\n"
-        "run_rl(RLConfig.model_validate_json(sys.argv[1]), Path(sys.argv[2]))\n"
-    )
-    trainer = subprocess.Popen(
-        [sys.executable, "-c", script, config.model_dump_json(), str(tmp_path)]
-    )
+    trainer = rl_in_a_process(config, tmp_path)
     try:
         while not (iteration_dir(tmp_path, 1) / "manifest.json").is_file():
             assert trainer.poll() is None, "the trainer ended before iteration 1"
@@ -361,3 +366,42 @@ def test_episodes_go_through_the_queue_whole(tmp_path):
     assert_same_run(tmp_path / "async", tmp_path / "sync", iterations=2)
     episodes = [row for _, row in rows(tmp_path / "async")]
     assert episodes and all(row["turns"] == 2 and 0 in row["model_mask"] for row in episodes)
+
+
+@pytest.mark.slow
+@pytest.mark.docker
+def test_with_vllm_scheduling_deterministically_k_0_is_the_synchronous_run_bit_for_bit(
+    tmp_path, monkeypatch
+):
+    """vLLM on the CPU repeats its samples only with its engine core in the process that
+    samples (VLLM_ENABLE_V1_MULTIPROCESSING=0, vLLM's rule for reproducible offline runs): its
+    scheduler then batches the same requests the same way. So set, SmolLM2 sampled by vLLM and
+    refreshed in place after each update (the probe checked) gives the same rows and weights
+    synchronously, in a process of its own, and at K = 0, its sampler's process inheriting the
+    setting."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    config = RLConfig(
+        problems=ProblemSet(limit=4),
+        iterations=2,
+        prompts_per_iteration=2,
+        sampling=SamplingConfig(num_generations=4, max_tokens=40),
+        engine=TEST_ENGINE,
+        scoring=SIGNAL,
+        dynamic_sampling_metric="reward",  # SIGNAL's length term: every iteration updates
+        update=UpdateConfig(learning_rate=1e-5, micro_batch_size=4),
+        save_total_limit=2,  # both iterations' weights compared, one trainer state (1 GB)
+    )
+    synchronous = rl_in_a_process(config, tmp_path / "sync")
+    assert synchronous.wait() == 0
+    reference = metrics(tmp_path / "sync")
+    assert [r["update/optimizer_steps"] >= 1 for r in reference] == [True, True]
+    # The engine's logprobs of the probe equal the trainer's after every in-place refresh, and
+    # the next iteration's rollouts were sampled by the updated weights.
+    assert all(r["sampler/refresh_probe_diff"] < TEST_ENGINE.probe_tolerance for r in reference)
+    assert reference[1]["sampler/logprob_diff/mean"] < 1e-3
+    assert {
+        (row["sampler"][:5], row["sampler_weights"]) for row in written(tmp_path / "sync", 2)
+    } == {("vllm-", "<run>/checkpoints/iteration-0001")}
+    asynchronous = config.model_copy(update={"asynchronous": AsyncConfig(max_staleness=0)})
+    run_rl(asynchronous, tmp_path / "async")
+    assert_same_run(tmp_path / "async", tmp_path / "sync", iterations=2)
