@@ -16,6 +16,11 @@ noisy the comparison is more than what staleness costs.
 
     .venv/bin/python benchmarks/async_rl.py [--iterations 6] [--prompts 2] [--samples 4]
 
+For the learning cost, start from a checkpoint that passes some of its problems and sample
+those (``--model``, ``--source``: e.g. an SFT stage's folder and the ``problems.jsonl`` of the
+difficulty filter after it). The runs' folders hold every checkpoint whole (their publishing
+times are read) and are deleted at the end unless ``--keep`` names a folder for them.
+
 The last line is ``ratio: K=1 wall time per iteration / synchronous``.
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,6 +40,7 @@ from machine import describe
 
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
+from codepost.pipeline.model_config import DEFAULT_MODEL, ModelConfig
 from codepost.pipeline.reporting.stats import wilson_interval
 from codepost.pipeline.rl.asynchronous import AsyncConfig
 from codepost.pipeline.rl.update_config import UpdateConfig
@@ -77,7 +84,8 @@ def config(args: argparse.Namespace, max_staleness: int | None) -> RLConfig:
     if max_staleness is not None:
         asynchronous = AsyncConfig(max_staleness=max_staleness, sampler_cpus=[SAMPLER_CORE])
     return RLConfig(
-        problems=ProblemSet(limit=args.problems),
+        model=ModelConfig(name_or_path=args.model),
+        problems=ProblemSet(source=args.source, split=args.split, limit=args.problems),
         iterations=args.iterations,
         prompts_per_iteration=args.prompts,
         dynamic_sampling=False,
@@ -156,7 +164,10 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=2, help="prompts per iteration")
     parser.add_argument("--samples", type=int, default=4, help="completions per prompt")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--problems", type=int, default=64, help="MBPP training problems")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="the policy to start from")
+    parser.add_argument("--source", default="mbpp", help="the problems (a ProblemSet source)")
+    parser.add_argument("--split", default="train", help="the source's split")
+    parser.add_argument("--problems", type=int, default=64, help="how many of them, at most")
     parser.add_argument("--learning-rate", type=float, default=2e-6)
     parser.add_argument("--sync-threads", type=int, default=1, help="the synchronous run's")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
@@ -169,6 +180,15 @@ def main() -> None:
     if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("needs 2 cores: the trainer on one, the sampler's process on another")
     root = args.keep or Path(tempfile.mkdtemp(prefix="async-rl-"))
+    try:
+        compare(args, root)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(root, ignore_errors=True)  # gigabytes of checkpoints a run
+
+
+def compare(args: argparse.Namespace, root: Path) -> None:
+    """Each mode's run in a process of its own, in ``root``; the table and the ratio."""
     print(describe())
     print(
         f"{args.iterations} iterations of {args.prompts} prompts x {args.samples} samples "
@@ -182,7 +202,7 @@ def main() -> None:
         forwarded = [*sys.argv[1:], "--run", mode, "--out", str(out)]
         subprocess.run([sys.executable, __file__, *forwarded], check=True)
         results.append(result(mode, out, args.iterations))
-        print(f"{mode}: done, {root}", flush=True)
+        print(f"{mode}: done", flush=True)
     print(table(results))
     by_mode = {r.mode: r for r in results}
     if "sync" in by_mode and "K=1" in by_mode:
