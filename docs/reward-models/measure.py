@@ -7,6 +7,7 @@ key holds its code) does not redo them:
     python docs/reward-models/measure.py best-of-n RUN_DIR SCORED REWARD_MODEL  # its rerank.json
     python docs/reward-models/measure.py rl RUN_DIR REWARD_MODEL [ITERATIONS]   # GRPO on it alone
     python docs/reward-models/measure.py plot RL_FOLDER PNG                 # as on the page
+    python docs/reward-models/measure.py before-after RUN_DIR SCORED REWARD_MODEL RL_FOLDER
 """
 
 import json
@@ -18,7 +19,7 @@ from codepost.pipeline.checkpoints.manifest import read_manifest
 from codepost.pipeline.data.rows import read_rows
 from codepost.pipeline.reporting.plots import plot_curves
 from codepost.pipeline.reporting.rerank import RERANK_FILE, RerankConfig, rerank
-from codepost.pipeline.reporting.stats import wilson_interval
+from codepost.pipeline.reporting.stats import compare_sampled, wilson_interval
 from codepost.pipeline.resources import close_all
 from codepost.pipeline.stages import Artifacts, get_stage, run_stage
 from codepost.pipeline.stages.reward_model import RewardModelConfig
@@ -41,7 +42,7 @@ def made(stage: str, config: Settings, inputs: Artifacts, out_dir: Path, artifac
     return Path(str(getattr(run_stage(get_stage(stage), config, inputs, out_dir), artifact)))
 
 
-def rollouts(run_dir: Path) -> Path:
+def rollouts(run_dir: Path, checkpoint: str = MODEL) -> Path:
     config = RolloutsConfig.model_validate(
         {
             "problems": {"source": "mbpp", "split": "train", "task_ids": PROBLEMS, "limit": None},
@@ -50,7 +51,8 @@ def rollouts(run_dir: Path) -> Path:
             "engine": ENGINE,
         }
     )
-    return made("rollouts", config, Artifacts(checkpoint=MODEL), run_dir / "rollouts", "scored")
+    inputs = Artifacts(checkpoint=checkpoint)
+    return made("rollouts", config, inputs, run_dir / "rollouts", "scored")
 
 
 def reward_model(run_dir: Path, scored: Path) -> Path:
@@ -131,6 +133,38 @@ def plot(rl_folder: Path, png: Path) -> Path:
     return plot_curves(rows, png, x="iteration", panels=panels, title=title, error_bars=True)
 
 
+def before_after(run_dir: Path, scored: Path, folder: Path, rl_folder: Path) -> Path:
+    """The RL run's last policy against its start on the same 40 problems, 8 samples each at the
+    rollouts' settings: pass@1 paired by problem (sign-flip p) on the problems the reward model
+    and RL trained on, and on the others."""
+    newest = max((rl_folder / "checkpoints").glob("iteration-*"))
+    after = rollouts(run_dir, str(newest))
+    trained = set(read_manifest(folder).metrics["train_problems"])
+
+    def counts(path: Path) -> dict[str, tuple[int, int]]:
+        passed: dict[str, list[bool]] = {}
+        for row in read_rows(path):
+            passed.setdefault(row["prompt_id"], []).append(row["passed"])
+        return {task: (len(p), sum(p)) for task, p in passed.items()}
+
+    before_counts, after_counts = counts(scored), counts(after)
+    result: dict = {"start": MODEL, "end": str(newest), "end_scored": str(after)}
+    for part, tasks in (
+        ("trained", sorted(trained)),
+        ("held_out", sorted(set(before_counts) - trained)),
+    ):
+        comparison = compare_sampled(
+            {t: before_counts[t] for t in tasks}, {t: after_counts[t] for t in tasks}, k=1
+        )
+        result[part] = comparison.model_dump()
+    result["problems"] = {
+        t: {"start": before_counts[t], "end": after_counts[t]} for t in before_counts
+    }
+    out = run_dir / "before-after.json"
+    out.write_text(json.dumps(result, indent=1))
+    return out
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)
     step, run_dir = sys.argv[1], Path(sys.argv[2])
@@ -141,6 +175,9 @@ if __name__ == "__main__":
             print(reward_model(run_dir, Path(sys.argv[3])))
         elif step == "best-of-n":
             print(best_of_n(run_dir, Path(sys.argv[3]), Path(sys.argv[4])))
+        elif step == "before-after":
+            paths = [Path(arg) for arg in sys.argv[3:6]]
+            print(before_after(run_dir, *paths))
         elif step == "rl":
             print(rl(run_dir, Path(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 20))
         else:
