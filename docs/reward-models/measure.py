@@ -17,6 +17,7 @@ from pathlib import Path
 
 from codepost.pipeline.checkpoints.manifest import read_manifest
 from codepost.pipeline.data.rows import read_rows
+from codepost.pipeline.reporting.evaluations import problem_counts
 from codepost.pipeline.reporting.plots import plot_curves
 from codepost.pipeline.reporting.rerank import RERANK_FILE, RerankConfig, rerank
 from codepost.pipeline.reporting.stats import compare_sampled, wilson_interval
@@ -141,13 +142,8 @@ def before_after(run_dir: Path, scored: Path, folder: Path, rl_folder: Path) -> 
     after = rollouts(run_dir, str(newest))
     trained = set(read_manifest(folder).metrics["train_problems"])
 
-    def counts(path: Path) -> dict[str, tuple[int, int]]:
-        passed: dict[str, list[bool]] = {}
-        for row in read_rows(path):
-            passed.setdefault(row["prompt_id"], []).append(row["passed"])
-        return {task: (len(p), sum(p)) for task, p in passed.items()}
-
-    before_counts, after_counts = counts(scored), counts(after)
+    before_counts = problem_counts(read_rows(scored))
+    after_counts = problem_counts(read_rows(after))
     result: dict = {"start": MODEL, "end": str(newest), "end_scored": str(after)}
     for part, tasks in (
         ("trained", sorted(trained)),
