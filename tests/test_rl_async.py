@@ -258,13 +258,20 @@ def test_no_row_more_than_max_staleness_versions_old_is_trained(tiny_model, tmp_
 
 
 def rl_in_a_process(config: RLConfig, out: Path) -> subprocess.Popen:
-    """The RL stage run in a Python process of its own (this one's environment)."""
+    """The RL stage run in a Python process of its own, with this one's environment and torch
+    threads: vLLM's CPU worker samples in the process that holds its engine at that process's
+    thread count, and a different count changes logprobs in their last bits (the sampler of an
+    asynchronous run takes its trainer's count)."""
     script = (
-        "import sys; from pathlib import Path\n"
+        "import sys; from pathlib import Path; import torch\n"
+        "torch.set_num_threads(int(sys.argv[3]))\n"
         "from codepost.pipeline.stages.rl import RLConfig, run_rl\n"
         "run_rl(RLConfig.model_validate_json(sys.argv[1]), Path(sys.argv[2]))\n"
     )
-    return subprocess.Popen([sys.executable, "-c", script, config.model_dump_json(), str(out)])
+    threads = str(torch.get_num_threads())
+    return subprocess.Popen(
+        [sys.executable, "-c", script, config.model_dump_json(), str(out), threads]
+    )
 
 
 def kill_sampler_once(out: Path, when: Callable[[], bool]) -> list[int]:
