@@ -181,13 +181,18 @@ class ParameterError(ValueError):
 
 
 def _validated(value: Any, kind: type[M], parameter: str) -> M:
-    """``parameter`` as ``kind``, with every problem set it names there and readable."""
+    """``parameter`` as ``kind``, with every problem set it names there and readable. A model
+    passed in is validated again (a copy with updates is not) and kept as given: which fields
+    it sets is what a run derives from (a stage's seed, the run's model under a stage's own
+    settings), and a dump sets them all."""
     data = value if isinstance(value, dict) else value.model_dump()
     try:
         config = kind.model_validate(data)
     except ValidationError as exc:
         errors = explain(exc, kind, data, [], None).splitlines()
         raise ParameterError(f"{parameter}: {'; '.join(errors)}") from None
+    if isinstance(value, kind):
+        config = value
     try:
         check_problem_files(config)
     except (ValueError, OSError) as exc:

@@ -39,7 +39,9 @@ def deployments(
             name=config.series,
             entrypoint_type=MODULE,
             schedules=[Cron(cron, timezone=timezone)],
-            parameters={"config": config.model_dump(mode="json")},
+            # what the series' file sets, no more: a field not set there is derived where
+            # the run derives it (each stage's seed, the run's model), not pinned to its default
+            parameters={"config": config.model_dump(mode="json", exclude_unset=True)},
             description=f"A night of the series {config.series!r} ({cron} {timezone}): train "
             "from the champion, promote only on a significant gain.",
             tags=["codepost", "nightly"],

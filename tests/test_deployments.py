@@ -342,3 +342,21 @@ def test_serve_refuses_a_series_that_would_fail_when_its_night_starts(tmp_path):
         refused.stderr.strip()
         == f"codepost serve: invalid series {series}: no problem file at {missing}"
     )
+
+
+def test_a_series_deployment_holds_only_what_its_file_sets():
+    """A dump of every field would set each stage's seed in the night's parameters to its
+    default, so every stage of every night would run on seed 0 instead of one derived from the
+    run seed."""
+    from codepost.flows.post_train import _validated
+    from codepost.flows.serve import deployments
+    from codepost.pipeline.nightly import NightlyConfig
+    from codepost.pipeline.post_train import derive_seed, seeded
+
+    stages = ["sft", {"stage": "rl", "config": {"sampling": {"seed": 5}}}]
+    series = NightlyConfig.model_validate({"series": "s", "run": {"seed": 3, "stages": stages}})
+    parameters = deployments(series=[series])[0].parameters["config"]
+    assert parameters["run"]["stages"] == [{"stage": "sft"}, stages[1]]
+    night = _validated(parameters, NightlyConfig, "config")
+    rl = seeded(night.run.entry("rl").config, derive_seed(3, "rl"))
+    assert (rl.seed, rl.sampling.seed) == (derive_seed(3, "rl"), 5)

@@ -22,7 +22,8 @@ from safetensors.torch import load_file
 
 from codepost.pipeline.data.problem_sets import ProblemSet
 from codepost.pipeline.inference.sampling import EngineConfig, SamplingConfig
-from codepost.pipeline.post_train import PostTrainConfig
+from codepost.pipeline.model_config import ModelConfig
+from codepost.pipeline.post_train import PostTrainConfig, derive_seed
 from codepost.pipeline.rl.policy_update import UpdateConfig
 from codepost.pipeline.stages.evaluation import EvalConfig
 from codepost.pipeline.stages.rl import RLConfig
@@ -35,9 +36,10 @@ HF = EngineConfig(backend="hf")
 @pytest.fixture
 def tiny_config(tmp_path):
     problems = ProblemSet(limit=3)
+    tiny = saved_tiny_model(tmp_path / "tiny")
     return PostTrainConfig(
         run_dir=str(tmp_path / "run"),
-        model=saved_tiny_model(tmp_path / "tiny"),
+        model=ModelConfig(name_or_path=tiny.name_or_path, lora_dropout=0.1),
         stages=[
             {
                 "stage": "rl",
@@ -48,7 +50,7 @@ def tiny_config(tmp_path):
                     prompts_per_iteration=2,
                     # the tiny model never passes: its groups differ in the length term only
                     dynamic_sampling_metric="reward",
-                    sampling=SamplingConfig(num_generations=2, max_tokens=8),
+                    sampling=SamplingConfig(num_generations=2, max_tokens=8, seed=5),
                     engine=HF,
                     scoring=ScoreConfig(
                         workers=2,
@@ -109,6 +111,11 @@ def test_post_train_runs_the_stages_and_a_second_run_resumes(prefect_api, tiny_c
         ("tiny", "base"),
         ("tiny", "rl"),
     ]
+    # seeds the stage does not write are derived from the run seed, the one it writes is kept,
+    # and the run's model holds where the stage sets nothing of its own
+    rl = json.loads(rl_dir.with_suffix(".json").read_text())["config"]
+    assert rl["seed"] == rl["engine"]["seed"] == derive_seed(0, "rl") != 0
+    assert (rl["sampling"]["seed"], rl["model"]["lora_dropout"]) == (5, 0.1)
     report = Path(f"{run_dir}/report.md").read_text()
     assert "## tiny" in report and "| base |" in report and "| rl |" in report
     # the UI shows the plots: embedded, as it cannot read this machine's files
